@@ -1,0 +1,131 @@
+"""Collectives on the cluster graph, as phases of ring flows.
+
+A ring collective over ``n`` GPUs runs ``steps`` ring steps; in each, every GPU
+sends a chunk to its ring neighbour along the graph route between them. With
+``S`` bytes per GPU (NCCL's convention, Thakur et al. 2005; NCCL docs
+"Performance considerations"):
+
+- all-reduce:     2(n-1) steps of S/n  -> 2(n-1)/n x S per flow
+- reduce-scatter: (n-1) steps of S/n   -> (n-1)/n x S
+- all-gather:     (n-1) steps of S/n   -> (n-1)/n x S   (S = the gathered size)
+
+Alone on uniform links of bandwidth B and per-step latency alpha this is the
+alpha-beta time ``steps x alpha + flow_bytes / B``: all-reduce
+``2(n-1)/n x S/B + 2(n-1) alpha``.
+
+A group that spans nodes with several members per node uses the hierarchical
+form: reduce-scatter inside each node, the collective across nodes on 1/l of
+the data (l members per node, l rings in parallel), all-gather inside the node.
+
+A :class:`Phase` is what the network needs to time it: bytes each flow moves,
+the fixed latency, and the load it puts on each link (flows per link, counting
+every concurrent replica the phase stands for).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from simtrain.topology import Cluster, Link
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One ring phase: every flow moves ``flow_bytes`` after ``latency`` seconds of step latencies."""
+
+    flow_bytes: float
+    latency: float
+    links: tuple[tuple[Link, int], ...]   # (directed link, flows on it)
+
+
+STEPS = {"all_reduce": lambda n: 2 * (n - 1), "reduce_scatter": lambda n: n - 1,
+         "all_gather": lambda n: n - 1}
+
+
+def _ring_edges(cluster: Cluster, ring: list[int]) -> tuple[list[Link], float]:
+    links: list[Link] = []
+    worst = 0.0
+    n = len(ring)
+    for i in range(n):
+        a, b = ring[i], ring[(i + 1) % n]
+        links.extend(cluster.route(a, b))
+        worst = max(worst, cluster.route_latency(a, b))
+    return links, worst
+
+
+def _flat(kind: str, nbytes: float, rings: list[list[int]], cluster: Cluster, every: bool = False) -> Phase:
+    """All rings run concurrently; ``rings[0]`` is the one whose flows set the pace (symmetry),
+    or, with ``every``, the slowest flow of any ring (no symmetry assumed)."""
+    n = len(rings[0])
+    steps = STEPS[kind](n)
+    counts: dict[Link, int] = defaultdict(int)
+    own: set[Link] = set()
+    latency = 0.0
+    for i, ring in enumerate(rings):
+        links, worst = _ring_edges(cluster, ring)
+        for link in links:
+            counts[link] += 1
+        if i == 0 or every:
+            own.update(links)
+            latency = worst
+    flow_bytes = steps * nbytes / n
+    return Phase(flow_bytes=flow_bytes, latency=steps * latency,
+                 links=tuple(sorted((link, counts[link]) for link in own)))
+
+
+def collective_phases(kind: str, nbytes: float, groups: list[list[int]], cluster: Cluster,
+                      every: bool = False) -> list[Phase]:
+    """Phases of ``kind`` run at once by every group in ``groups`` (same size, same shape).
+
+    ``groups[0]`` is the representative: its links, loaded by all groups' flows, set the rate.
+    """
+    n = len(groups[0])
+    if n <= 1 or nbytes <= 0:
+        return []
+    per_node: dict[int, list[int]] = defaultdict(list)
+    for r in groups[0]:
+        per_node[cluster.node_of(r)].append(r)
+    local = max(len(v) for v in per_node.values())
+    if len(per_node) == 1 or local == 1 or any(len(v) != local for v in per_node.values()):
+        return [_flat(kind, nbytes, groups, cluster, every)]
+    # hierarchical: intra-node rings, then `local` inter-node rings on 1/local of the data each
+    intra = [[r for r in g if cluster.node_of(r) == node] for g in groups
+             for node in sorted({cluster.node_of(r) for r in g})]
+    inter = []
+    for g in groups:
+        by_node = defaultdict(list)
+        for r in g:
+            by_node[cluster.node_of(r)].append(r)
+        nodes = sorted(by_node)
+        inter.extend([[by_node[nd][k] for nd in nodes] for k in range(local)])
+    if kind == "all_reduce":
+        return [_flat("reduce_scatter", nbytes, intra, cluster, every),
+                _flat("all_reduce", nbytes / local, inter, cluster, every),
+                _flat("all_gather", nbytes, intra, cluster, every)]
+    if kind == "reduce_scatter":
+        return [_flat("reduce_scatter", nbytes, intra, cluster, every),
+                _flat("reduce_scatter", nbytes / local, inter, cluster, every)]
+    return [_flat("all_gather", nbytes / local, inter, cluster, every),
+            _flat("all_gather", nbytes, intra, cluster, every)]
+
+
+def p2p_phase(nbytes: float, pairs: list[tuple[int, int]], cluster: Cluster, every: bool = False) -> Phase:
+    """Point-to-point sends running at once; ``pairs[0]`` is the representative (or all, with ``every``)."""
+    counts: dict[Link, int] = defaultdict(int)
+    for a, b in pairs:
+        for link in cluster.route(a, b):
+            counts[link] += 1
+    chosen = pairs if every else pairs[:1]
+    own = {link for a, b in chosen for link in cluster.route(a, b)}
+    latency = max(cluster.route_latency(a, b) for a, b in chosen)
+    return Phase(flow_bytes=nbytes, latency=latency, links=tuple(sorted((link, counts[link]) for link in own)))
+
+
+def phase_time_alone(phase: Phase, cluster: Cluster, scale: dict | None = None) -> float:
+    """Time of a phase with no other traffic: latency + bytes at the bottleneck share."""
+    if phase.flow_bytes <= 0:
+        return phase.latency
+    rate = min(cluster.bandwidth(link) * (scale.get(link, 1.0) if scale else 1.0) / count
+               for link, count in phase.links)
+    return phase.latency + phase.flow_bytes / rate

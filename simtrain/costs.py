@@ -1,0 +1,190 @@
+"""Per-operation cost functions: the one cost model that both the analytic
+estimate and the event engine call (style rule 5).
+
+A kernel takes ``max(FLOPs / (peak x efficiency), bytes / (HBM x efficiency))``
+plus a launch overhead. GEMM efficiency falls smoothly for small GEMMs:
+``eff = best x g / (g + g_half)`` with ``g`` the geometric mean of M, N, K
+(a saturating curve: half of the best at ``g = g_half``; both constants come
+from the hardware file with their sources). All quantities are per TP rank,
+per micro-batch, in seconds, FLOP and bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simtrain.hardware import ComputeModel, GpuSpec
+
+#: bytes per element of activations and weights by training precision
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+
+
+@dataclass(frozen=True)
+class Device:
+    """What a kernel's time depends on: the GPU, its efficiencies, the dtype."""
+
+    gpu: GpuSpec
+    compute: ComputeModel
+    dtype: str
+
+    @property
+    def peak(self) -> float:
+        return self.gpu.peak(self.dtype)
+
+    @property
+    def element_bytes(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+    def gemm_efficiency(self, m: float, n: float, k: float) -> float:
+        best = self.compute.gemm_efficiency
+        half = self.compute.gemm_half_size
+        if half <= 0:
+            return best
+        g = (m * n * k) ** (1.0 / 3.0)
+        return best * g / (g + half)
+
+    def gemm_time(self, m: float, n: float, k: float) -> float:
+        """One GEMM (M x K) @ (K x N): 2MNK FLOP; reads A and B, writes C."""
+        flops = 2.0 * m * n * k
+        nbytes = self.element_bytes * (m * k + k * n + m * n)
+        t_math = flops / (self.peak * self.gemm_efficiency(m, n, k))
+        t_mem = nbytes / (self.gpu.memory_bandwidth * self.compute.memory_efficiency)
+        return max(t_math, t_mem) + self.compute.kernel_overhead
+
+    def memory_time(self, nbytes: float, kernels: int = 1) -> float:
+        """Memory-bound kernels moving ``nbytes`` through HBM."""
+        return nbytes / (self.gpu.memory_bandwidth * self.compute.memory_efficiency) + \
+            kernels * self.compute.kernel_overhead
+
+    def attention_time(self, flops: float) -> float:
+        return flops / (self.peak * self.compute.attention_efficiency) + self.compute.kernel_overhead
+
+
+@dataclass(frozen=True)
+class LayerShape:
+    """One transformer layer as one TP rank sees it for one micro-batch."""
+
+    tokens: int          # b x s
+    seq: int
+    batch: int
+    hidden: int
+    ffn: int
+    heads: int
+    kv_width: int
+    mlp_matrices: int    # 2 gelu, 3 swiglu
+    tp: int
+    sequence_parallel: bool
+    flash: bool
+    causal: bool = True
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    """Seconds and FLOP for one layer on one TP rank, one micro-batch."""
+
+    forward: float
+    backward: float
+    recompute: float          # extra forward work done before the backward
+    model_flops: float        # forward FLOP counted by MFU (all ranks' share / tp)
+    hardware_flops: float     # forward+backward+recompute FLOP actually executed
+
+
+def gemm_shapes(sh: LayerShape) -> list[tuple[float, float, float]]:
+    """Forward GEMMs (M, N, K) of one layer on one TP rank (Megatron column/row split)."""
+    t, T, h = sh.tp, sh.tokens, sh.hidden
+    up = sh.ffn * (sh.mlp_matrices - 1)   # gate and up fused for swiglu
+    return [
+        (T, (h + 2 * sh.kv_width) / t, h),   # QKV, column parallel
+        (T, h, h / t),                       # attention output, row parallel
+        (T, up / t, h),                      # MLP up (+gate), column parallel
+        (T, h, sh.ffn / t),                  # MLP down, row parallel
+    ]
+
+
+def attention_flops(sh: LayerShape) -> float:
+    """Forward FLOP of QK^T and AV on one TP rank: 4 b s^2 h / t (Narayanan et al. 2021, Eq. 2 terms)."""
+    return 4.0 * sh.batch * sh.seq * sh.seq * sh.hidden / sh.tp
+
+
+def layer_cost(sh: LayerShape, dev: Device, recompute: str) -> LayerCost:
+    """Forward, backward and recompute time of one layer (costs module docstring for the rule)."""
+    gemms = gemm_shapes(sh)
+    fwd_gemm = sum(dev.gemm_time(m, n, k) for m, n, k in gemms)
+    # backward: data gradient (M x K result) and weight gradient (K x N result), same FLOP each
+    bwd_gemm = sum(dev.gemm_time(m, k, n) + dev.gemm_time(k, n, m) for m, n, k in gemms)
+    gemm_flops = sum(2.0 * m * n * k for m, n, k in gemms)
+
+    attn = attention_flops(sh)
+    b, s, h, t = sh.batch, sh.seq, sh.hidden, sh.tp
+    if sh.flash:
+        # FlashAttention skips fully masked blocks of a causal mask: about half the work executed;
+        # its backward recomputes the scores: 2.5x the forward FLOP (Dao 2023, Sec. 3 / benchmarks)
+        executed = attn * (0.5 if sh.causal else 1.0)
+        fwd_attn = dev.attention_time(executed)
+        bwd_attn = dev.attention_time(2.5 * executed)
+    else:
+        # scores as GEMMs (batched, per head) plus a memory-bound softmax over a*s^2*b elements
+        heads_local = sh.heads / t
+        head_dim = h / sh.heads
+        score_elems = heads_local * s * s * b
+        fwd_attn = 2 * dev.gemm_time(b * heads_local * s, s, head_dim) + \
+            dev.memory_time(score_elems * dev.element_bytes * 3 + score_elems, kernels=3)  # softmax + dropout
+        bwd_attn = 2 * fwd_attn
+    # element-wise work per layer forward, bytes through HBM (16-bit):
+    # two norms (read+write 2x sbh), two residual adds (2 reads + 1 write of sbh), two dropouts
+    # (read, write, mask), the activation function over the MLP width.
+    split = t if sh.sequence_parallel else 1
+    elem = dev.element_bytes
+    ew_bytes = (2 * 2 + 2 * 3 + 2 * 2.5) * sh.tokens * h * elem / split + \
+        (2 if sh.mlp_matrices == 2 else 3) * sh.tokens * sh.ffn / t * elem
+    fwd_ew = dev.memory_time(ew_bytes, kernels=8)
+    bwd_ew = dev.memory_time(2 * ew_bytes, kernels=12)
+
+    forward = fwd_gemm + fwd_attn + fwd_ew
+    backward = bwd_gemm + bwd_attn + bwd_ew
+    model_flops = gemm_flops + attn
+    # hardware FLOP in the same (non-causal) convention as MFU, plus what recompute repeats
+    if recompute == "full":
+        extra, extra_flops = forward, model_flops
+    elif recompute == "selective":
+        extra, extra_flops = fwd_attn, attn
+    else:
+        extra, extra_flops = 0.0, 0.0
+    hw_flops = 3.0 * model_flops + extra_flops
+    return LayerCost(forward=forward, backward=backward, recompute=extra,
+                     model_flops=model_flops, hardware_flops=hw_flops)
+
+
+@dataclass(frozen=True)
+class EdgeCost:
+    """Embedding (first stage) and output layer + loss (last stage), one micro-batch, one TP rank."""
+
+    embed_forward: float
+    embed_backward: float
+    head_forward: float
+    head_backward: float
+    head_model_flops: float
+
+
+def edge_cost(tokens: int, hidden: int, vocab: int, tp: int, dev: Device) -> EdgeCost:
+    elem = dev.element_bytes
+    embed_f = dev.memory_time(2 * tokens * hidden * elem, kernels=2)
+    embed_b = dev.memory_time(3 * tokens * hidden * elem, kernels=2)   # scatter-add into the table gradient
+    v = vocab / tp
+    logits = dev.gemm_time(tokens, v, hidden)
+    # cross entropy in fp32 over the logits: read logits, write fp32 softmax, reduce (3 passes)
+    loss = dev.memory_time(tokens * v * (elem + 4 + 4), kernels=4)
+    head_b = dev.gemm_time(tokens, hidden, v) + dev.gemm_time(hidden, v, tokens) + \
+        dev.memory_time(tokens * v * (4 + elem), kernels=2)
+    return EdgeCost(embed_forward=embed_f, embed_backward=embed_b, head_forward=logits + loss,
+                    head_backward=head_b, head_model_flops=2.0 * tokens * v * hidden)
+
+
+def optimizer_time(params_local_sharded: float, optimizer: str, dev: Device) -> float:
+    """Optimizer step: memory-bound over the local (sharded) state.
+
+    Adam, mixed precision: read fp32 master, m, v (12 B) and the 16-bit gradient (2 B); write master,
+    m, v (12 B) and the 16-bit weights (2 B): 28 bytes per parameter.
+    """
+    per_param = {"adam": 28.0, "sgd": 20.0, "adafactor": 14.0}[optimizer]
+    return dev.memory_time(params_local_sharded * per_param, kernels=4)

@@ -1,0 +1,187 @@
+"""Hardware files: one GPU type, how GPUs connect inside a node and across nodes.
+
+A hardware file is either a *template* (a GPU spec, ``nodes`` x ``gpus_per_node``,
+an intra-node fabric and an inter-node fabric) or an *explicit* list of devices,
+switches and links for any topology. Either way it becomes a
+:class:`~simtrain.topology.Cluster`, whose network is a networkx graph.
+Every number in a bundled file carries a ``source:``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, PositiveInt, model_validator
+
+from simtrain.errors import InputError, allowed, suggest
+from simtrain.quantity import Bandwidth, Bytes, BytesOrZero, Flops, Fraction, Number, PositiveNumber, Seconds, Watts
+from simtrain.schema import Closed, validate
+from simtrain.yamlio import load_yaml
+
+#: the repository's hardware/ folder (a checkout or an editable install) ...
+_REPO_HARDWARE = Path(__file__).resolve().parent.parent / "hardware"
+
+
+def bundled_hardware_dir() -> Path:
+    """Where the bundled hardware files live: the checkout, else the installed package."""
+    if _REPO_HARDWARE.is_dir():
+        return _REPO_HARDWARE
+    from importlib import resources
+
+    return Path(str(resources.files("simtrain.hardware_data")))
+
+
+def bundled_hardware_names() -> list[str]:
+    return sorted(p.stem for p in bundled_hardware_dir().glob("*.yaml"))
+
+
+class GpuSpec(Closed):
+    """One accelerator: capacity, HBM bandwidth and dense peak rates per dtype."""
+
+    name: str
+    memory: Bytes = Field(description="usable HBM capacity, bytes")
+    memory_bandwidth: Bandwidth = Field(description="HBM bandwidth, bytes/s")
+    peak_flops: dict[Literal["bf16", "fp16", "fp32", "tf32", "fp8"], Flops] = Field(
+        description="dense tensor-core peak per dtype, FLOP/s")
+    power: Watts | None = Field(None, description="board power (TDP), W")
+
+    @model_validator(mode="after")
+    def _needs_half(self) -> "GpuSpec":
+        if "bf16" not in self.peak_flops and "fp16" not in self.peak_flops:
+            raise ValueError("peak_flops needs at least bf16 or fp16")
+        return self
+
+    def peak(self, dtype: str) -> float:
+        """Peak FLOP/s for a training precision; fp32 training runs its GEMMs in tf32 where available."""
+        if dtype == "fp32":
+            return self.peak_flops.get("tf32", self.peak_flops.get("fp32", 0.0)) or min(self.peak_flops.values())
+        other = "fp16" if dtype == "bf16" else "bf16"
+        return self.peak_flops.get(dtype, self.peak_flops.get(other))
+
+
+class IntraNode(Closed):
+    """GPU-to-GPU fabric inside a node."""
+
+    fabric: Literal["nvswitch", "pcie"] = "nvswitch"
+    bandwidth: Bandwidth = Field(description="per GPU, per direction")
+    latency: Seconds = Field(description="per message, GPU to GPU")
+    efficiency: Fraction = Field(1.0, description="fraction of link rate NCCL reaches for large messages")
+
+
+class InterNode(Closed):
+    """The scale-out network between nodes."""
+
+    topology: Literal["single-switch", "fat-tree", "rail-optimized"] = "rail-optimized"
+    nics_per_node: PositiveInt = 8
+    nic_bandwidth: Bandwidth = Field(description="per NIC, per direction")
+    latency: Seconds = Field(description="NIC to NIC, per message")
+    efficiency: Fraction = 1.0
+    oversubscription: PositiveNumber = Field(1.0, description="fat-tree leaf downlink:uplink ratio; 1 = non-blocking")
+    nodes_per_leaf: PositiveInt = Field(4, description="fat-tree: nodes under one leaf switch")
+    pcie_bandwidth: Bandwidth | None = Field(None, description="GPU <-> NIC link per direction; default unlimited")
+
+
+class ComputeModel(Closed):
+    """How close kernels come to the datasheet peaks (issue: fidelity)."""
+
+    gemm_efficiency: Fraction = Field(1.0, description="best fraction of dense peak a large GEMM reaches")
+    gemm_half_size: Number = Field(0.0, description="GEMM size (geo-mean of M,N,K) at which efficiency halves; 0 = flat")
+    attention_efficiency: Fraction = Field(1.0, description="flash attention fwd+bwd fraction of peak")
+    memory_efficiency: Fraction = Field(1.0, description="fraction of HBM bandwidth streaming kernels reach")
+    kernel_overhead: Seconds = Field(0.0, description="per-kernel launch/gap")
+    overlap_slowdown: PositiveNumber = Field(1.0, description="compute slows by this factor while a collective runs")
+
+
+class MemoryOverheads(Closed):
+    """Memory the ledger of tensors does not show (reference article, rules 6 and 20)."""
+
+    cuda_context: BytesOrZero = 0.0
+    workspace: BytesOrZero = 0.0
+    comm_buffers: BytesOrZero = 0.0
+    fragmentation: Number = Field(0.0, description="fraction of allocated tensor memory lost to the allocator")
+
+
+class Cost(Closed):
+    price_per_gpu_hour: Number | None = Field(None, description="USD per GPU-hour")
+
+
+class ExplicitDevice(Closed):
+    name: str
+    node: int = Field(0, ge=0)
+
+
+class ExplicitSwitch(Closed):
+    name: str
+    kind: str = "switch"
+
+
+class ExplicitLink(Closed):
+    a: str
+    b: str
+    bandwidth: Bandwidth = Field(description="per direction")
+    latency: Seconds = 0.0
+    kind: str = "link"
+    efficiency: Fraction = 1.0
+
+
+class HardwareSpec(Closed):
+    """A whole system description: the contents of one ``hardware/*.yaml``."""
+
+    name: str
+    description: str = ""
+    gpu: GpuSpec
+    nodes: PositiveInt = 1
+    gpus_per_node: PositiveInt = 8
+    intra_node: IntraNode | None = None
+    inter_node: InterNode | None = None
+    compute: ComputeModel = ComputeModel()
+    memory_overheads: MemoryOverheads = MemoryOverheads()
+    cost: Cost = Cost()
+    devices: list[ExplicitDevice] | None = Field(None, description="explicit form: the GPUs")
+    switches: list[ExplicitSwitch] = Field(default_factory=list)
+    links: list[ExplicitLink] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _form(self) -> "HardwareSpec":
+        if self.devices is None:
+            if self.intra_node is None:
+                raise ValueError("a template hardware file needs 'intra_node' (or give an explicit 'devices' list)")
+            if self.gpus_per_node > 1 and self.intra_node is None:
+                raise ValueError("intra_node is required when gpus_per_node > 1")
+        else:
+            if not self.devices:
+                raise ValueError("'devices' is empty")
+            names = [d.name for d in self.devices] + [s.name for s in self.switches]
+            if len(set(names)) != len(names):
+                raise ValueError("device and switch names must be unique")
+            known = set(names)
+            for link in self.links:
+                for end in (link.a, link.b):
+                    if end not in known:
+                        raise ValueError(f"link end '{end}' is not a device or switch{suggest(end, known)}")
+        return self
+
+    @property
+    def explicit(self) -> bool:
+        return self.devices is not None
+
+
+def load_hardware(ref: Any, *, base_dir: Path, file: str | None, field: str = "hardware") -> tuple[HardwareSpec, str]:
+    """Resolve ``hardware:`` (bundled name or path) to a spec and the file it came from."""
+    if not isinstance(ref, str) or not ref:
+        raise InputError(f"{ref!r} is not a hardware name or file path", file=file, field=field)
+    names = bundled_hardware_names()
+    if ref in names:
+        path = bundled_hardware_dir() / f"{ref}.yaml"
+    elif ref.endswith((".yaml", ".yml")) or "/" in ref:
+        path = (base_dir / ref).resolve()
+        if not path.is_file():
+            raise InputError(f"hardware file '{ref}' does not exist (looked at {path})", file=file, field=field)
+    else:
+        raise InputError(f"unknown hardware '{ref}'{suggest(ref, names)} ({allowed(names)}; or a path to a YAML file)",
+                         file=file, field=field)
+    data = load_yaml(path)
+    if not isinstance(data, dict):
+        raise InputError("a hardware file must hold a mapping", file=str(path))
+    return validate(HardwareSpec, data, file=str(path)), str(path)

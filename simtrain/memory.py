@@ -1,0 +1,244 @@
+"""The memory ledger of one training step, per pipeline stage (reference article, rules 1-6).
+
+Static state follows the ZeRO paper (Rajbhandari et al. 2020, Sec. 3.1 and 5):
+mixed-precision Adam keeps 2 bytes of weights, 2 of gradients and K=12 of
+optimizer state (fp32 master, first and second moment) per parameter; ZeRO-1
+shards the K bytes over the DP group, ZeRO-2 also the gradients, ZeRO-3 also
+the weights. Activations follow Korthikanti et al. 2022, "Reducing Activation
+Recomputation in Large Transformer Models", Sec. 4 and Table 2, generalised to
+GQA and SwiGLU term by term (for GPT dimensions it reduces to their 34 sbh).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from simtrain.scenario import Scenario
+
+#: bytes of one activation element in 16-bit training; fp32 training doubles tensors, not masks
+_HALF = 2
+
+
+@dataclass(frozen=True)
+class StateBytes:
+    """Bytes per parameter of weights, gradients and optimizer state, unsharded."""
+
+    weights: float
+    grads: float
+    optimizer: float
+
+
+def state_bytes_per_param(precision: str, optimizer: str) -> StateBytes:
+    """Bytes per parameter before ZeRO sharding.
+
+    - Adam, mixed precision: 2 + 2 + 12 = 16 (ZeRO paper Sec. 3.1, K = 12: fp32 master, momentum, variance).
+    - Adam, fp32: 4 + 4 + 8 (no separate master copy).
+    - SGD with momentum: one fp32 momentum buffer (4), plus the fp32 master (4) in mixed precision.
+    - Adafactor (Shazeer & Stern 2018, Sec. 3-4): no first moment by default and a factored second
+      moment of O(rows + cols) per matrix, counted as 0 bytes per parameter here (it is < 0.1% for
+      d >= 1024), plus the fp32 master (4) in mixed precision. Reference article rule 3.
+    """
+    mixed = precision in ("bf16", "fp16")
+    w = 2.0 if mixed else 4.0
+    master = 4.0 if mixed else 0.0
+    moments = {"adam": 8.0, "sgd": 4.0, "adafactor": 0.0}[optimizer]
+    return StateBytes(weights=w, grads=w, optimizer=master + moments)
+
+
+def activation_bytes_per_layer(s: int, b: int, h: int, a: int, *, ffn: int | None = None, kv: int | None = None,
+                               mlp: str = "gelu", t: int = 1, sequence_parallel: bool = False,
+                               attention_scores: bool = True, recompute: str = "none") -> float:
+    """Activation bytes one transformer layer keeps for the backward, for one micro-batch.
+
+    Korthikanti et al. 2022, Sec. 4.1-4.2 (s: sequence, b: micro-batch, h: hidden, a: heads, t: TP):
+      no parallelism     s*b*h*(34 + 5*a*s/h)
+      TP only            s*b*h*(10 + 24/t + 5*a*s/(h*t))
+      TP + sequence par. s*b*h*(34 + 5*a*s/h) / t
+    The 5as/h term (attention scores, softmax, dropout) is dropped by flash attention or
+    selective recompute (``attention_scores=False``); full recompute keeps only the layer input,
+    2sbh (Table 2), split by t with sequence parallelism.
+    Term by term (bytes, 16-bit tensors, 1-byte dropout masks):
+      replicated: 2sbh QKV input + 2sbh MLP input + 4sbh two norm inputs + 2sbh two dropout masks = 10sbh
+      split by t: 2sbh Q + 4sb*kv K,V + 2sbh attention-output input + MLP (gelu 4sbf, swiglu 6sbf)
+                  + 5as^2b scores (when kept)
+    """
+    ffn = 4 * h if ffn is None else ffn
+    kv = h if kv is None else kv
+    if recompute == "full":
+        return 2.0 * s * b * h / (t if sequence_parallel else 1)
+    replicated = 10.0 * s * b * h
+    mlp_terms = (6.0 if mlp == "swiglu" else 4.0) * s * b * ffn
+    split = 2.0 * s * b * h + 4.0 * s * b * kv + 2.0 * s * b * h + mlp_terms
+    if attention_scores and recompute == "none":
+        split += 5.0 * a * s * s * b
+    if sequence_parallel:
+        return (replicated + split) / t
+    return replicated + split / t
+
+
+def inflight_microbatches(schedule: str, m: int, pp: int, stage: int, vpp: int = 1) -> float:
+    """How many micro-batches' activations a pipeline rank holds at its peak, in units of the
+    whole rank's layers.
+
+    - GPipe: all m forwards run before any backward.
+    - 1F1B (PipeDream-Flush, Narayanan et al. 2021 Sec. 2.2.1): min(m, pp - stage).
+    - Interleaved 1F1B (Megatron-LM schedules.py warm-up count): rank r runs
+      (pp - r - 1) * 2 + (vpp - 1) * pp warm-up chunk forwards, plus one in flight, each holding
+      1/vpp of the rank's layers; capped at all m * vpp chunk forwards. For r = 0 this is the
+      1 + (pp-1)/(pp*vpp) factor of Korthikanti et al. 2022, Sec. 4.2.3.
+    """
+    if schedule == "gpipe":
+        return float(m)
+    if schedule == "1f1b":
+        return float(min(m, pp - stage))
+    chunks = min((pp - stage - 1) * 2 + (vpp - 1) * pp + 1, m * vpp)
+    return chunks / vpp
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """Peak memory of one device of a pipeline stage (all its DP/TP peers are alike)."""
+
+    pp: int
+    layers: int
+    params_local: int
+    params: float
+    grads: float
+    optimizer: float
+    activations: float
+    other: float
+    inflight: float
+    activation_per_microbatch: float
+    other_detail: dict = field(default_factory=dict)
+
+    @property
+    def total(self) -> float:
+        return self.params + self.grads + self.optimizer + self.activations + self.other
+
+    def breakdown(self) -> dict[str, float]:
+        return {"params": self.params, "grads": self.grads, "optimizer": self.optimizer,
+                "activations": self.activations, "other": self.other}
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    stages: tuple[StageMemory, ...]
+    capacity: float
+    params_total: int
+
+    @property
+    def peak_max(self) -> float:
+        return max(st.total for st in self.stages)
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_max <= self.capacity
+
+    @property
+    def headroom(self) -> float:
+        return self.capacity - self.peak_max
+
+    def dominant(self) -> str:
+        worst = max(self.stages, key=lambda st: st.total)
+        parts = worst.breakdown()
+        return max(parts, key=parts.get)
+
+
+def stage_layers(scenario: Scenario, pp_rank: int) -> list[int]:
+    """Indices of the virtual stages (chunks) held by pipeline rank ``pp_rank``, in model order."""
+    pp, vpp = scenario.parallel.pp, scenario.parallel.vpp
+    return [c * pp + pp_rank for c in range(vpp)]
+
+
+def local_params(scenario: Scenario, pp_rank: int) -> tuple[int, int]:
+    """(parameters held by one TP rank of this pipeline rank, its transformer layers)."""
+    m, par = scenario.model, scenario.parallel
+    t = par.tp
+    layers = sum(scenario.layers_per_stage[v] for v in stage_layers(scenario, pp_rank))
+    h, kv, f = m.hidden, m.kv_width, m.ffn_hidden
+    matrices = (h * (h + 2 * kv) + h * h + m.mlp_matrices * h * f) // t
+    # column-parallel biases split by t, row-parallel ones (attention output, fc2) replicated
+    biases = ((h + 2 * kv + f * (m.mlp_matrices - 1)) // t + 2 * h) if m.bias else 0
+    per_layer = matrices + biases + 2 * m.norm_params
+    count = layers * per_layer
+    if pp_rank == 0:
+        count += m.vocab * h // t + m.position_embeddings * h   # vocab-parallel embedding (Megatron)
+    if pp_rank == par.pp - 1:
+        count += m.norm_params
+        if not m.tied_embeddings or par.pp > 1:
+            # untied output layer; with tied embeddings and pp > 1 Megatron keeps a copy on the last stage
+            count += m.vocab * h // t
+    return count, layers
+
+
+def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
+    par, tr, m = scenario.parallel, scenario.training, scenario.model
+    hw = scenario.hardware
+    state = state_bytes_per_param(tr.precision, tr.optimizer)
+    n, layers = local_params(scenario, pp_rank)
+    dp = par.dp
+    weights = n * state.weights / (dp if par.zero >= 3 else 1)
+    grads = n * state.grads / (dp if par.zero >= 2 else 1)
+    optim = n * state.optimizer / (dp if par.zero >= 1 else 1)
+
+    s, b, h, a, t = tr.seq_len, tr.micro_batch, m.hidden, m.heads, par.tp
+    sp = par.sequence_parallel and t > 1
+    scale = 2.0 if tr.precision == "fp32" else 1.0   # fp32 tensors are twice the 16-bit ones
+    per_layer = activation_bytes_per_layer(
+        s, b, h, a, ffn=m.ffn_hidden, kv=m.kv_width, mlp=m.mlp, t=t, sequence_parallel=sp,
+        attention_scores=not tr.flash_attention, recompute=tr.recompute) * scale
+    per_mb = per_layer * layers
+    if pp_rank == 0:
+        per_mb += s * b * h / (t if sp else 1)   # embedding dropout mask (1 byte), Korthikanti Sec. 4.3
+    if pp_rank == par.pp - 1:
+        # final norm input + output-layer input (16-bit) and fp32 logits for the loss: 4sbh + 4sbv/t
+        per_mb += (4.0 * s * b * h / (t if sp else 1) + 4.0 * s * b * m.vocab / t) * scale
+    inflight = inflight_microbatches(par.schedule, scenario.microbatches, par.pp, pp_rank, par.vpp)
+    activations = per_mb * inflight
+    if tr.recompute == "full":
+        # the layer being recomputed materialises its full activations once (Korthikanti Table 2 note)
+        activations += activation_bytes_per_layer(
+            s, b, h, a, ffn=m.ffn_hidden, kv=m.kv_width, mlp=m.mlp, t=t, sequence_parallel=sp,
+            attention_scores=not tr.flash_attention) * scale
+
+    detail = {}
+    if par.zero >= 3 and dp > 1:
+        # current + prefetched layer gathered in full (FSDP/ZeRO-3 prefetch of one layer)
+        detail["zero3_gather_buffers"] = 2 * (n / max(layers, 1)) * state.weights if layers else 0.0
+    ov = hw.memory_overheads
+    detail["cuda_context"] = ov.cuda_context
+    detail["workspace"] = ov.workspace
+    detail["comm_buffers"] = ov.comm_buffers
+    tensors = weights + grads + optim + activations + detail.get("zero3_gather_buffers", 0.0)
+    detail["fragmentation"] = ov.fragmentation * tensors
+    return StageMemory(pp=pp_rank, layers=layers, params_local=n, params=weights, grads=grads,
+                       optimizer=optim, activations=activations, other=sum(detail.values()),
+                       inflight=inflight, activation_per_microbatch=per_mb, other_detail=detail)
+
+
+def memory_report(scenario: Scenario) -> MemoryReport:
+    stages = tuple(stage_memory(scenario, p) for p in range(scenario.parallel.pp))
+    return MemoryReport(stages=stages, capacity=scenario.hardware.gpu.memory,
+                        params_total=scenario.model.params_total)
+
+
+def advice(scenario: Scenario, report: MemoryReport) -> list[str]:
+    """What would relieve memory, in the reference article's order (rule 18, 17)."""
+    tips = []
+    tr, par = scenario.training, scenario.parallel
+    dom = report.dominant()
+    if dom == "activations" or tr.recompute == "none":
+        if tr.recompute != "full":
+            tips.append("turn on activation recompute (training.recompute: selective or full)")
+        if not tr.flash_attention:
+            tips.append("use flash attention (training.flash_attention: true): no s x s score matrix")
+        if tr.micro_batch > 1:
+            tips.append("use a smaller micro_batch")
+    if tr.precision == "fp32":
+        tips.append("train in bf16 mixed precision (training.precision: bf16)")
+    if tr.optimizer == "adam" and dom in ("optimizer", "params", "grads"):
+        tips.append("a leaner optimizer (training.optimizer: adafactor) drops Adam's 8 bytes/parameter of moments")
+    if par.zero < 3 and par.dp > 1:
+        tips.append(f"shard states over the {par.dp} DP ranks (parallel.zero: {par.zero + 1})")
+    tips.append("split the model further: raise parallel.pp (layers) or parallel.tp (within a node)")
+    return tips

@@ -1,0 +1,124 @@
+"""Results: plain, picklable values that the JSON report, the charts and sweeps read.
+
+``simulate(scenario)`` returns a :class:`Result`; ``Result.to_dict()`` is the
+JSON report whose keys are simtrain's public interface. Device entries are one
+per GPU, or one per distinct rank class (with its ranks listed) past
+``DEVICE_LIST_LIMIT`` GPUs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+DEVICE_LIST_LIMIT = 512
+
+
+@dataclass(frozen=True)
+class DeviceResult:
+    rank: int
+    node: int
+    dp: int
+    tp: int
+    pp: int
+    peak_memory_bytes: float
+    memory: dict[str, float]
+    busy_s: dict[str, float] | None = None
+    compute_utilization: float | None = None
+    bubble_s: float | None = None
+    ranks: tuple[int, ...] | None = None     # set when the entry stands for a class of ranks
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"rank": self.rank, "node": self.node, "dp": self.dp, "tp": self.tp, "pp": self.pp,
+                               "peak_memory_bytes": round(self.peak_memory_bytes),
+                               "memory": {k: round(v) for k, v in self.memory.items()}}
+        if self.busy_s is not None:
+            out["busy_s"] = {k: _r(v) for k, v in self.busy_s.items()}
+            out["compute_utilization"] = _r(self.compute_utilization)
+            out["bubble_s"] = _r(self.bubble_s)
+        if self.ranks is not None:
+            out["ranks"] = _compress(self.ranks)
+            out["count"] = len(self.ranks)
+        return out
+
+
+@dataclass(frozen=True)
+class StageSummary:
+    pp: int
+    layers: int
+    compute_s: float
+    bubble_s: float
+    peak_memory_bytes: float
+    memory: dict[str, float]
+
+
+@dataclass(frozen=True)
+class Result:
+    """Everything one simulated (or memory-only) step says, in SI units."""
+
+    scenario: str
+    gpus: int
+    microbatches: int
+    params_total: int
+    capacity_bytes: float
+    fits_in_memory: bool
+    peak_memory_bytes_max: float
+    devices: tuple[DeviceResult, ...]
+    stages: tuple[StageSummary, ...]
+    warnings: tuple[str, ...] = ()
+    advice: tuple[str, ...] = ()
+    # set by the engine (absent for `simtrain memory`)
+    step_time_s: float | None = None
+    tokens_per_s: float | None = None
+    mfu: float | None = None
+    hfu: float | None = None
+    bubble_fraction: float | None = None
+    exposed_comm_s: dict[str, float] | None = None
+    events: int | None = None
+    fidelity: str | None = None
+    config: dict = field(default_factory=dict)
+    timeline: Any = field(default=None, compare=False, repr=False)   # records for charts; not in JSON
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"scenario": self.scenario, "gpus": self.gpus, "microbatches": self.microbatches,
+                               "params_total": self.params_total}
+        if self.step_time_s is not None:
+            out.update({
+                "step_time_s": _r(self.step_time_s), "tokens_per_s": _r(self.tokens_per_s), "mfu": _r(self.mfu),
+                "hfu": _r(self.hfu), "bubble_fraction": _r(self.bubble_fraction),
+                "exposed_comm_s": {k: _r(v) for k, v in self.exposed_comm_s.items()},
+                "fidelity": self.fidelity, "events": self.events})
+        out.update({
+            "fits_in_memory": self.fits_in_memory, "peak_memory_bytes_max": round(self.peak_memory_bytes_max),
+            "memory_capacity_bytes": round(self.capacity_bytes),
+            "config": self.config,
+            "stages": [{"pp": s.pp, "layers": s.layers, "compute_s": _r(s.compute_s), "bubble_s": _r(s.bubble_s),
+                        "peak_memory_bytes": round(s.peak_memory_bytes),
+                        "memory": {k: round(v) for k, v in s.memory.items()}} for s in self.stages],
+            "devices": [d.to_dict() for d in self.devices],
+            "warnings": list(self.warnings), "advice": list(self.advice)})
+        return out
+
+
+def _r(x: float | None) -> float | None:
+    """Round to 9 significant digits: stable JSON across platforms' last-bit float noise."""
+    if x is None:
+        return None
+    return float(f"{x:.9g}")
+
+
+def _compress(ranks: tuple[int, ...]) -> list:
+    """[0,1,2,3,8,9] -> ['0-3', '8-9'] style ranges, to keep reports small at scale."""
+    out: list = []
+    start = prev = None
+    for r in ranks:
+        if start is None:
+            start = prev = r
+        elif r == prev + 1:
+            prev = r
+        else:
+            out.append(f"{start}-{prev}" if prev != start else start)
+            start = prev = r
+    if start is not None:
+        out.append(f"{start}-{prev}" if prev != start else start)
+    return out

@@ -1,0 +1,307 @@
+"""Scenario files: hardware + model + training settings + parallel layout.
+
+``load_scenario`` reads a YAML file (or a mapping), applies ``--set`` style
+overrides, resolves the hardware and model references, checks every rule that
+ties them together and returns a frozen :class:`Scenario`. Problems raise an
+:class:`~simtrain.errors.InputError` naming file, line and field.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import Field, PositiveInt
+
+from simtrain.errors import InputError, allowed, suggest
+from simtrain.hardware import HardwareSpec, load_hardware
+from simtrain.model import ModelSpec, load_model
+from simtrain.quantity import Bytes, Number
+from simtrain.schema import Closed, validate
+from simtrain.topology import Cluster, build_cluster
+from simtrain.yamlio import LineDict, line_of, load_yaml
+
+SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
+
+
+class Training(Closed):
+    """What one optimizer step processes and how."""
+
+    seq_len: PositiveInt = Field(description="tokens per sequence")
+    global_batch: PositiveInt = Field(description="sequences per optimizer step")
+    micro_batch: PositiveInt = Field(1, description="sequences per micro-batch")
+    precision: Literal["bf16", "fp16", "fp32"] = "bf16"
+    optimizer: Literal["adam", "adafactor", "sgd"] = "adam"
+    recompute: Literal["none", "selective", "full"] = "none"
+    flash_attention: bool = True
+
+
+class Parallel(Closed):
+    """The parallel layout: data, tensor, pipeline (with virtual stages), ZeRO."""
+
+    dp: PositiveInt = 1
+    tp: PositiveInt = 1
+    pp: PositiveInt = 1
+    vpp: PositiveInt = Field(1, description="model chunks per pipeline rank (interleaved schedule)")
+    schedule: Literal["gpipe", "1f1b", "interleaved-1f1b"] = "1f1b"
+    zero: Literal[0, 1, 2, 3] = 0
+    sequence_parallel: bool = False
+    layers_per_stage: list[int] | None = Field(None, description="uneven split, one entry per (virtual) stage")
+
+
+class Straggler(Closed):
+    """A slower device: a named rank, or a seeded random fraction of all devices."""
+
+    rank: int | None = Field(None, ge=0)
+    fraction: float | None = Field(None, gt=0, le=1)
+    slowdown: float = Field(gt=0, description="compute time multiplier, e.g. 1.3 = 30% slower")
+
+
+class DegradedLink(Closed):
+    """A link at a fraction of its bandwidth (0 would be a failure; use a tiny factor)."""
+
+    a: str
+    b: str
+    factor: float = Field(gt=0, le=1)
+
+
+class Simulation(Closed):
+    """How the engine plays the step out."""
+
+    fidelity: Literal["folded", "full"] = "folded"
+    dp_bucket_size: Bytes = Field(25e6, description="DDP gradient bucket (reference article rule 14: ~25 MB)")
+    overlap_dp: bool = Field(True, description="launch DP/ZeRO gradient collectives during the backward")
+    max_events: PositiveInt = Field(50_000_000, description="refuse scenarios that need more simulated events")
+    seed: int = 0
+    jitter: Number = Field(0.0, description="coefficient of variation of kernel times (lognormal), 0 = none")
+    stragglers: list[Straggler] = Field(default_factory=list)
+    degraded_links: list[DegradedLink] = Field(default_factory=list)
+
+
+class ScenarioFile(Closed):
+    """The top-level keys of a scenario YAML (the public interface)."""
+
+    name: str | None = None
+    description: str = ""
+    hardware: str
+    nodes: PositiveInt | None = None
+    gpus_per_node: PositiveInt | None = None
+    model: Any
+    training: Training
+    parallel: Parallel = Parallel()
+    simulation: Simulation = Simulation()
+
+
+@dataclass(frozen=True, eq=False)
+class Scenario:
+    """A fully resolved, validated scenario: the input of memory, simulation and reports."""
+
+    name: str
+    file: str | None
+    raw: dict = field(repr=False)
+    base_dir: Path = field(repr=False)
+    hardware: HardwareSpec
+    hardware_file: str
+    model: ModelSpec
+    training: Training
+    parallel: Parallel
+    simulation: Simulation
+    nodes: int
+    gpus_per_node: int
+    warnings: tuple[str, ...] = ()
+
+    @cached_property
+    def cluster(self) -> Cluster:
+        return build_cluster(self.hardware, nodes=self.nodes, gpus_per_node=self.gpus_per_node)
+
+    @property
+    def gpus(self) -> int:
+        return self.parallel.dp * self.parallel.tp * self.parallel.pp
+
+    @property
+    def microbatches(self) -> int:
+        """Micro-batches per step per pipeline: global = micro x accumulation x DP (reference article, rule 12)."""
+        return self.training.global_batch // (self.training.micro_batch * self.parallel.dp)
+
+    @property
+    def virtual_stages(self) -> int:
+        return self.parallel.pp * self.parallel.vpp
+
+    @cached_property
+    def layers_per_stage(self) -> tuple[int, ...]:
+        """Transformer layers per virtual stage, in model order."""
+        if self.parallel.layers_per_stage:
+            return tuple(self.parallel.layers_per_stage)
+        per = self.model.layers // self.virtual_stages
+        return (per,) * self.virtual_stages
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.training.global_batch * self.training.seq_len
+
+    def with_overrides(self, overrides: dict[str, Any]) -> "Scenario":
+        return scenario_from_dict(apply_overrides(self.raw, overrides, file=self.file),
+                                  file=self.file, base_dir=self.base_dir)
+
+
+# --- overrides -------------------------------------------------------------
+
+def parse_set(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """``['parallel.pp=8', 'training.recompute=full']`` -> {'parallel.pp': 8, ...}."""
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise InputError(f"--set '{item}' is not key=value, e.g. parallel.pp=8")
+        key, text = item.split("=", 1)
+        try:
+            out[key.strip()] = yaml.safe_load(text) if text.strip() else ""
+        except yaml.YAMLError:
+            out[key.strip()] = text
+    return out
+
+
+def apply_overrides(raw: dict, overrides: dict[str, Any], *, file: str | None = None) -> dict:
+    """A deep copy of ``raw`` with dotted keys set; line numbers are kept where keys existed."""
+    data = copy.deepcopy(raw)
+    for dotted, value in overrides.items():
+        parts = dotted.split(".")
+        node = data
+        for part in parts[:-1]:
+            nxt = node.get(part) if isinstance(node, dict) else None
+            if nxt is None:
+                nxt = LineDict()
+                node[part] = nxt
+            elif not isinstance(nxt, dict):
+                raise InputError(f"cannot set '{dotted}': '{part}' is not a section", file=file, field=dotted)
+            node = nxt
+        node[parts[-1]] = value
+    return data
+
+
+# --- loading ---------------------------------------------------------------
+
+def load_scenario(path: str | Path, overrides: dict[str, Any] | None = None) -> Scenario:
+    """Read, resolve and validate a scenario file."""
+    path = Path(path)
+    raw = load_yaml(path)
+    if not isinstance(raw, dict):
+        raise InputError("a scenario file must hold a mapping (hardware, model, training, parallel)",
+                         file=str(path), line=1)
+    if overrides:
+        raw = apply_overrides(raw, overrides, file=str(path))
+    raw.setdefault("name", path.stem)
+    return scenario_from_dict(raw, file=str(path), base_dir=path.resolve().parent)
+
+
+def scenario_from_dict(raw: dict, *, file: str | None = None, base_dir: Path | None = None) -> Scenario:
+    """Validate a scenario mapping (as a notebook might build it)."""
+    base_dir = base_dir or Path.cwd()
+    if not isinstance(raw, LineDict):
+        raw = _to_linedict(raw)
+    top = validate(ScenarioFile, raw, file=file)
+    hardware, hw_file = load_hardware(top.hardware, base_dir=base_dir, file=file)
+    model = load_model(top.model, base_dir=base_dir, file=file, root=raw)
+    if hardware.explicit and (top.nodes or top.gpus_per_node):
+        key = "nodes" if top.nodes else "gpus_per_node"
+        raise InputError(f"cannot override the size of an explicit topology ({hw_file} lists its devices)",
+                         file=file, line=line_of(raw, key), field=key)
+    nodes = top.nodes or hardware.nodes
+    gpn = top.gpus_per_node or hardware.gpus_per_node
+    scenario = Scenario(
+        name=str(top.name or (Path(file).stem if file else "scenario")), file=file, raw=raw, base_dir=base_dir,
+        hardware=hardware, hardware_file=hw_file, model=model, training=top.training, parallel=top.parallel,
+        simulation=top.simulation, nodes=nodes, gpus_per_node=gpn)
+    warnings = _check_rules(scenario, raw)
+    object.__setattr__(scenario, "warnings", tuple(warnings))
+    return scenario
+
+
+def _to_linedict(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        out = LineDict()
+        for k, v in obj.items():
+            out[k] = _to_linedict(v)
+        return out
+    if isinstance(obj, list):
+        return [_to_linedict(v) for v in obj]
+    return obj
+
+
+def _divisors(n: int) -> str:
+    divs = [d for d in range(1, n + 1) if n % d == 0]
+    shown = ", ".join(str(d) for d in divs[:6])
+    return shown + (", ..." if len(divs) > 6 else "")
+
+
+def _check_rules(s: Scenario, raw: dict) -> list[str]:
+    """Rules that tie the sections together; returns warnings, raises on errors."""
+    par, tr, m = s.parallel, s.training, s.model
+
+    def fail(field_: str, message: str) -> None:
+        raise InputError(message, file=s.file, line=line_of(raw, field_), field=field_)
+
+    gpus = s.cluster.gpus if s.hardware.explicit else s.nodes * s.gpus_per_node
+    if par.dp * par.tp * par.pp != gpus:
+        fail("parallel", f"dp x tp x pp = {par.dp} x {par.tp} x {par.pp} = {par.dp * par.tp * par.pp} "
+             f"does not equal the {gpus} GPUs of the cluster ({s.nodes} nodes x {s.gpus_per_node} GPUs)")
+    if m.heads % par.tp:
+        fail("parallel.tp", f"{par.tp} does not divide heads={m.heads} (allowed: {_divisors(m.heads)})")
+    if m.num_kv_heads % par.tp:
+        fail("parallel.tp", f"{par.tp} does not divide kv_heads={m.num_kv_heads} (allowed: {_divisors(m.num_kv_heads)})")
+    if m.ffn_hidden % par.tp:
+        fail("parallel.tp", f"{par.tp} does not divide ffn_hidden={m.ffn_hidden} (allowed: {_divisors(m.ffn_hidden)})")
+    vstages = par.pp * par.vpp
+    if par.schedule == "interleaved-1f1b" and par.vpp < 2:
+        fail("parallel.vpp", f"{par.vpp}: the interleaved-1f1b schedule needs vpp >= 2 model chunks per rank")
+    if par.vpp > 1 and par.schedule != "interleaved-1f1b":
+        fail("parallel.schedule", f"'{par.schedule}' runs one chunk per rank but vpp={par.vpp}; "
+             "use schedule: interleaved-1f1b or vpp: 1")
+    if par.layers_per_stage is not None:
+        lps = par.layers_per_stage
+        if len(lps) != vstages:
+            fail("parallel.layers_per_stage", f"has {len(lps)} entries but pp x vpp = {vstages} stages need one each")
+        if any(n < 1 for n in lps):
+            fail("parallel.layers_per_stage", f"{lps}: every stage needs at least one layer")
+        if sum(lps) != m.layers:
+            fail("parallel.layers_per_stage", f"{lps} sums to {sum(lps)} but the model has {m.layers} layers")
+    elif m.layers % vstages:
+        fail("parallel.pp", f"layers={m.layers} is not divisible by pp x vpp = {vstages} "
+             "(give parallel.layers_per_stage for an uneven split)")
+    if tr.micro_batch > tr.global_batch:
+        fail("training.micro_batch", f"{tr.micro_batch} is larger than global_batch={tr.global_batch}")
+    if tr.global_batch % (tr.micro_batch * par.dp):
+        fail("training.global_batch", f"{tr.global_batch} is not divisible by micro_batch x dp = "
+             f"{tr.micro_batch} x {par.dp} = {tr.micro_batch * par.dp}")
+    mb = s.microbatches
+    if par.schedule == "interleaved-1f1b" and mb % par.pp:
+        fail("parallel.schedule", f"interleaved-1f1b needs the micro-batch count ({mb}) to be a multiple of pp={par.pp}")
+    for i, st in enumerate(s.simulation.stragglers):
+        if (st.rank is None) == (st.fraction is None):
+            fail(f"simulation.stragglers.{i}", "give exactly one of 'rank' or 'fraction'")
+        if st.rank is not None and st.rank >= gpus:
+            fail(f"simulation.stragglers.{i}.rank", f"{st.rank} is not a rank of this {gpus}-GPU layout (0..{gpus - 1})")
+    for i, link in enumerate(s.simulation.degraded_links):
+        for end in ("a", "b"):
+            name = getattr(link, end)
+            if name not in s.cluster.graph:
+                fail(f"simulation.degraded_links.{i}.{end}", f"'{name}' is not a node of the cluster graph "
+                     f"(GPUs are gpu0..gpu{gpus - 1}; see `simtrain topology`){suggest(name, list(s.cluster.graph)[:2000])}")
+        if not s.cluster.graph.has_edge(link.a, link.b):
+            fail(f"simulation.degraded_links.{i}", f"there is no link {link.a} -> {link.b} in the cluster graph")
+
+    warnings = []
+    if mb < par.pp:
+        warnings.append(f"{mb} micro-batches for {par.pp} pipeline stages: the pipeline never fills "
+                        "(reference article rule 13: at least pp, better 2 x pp)")
+    if par.tp > 1 and not s.hardware.explicit and (par.tp > s.gpus_per_node or s.gpus_per_node % par.tp):
+        warnings.append(f"TP group of {par.tp} spans nodes ({s.gpus_per_node} GPUs per node): "
+                        "every layer's all-reduce crosses the network (reference article rule 9)")
+    return warnings
+
+
+__all__ = ["Scenario", "load_scenario", "scenario_from_dict", "parse_set", "apply_overrides", "SCHEDULES",
+           "allowed"]

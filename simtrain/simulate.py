@@ -1,0 +1,153 @@
+"""The pure core's entry points: ``memory(scenario)`` and ``simulate(scenario)``.
+
+``load -> build plan -> run engine -> Result``; no files, no terminal.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simtrain.engine import Engine
+from simtrain.memory import StageMemory, advice, memory_report
+from simtrain.placement import placement_of
+from simtrain.plan import build_plan
+from simtrain.result import DEVICE_LIST_LIMIT, DeviceResult, Result, StageSummary
+from simtrain.scenario import Scenario
+
+
+def _config(s: Scenario) -> dict:
+    return {"hardware": s.hardware.name, "gpu": s.hardware.gpu.name, "nodes": s.nodes,
+            "gpus_per_node": s.gpus_per_node, "model": s.model.name, "training": s.training.model_dump(),
+            "parallel": s.parallel.model_dump()}
+
+
+def _memory_with_activations(stage: StageMemory, act_peak: float | None, frag: float) -> dict[str, float]:
+    """A stage's breakdown, with the activation peak taken from the simulated timeline when given."""
+    mem = stage.breakdown()
+    if act_peak is None:
+        return mem
+    transient = stage.activations - stage.inflight * stage.activation_per_microbatch
+    acts = act_peak + transient
+    old_frag = stage.other_detail.get("fragmentation", 0.0)
+    tensors = mem["params"] + mem["grads"] + mem["optimizer"] + acts + stage.other_detail.get("zero3_gather_buffers", 0)
+    mem["activations"] = acts
+    mem["other"] = stage.other - old_frag + frag * tensors
+    return mem
+
+
+def _devices(s: Scenario, per_stage: list[dict], busy: dict | None = None) -> tuple[DeviceResult, ...]:
+    """One entry per GPU, or per (pp rank) class past DEVICE_LIST_LIMIT GPUs.
+
+    ``busy`` maps (dp or None, pp) -> (busy_s, utilization, bubble_s, memory dict).
+    """
+    pl = placement_of(s)
+    out = []
+    if s.gpus <= DEVICE_LIST_LIMIT:
+        for rank in range(s.gpus):
+            c = pl.coord(rank)
+            extra = busy.get((c.dp, c.pp)) or busy.get((None, c.pp)) if busy else None
+            mem = extra[3] if extra else per_stage[c.pp]
+            out.append(DeviceResult(rank=rank, node=pl.node(rank), dp=c.dp, tp=c.tp, pp=c.pp,
+                                    peak_memory_bytes=sum(mem.values()), memory=mem,
+                                    busy_s=extra[0] if extra else None, compute_utilization=extra[1] if extra else None,
+                                    bubble_s=extra[2] if extra else None))
+        return tuple(out)
+    keys = sorted(busy, key=lambda k: (k[1], -1 if k[0] is None else k[0])) if busy else [(None, p) for p in range(s.parallel.pp)]
+    for key in keys:
+        d, p = key
+        dps = range(s.parallel.dp) if d is None else [d]
+        ranks = tuple(sorted(pl.rank(dd, t, p) for dd in dps for t in range(s.parallel.tp)))
+        extra = busy.get(key) if busy else None
+        mem = extra[3] if extra else per_stage[p]
+        first = pl.coord(ranks[0])
+        out.append(DeviceResult(rank=ranks[0], node=pl.node(ranks[0]), dp=first.dp, tp=first.tp, pp=p,
+                                peak_memory_bytes=sum(mem.values()), memory=mem,
+                                busy_s=extra[0] if extra else None, compute_utilization=extra[1] if extra else None,
+                                bubble_s=extra[2] if extra else None, ranks=ranks))
+    return tuple(out)
+
+
+def memory(scenario: Scenario) -> Result:
+    """The memory ledger alone (``simtrain memory``): no simulation."""
+    rep = memory_report(scenario)
+    per_stage = [st.breakdown() for st in rep.stages]
+    stages = tuple(StageSummary(pp=st.pp, layers=st.layers, compute_s=0.0, bubble_s=0.0,
+                                peak_memory_bytes=st.total, memory=st.breakdown()) for st in rep.stages)
+    return Result(scenario=scenario.name, gpus=scenario.gpus, microbatches=scenario.microbatches,
+                  params_total=rep.params_total, capacity_bytes=rep.capacity, fits_in_memory=rep.fits,
+                  peak_memory_bytes_max=rep.peak_max, devices=_devices(scenario, per_stage), stages=stages,
+                  warnings=scenario.warnings, advice=tuple(advice(scenario, rep)) if not rep.fits else (),
+                  config=_config(scenario))
+
+
+def _slowdowns(s: Scenario) -> dict[int, float]:
+    out: dict[int, float] = {}
+    rng = np.random.default_rng(s.simulation.seed)
+    for st in s.simulation.stragglers:
+        if st.rank is not None:
+            out[st.rank] = max(out.get(st.rank, 1.0), st.slowdown)
+        else:
+            count = max(1, round(st.fraction * s.gpus))
+            for r in sorted(rng.choice(s.gpus, size=count, replace=False).tolist()):
+                out[int(r)] = max(out.get(int(r), 1.0), st.slowdown)
+    return out
+
+
+def needs_full(s: Scenario) -> bool:
+    sim = s.simulation
+    return bool(sim.stragglers or sim.degraded_links or sim.jitter > 0)
+
+
+def simulate(scenario: Scenario, *, fidelity: str | None = None, seed: int | None = None) -> Result:
+    """Play one optimizer step out and report it."""
+    s = scenario
+    sim = s.simulation
+    mode = fidelity or sim.fidelity
+    warnings = list(s.warnings)
+    if mode == "folded" and needs_full(s) and s.parallel.dp > 1:
+        mode = "full"
+        warnings.append("stragglers, jitter or degraded links break the symmetry between DP replicas: "
+                        "simulated every rank (fidelity: full)")
+    plan = build_plan(s)
+    link_scale = {(d.a, d.b): d.factor for d in sim.degraded_links}
+    engine = Engine(plan, full=(mode == "full"), slowdowns=_slowdowns(s), link_scale=link_scale,
+                    jitter=sim.jitter, seed=sim.seed if seed is None else seed)
+    tl = engine.run()
+    step = tl.step_time
+    rep = memory_report(s)
+    frag = s.hardware.memory_overheads.fragmentation
+    busy = {}
+    bubbles = []
+    for lane in tl.lanes:
+        stage = rep.stages[lane.rank]
+        mem = _memory_with_activations(stage, lane.act_peak, frag)
+        util = lane.busy["compute"] / step if step > 0 else 0.0
+        busy[(lane.dp, lane.rank)] = (dict(lane.busy), util, lane.bubble, mem)
+        bubbles.append(lane.bubble / step if step > 0 else 0.0)
+    per_stage_mem = []
+    stages = []
+    for p in range(s.parallel.pp):
+        lanes = [ln for ln in tl.lanes if ln.rank == p]
+        worst = max(lanes, key=lambda ln: ln.act_peak)
+        mem = busy[(worst.dp, p)][3]
+        per_stage_mem.append(mem)
+        stages.append(StageSummary(pp=p, layers=rep.stages[p].layers,
+                                   compute_s=max(ln.busy["compute"] for ln in lanes),
+                                   bubble_s=max(ln.bubble for ln in lanes), peak_memory_bytes=sum(mem.values()),
+                                   memory=mem))
+    peak = max(st.peak_memory_bytes for st in stages)
+    fits = peak <= rep.capacity
+    if not fits:
+        warnings.append(f"does not fit: peak {peak / 1e9:.1f} GB > {rep.capacity / 1e9:.1f} GB per GPU")
+    critical = max(tl.lanes, key=lambda ln: (ln.end, -ln.index))
+    gpu_peak = s.hardware.gpu.peak(s.training.precision)
+    return Result(
+        scenario=s.name, gpus=s.gpus, microbatches=s.microbatches, params_total=rep.params_total,
+        capacity_bytes=rep.capacity, fits_in_memory=fits, peak_memory_bytes_max=peak,
+        devices=_devices(s, per_stage_mem, busy), stages=tuple(stages), warnings=tuple(warnings),
+        advice=tuple(advice(s, rep)) if not fits else (),
+        step_time_s=step, tokens_per_s=s.tokens_per_step / step,
+        mfu=plan.model_flops_per_step / (step * s.gpus * gpu_peak),
+        hfu=plan.hardware_flops_per_step / (step * s.gpus * gpu_peak),
+        bubble_fraction=float(np.mean(bubbles)), exposed_comm_s=dict(critical.exposed),
+        events=tl.events, fidelity=mode, config=_config(s), timeline=tl)

@@ -1,0 +1,117 @@
+"""Unit strings at the edges, SI floats inside.
+
+Files say ``989 TFLOPS``, ``80 GiB``, ``3.35 TB/s``, ``400 Gb/s`` or ``5 us``;
+the code only ever sees seconds, bytes, bytes/s and FLOP/s as floats. ``B`` is
+a byte and ``b`` a bit: ``400 Gb/s`` is 50e9 bytes/s. Decimal prefixes are
+powers of 1000 (``GB``), binary ones powers of 1024 (``GiB``).
+"""
+
+from __future__ import annotations
+
+import re
+
+from simtrain.errors import InputError
+
+_DECIMAL = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
+_BINARY = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50}
+_TIME = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ns": 1e-9, "min": 60.0, "h": 3600.0}
+
+#: what each quantity kind accepts, shown in error messages
+KINDS = {
+    "bytes": "bytes, e.g. '80 GiB', '80 GB', '512 MB'",
+    "bandwidth": "a bandwidth, e.g. '3.35 TB/s', '450 GB/s', '400 Gb/s' (bits)",
+    "flops": "a compute rate, e.g. '989 TFLOPS' or '989 TFLOP/s'",
+    "time": "a time, e.g. '2 us', '5 µs', '1.5 ms'",
+    "power": "a power, e.g. '700 W' or '10.2 kW'",
+    "number": "a plain number",
+}
+
+_NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+_RE = re.compile(rf"^\s*({_NUMBER})\s*([^\s\d].*?)?\s*$")
+
+
+def _prefix_scale(prefix: str) -> float | None:
+    if prefix in _BINARY:
+        return _BINARY[prefix]
+    if prefix in _DECIMAL:
+        return _DECIMAL[prefix]
+    return None
+
+
+def _unit_scale(unit: str, kind: str) -> float | None:
+    """Multiplier from ``unit`` to the SI unit of ``kind``; None if not that kind."""
+    if kind == "time":
+        return _TIME.get(unit)
+    if kind == "flops":
+        m = re.fullmatch(r"([kKMGTPE]?)FLOP(?:S|s|/s)", unit)
+        return _DECIMAL[m.group(1)] if m else None
+    if kind == "power":
+        m = re.fullmatch(r"([kKM]?)W", unit)
+        return _DECIMAL[m.group(1)] if m else None
+    if kind == "bytes":
+        m = re.fullmatch(r"([kKMGTPE]i?|)(B|bytes?)", unit)
+        if not m:
+            return None
+        return _prefix_scale(m.group(1))
+    if kind == "bandwidth":
+        m = re.fullmatch(r"([kKMGTPE]i?|)(B|b|bit|byte)(?:/s|ps)", unit)
+        if not m:
+            return None
+        scale = _prefix_scale(m.group(1))
+        if scale is None:
+            return None
+        return scale / 8.0 if m.group(2) in ("b", "bit") else scale
+    return None
+
+
+def parse_quantity(value: object, kind: str) -> float:
+    """Parse ``value`` (a number or a unit string) as ``kind``, returning SI.
+
+    A bare number is taken as already SI (bytes, seconds, FLOP/s, bytes/s).
+    Raises :class:`InputError` (without location; the caller adds it).
+    """
+    if kind not in KINDS:
+        raise ValueError(f"unknown quantity kind {kind!r}")
+    if isinstance(value, bool):
+        raise InputError(f"{value!r} is not {KINDS[kind]}")
+    if isinstance(value, (int, float)):
+        return float(value)
+    if not isinstance(value, str):
+        raise InputError(f"{value!r} is not {KINDS[kind]}")
+    m = _RE.match(value)
+    if not m:
+        raise InputError(f"'{value}' is not {KINDS[kind]}")
+    number, unit = float(m.group(1)), (m.group(2) or "")
+    if not unit:
+        return number
+    scale = _unit_scale(unit, kind)
+    if scale is None:
+        raise InputError(f"unknown unit '{unit}' in '{value}': expected {KINDS[kind]}")
+    return number * scale
+
+
+def format_bytes(n: float) -> str:
+    """Human form in decimal GB/MB, as people read memory reports."""
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n:.0f} B"
+
+
+def format_time(seconds: float) -> str:
+    if seconds >= 1.0:
+        return f"{seconds:.3f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds * 1e6:.1f} us"
+
+
+def parse_count(value: object) -> float:
+    """Token counts such as '1T', '300B', '2.5e12' -> float."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    m = re.fullmatch(rf"\s*({_NUMBER})\s*([kKMBGT]?)\s*", str(value))
+    if not m:
+        raise InputError(f"'{value}' is not a count, e.g. '1T', '300B', '2e12'")
+    scale = {"": 1, "k": 1e3, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}[m.group(2)]
+    return float(m.group(1)) * scale
