@@ -79,7 +79,8 @@ class Result:
     config: dict = field(default_factory=dict)
     timeline: Any = field(default=None, compare=False, repr=False)   # records for charts; not in JSON
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, *, timeline: bool = True) -> dict[str, Any]:
+        """The JSON report. ``timeline=True`` embeds the simulated records (for `simtrain plot`)."""
         out: dict[str, Any] = {"scenario": self.scenario, "gpus": self.gpus, "microbatches": self.microbatches,
                                "params_total": self.params_total}
         if self.step_time_s is not None:
@@ -97,6 +98,10 @@ class Result:
                         "memory": {k: round(v) for k, v in s.memory.items()}} for s in self.stages],
             "devices": [d.to_dict() for d in self.devices],
             "warnings": list(self.warnings), "advice": list(self.advice)})
+        if timeline and self.timeline is not None:
+            from simtrain.timeline import timeline_dict
+
+            out["timeline"] = timeline_dict(self)
         return out
 
 

@@ -1,0 +1,62 @@
+"""The command line: a thin shell over the Python API (style rule 10).
+
+Bad input exits with status 2 and one located sentence; a real bug exits 1
+with a one-line message, and ``--debug`` shows its traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from simtrain.errors import InputError
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--debug", is_flag=True, help="show tracebacks for internal errors")
+@click.version_option(package_name="simtrain")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """simtrain: simulate distributed training steps before you book or buy GPUs."""
+    ctx.ensure_object(dict)
+    ctx.obj["debug"] = debug
+
+
+def _register() -> None:
+    from simtrain.cli import commands_core  # noqa: F401  (run, memory, plot)
+    for name in ("commands_decide", "commands_validate"):
+        try:
+            __import__(f"simtrain.cli.{name}")
+        except ModuleNotFoundError as err:
+            if err.name != f"simtrain.cli.{name}":
+                raise
+
+
+def main(argv: list[str] | None = None) -> None:
+    _register()
+    args = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in args
+    try:
+        cli.main(args=args, prog_name="simtrain", standalone_mode=False)
+    except InputError as err:
+        click.echo(f"error: {err}", err=True)
+        sys.exit(2)
+    except click.exceptions.Abort:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    except click.ClickException as err:
+        click.echo(f"error: {err.format_message()}", err=True)
+        sys.exit(2 if isinstance(err, click.UsageError) or err.exit_code == 2 else err.exit_code)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    except click.exceptions.Exit as err:
+        sys.exit(err.exit_code)
+    except Exception as err:  # noqa: BLE001 - the last line of defence for real bugs
+        if debug:
+            raise
+        click.echo(f"internal error: {type(err).__name__}: {err} (this is a simtrain bug; rerun with --debug "
+                   "for the traceback)", err=True)
+        sys.exit(1)
+    sys.exit(0)

@@ -1,0 +1,71 @@
+"""The terminal report: what a person reads after `simtrain run` or `simtrain memory`."""
+
+from __future__ import annotations
+
+from simtrain.result import Result
+from simtrain.units import format_bytes, format_time
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def memory_table(result: Result) -> list[str]:
+    lines = [f"{'stage':>5} {'layers':>6} {'params':>10} {'grads':>10} {'optim':>10} {'activ':>10} {'other':>10}"
+             f" {'peak':>10} {'of cap':>7}"]
+    for st in result.stages:
+        m = st.memory
+        lines.append(f"{st.pp:>5} {st.layers:>6} {format_bytes(m['params']):>10} {format_bytes(m['grads']):>10} "
+                     f"{format_bytes(m['optimizer']):>10} {format_bytes(m['activations']):>10} "
+                     f"{format_bytes(m['other']):>10} {format_bytes(st.peak_memory_bytes):>10} "
+                     f"{_pct(st.peak_memory_bytes / result.capacity_bytes):>7}")
+    return lines
+
+
+def verdict(result: Result) -> list[str]:
+    head = result.capacity_bytes - result.peak_memory_bytes_max
+    if result.fits_in_memory:
+        return [f"fits: peak {format_bytes(result.peak_memory_bytes_max)} of {format_bytes(result.capacity_bytes)}"
+                f" per GPU, headroom {format_bytes(head)} ({_pct(head / result.capacity_bytes)})"]
+    worst = max(result.stages, key=lambda s: s.peak_memory_bytes)
+    dominant = max(worst.memory, key=worst.memory.get)
+    out = [f"DOES NOT FIT: peak {format_bytes(result.peak_memory_bytes_max)} > {format_bytes(result.capacity_bytes)}"
+           f" per GPU (stage {worst.pp}; largest part: {dominant} {format_bytes(worst.memory[dominant])})"]
+    out += [f"  try: {tip}" for tip in result.advice]
+    return out
+
+
+def memory_text(result: Result) -> str:
+    c = result.config
+    lines = [f"{result.scenario}: {result.gpus} x {c.get('gpu')} ({c.get('hardware')}), model {c.get('model')} "
+             f"({result.params_total / 1e9:.2f} B parameters), {result.microbatches} micro-batches per step", ""]
+    lines += memory_table(result) + [""] + verdict(result)
+    lines += [f"warning: {w}" for w in result.warnings]
+    return "\n".join(lines) + "\n"
+
+
+def run_text(result: Result) -> str:
+    c = result.config
+    par = c.get("parallel", {})
+    gpu_peak_note = ""
+    lines = [
+        f"{result.scenario}: {result.gpus} x {c.get('gpu')} ({c.get('hardware')}), model {c.get('model')} "
+        f"({result.params_total / 1e9:.2f} B), dp={par.get('dp')} tp={par.get('tp')} pp={par.get('pp')}"
+        f" vpp={par.get('vpp')} {par.get('schedule')} zero={par.get('zero')}",
+        "",
+        f"step time        {format_time(result.step_time_s)}",
+        f"tokens/s         {result.tokens_per_s:,.0f}  ({result.tokens_per_s / result.gpus:,.0f} per GPU)",
+        f"MFU / HFU        {_pct(result.mfu)} / {_pct(result.hfu)}{gpu_peak_note}",
+        f"pipeline bubble  {_pct(result.bubble_fraction)}  ({result.microbatches} micro-batches, "
+        f"{par.get('pp')} stages)",
+        "exposed comm     " + ", ".join(f"{k.upper()} {format_time(v)}" for k, v in result.exposed_comm_s.items()),
+        "",
+        f"{'stage':>5} {'layers':>6} {'compute':>10} {'bubble':>10} {'peak mem':>10} {'of cap':>7}",
+    ]
+    for st in result.stages:
+        lines.append(f"{st.pp:>5} {st.layers:>6} {format_time(st.compute_s):>10} {format_time(st.bubble_s):>10} "
+                     f"{format_bytes(st.peak_memory_bytes):>10} {_pct(st.peak_memory_bytes / result.capacity_bytes):>7}")
+    lines += [""] + verdict(result)
+    lines += [f"warning: {w}" for w in result.warnings]
+    lines.append(f"({result.fidelity} simulation, {result.events:,} events)")
+    return "\n".join(lines) + "\n"
