@@ -3,9 +3,13 @@ estimate and the event engine call (style rule 5).
 
 A kernel takes ``max(FLOPs / (peak x efficiency), bytes / (HBM x efficiency))``
 plus a launch overhead. GEMM efficiency falls smoothly for small GEMMs:
-``eff = best x g / (g + g_half)`` with ``g`` the geometric mean of M, N, K
-(a saturating curve: half of the best at ``g = g_half``; both constants come
-from the hardware file with their sources). All quantities are per TP rank,
+``eff = best x g^3 / (g^3 + g_half^3)`` with ``g`` the geometric mean of M, N,
+K: half of the best at ``g = g_half``, saturating within a factor of two of it
+(the shape of public GEMM-vs-size curves: on H100 BF16 1024^3 reaches 30% of
+the best, 2048^3 80%, 4096^3 99%; docs/sources.md). Flash attention follows
+the same kind of curve in the sequence length, ``best x s / (s + s_half)``
+(FlashAttention-2 benchmarks rise from ~50% of their best at 512 tokens to
+the best at 16k). All constants come from the hardware file with sources. All quantities are per TP rank,
 per micro-batch, in seconds, FLOP and bytes.
 """
 
@@ -40,8 +44,8 @@ class Device:
         half = self.compute.gemm_half_size
         if half <= 0:
             return best
-        g = (m * n * k) ** (1.0 / 3.0)
-        return best * g / (g + half)
+        g3 = m * n * k   # g^3, g = geometric mean of the dimensions
+        return best * g3 / (g3 + half ** 3)
 
     def gemm_time(self, m: float, n: float, k: float) -> float:
         """One GEMM (M x K) @ (K x N): 2MNK FLOP; reads A and B, writes C."""
@@ -56,8 +60,13 @@ class Device:
         return nbytes / (self.gpu.memory_bandwidth * self.compute.memory_efficiency) + \
             kernels * self.compute.kernel_overhead
 
-    def attention_time(self, flops: float) -> float:
-        return flops / (self.peak * self.compute.attention_efficiency) + self.compute.kernel_overhead
+    def attention_efficiency(self, seq: int) -> float:
+        half = self.compute.attention_half_seq
+        best = self.compute.attention_efficiency
+        return best if half <= 0 else best * seq / (seq + half)
+
+    def attention_time(self, flops: float, seq: int) -> float:
+        return flops / (self.peak * self.attention_efficiency(seq)) + self.compute.kernel_overhead
 
 
 @dataclass(frozen=True)
@@ -120,8 +129,8 @@ def layer_cost(sh: LayerShape, dev: Device, recompute: str) -> LayerCost:
         # FlashAttention skips fully masked blocks of a causal mask: about half the work executed;
         # its backward recomputes the scores: 2.5x the forward FLOP (Dao 2023, Sec. 3 / benchmarks)
         executed = attn * (0.5 if sh.causal else 1.0)
-        fwd_attn = dev.attention_time(executed)
-        bwd_attn = dev.attention_time(2.5 * executed)
+        fwd_attn = dev.attention_time(executed, sh.seq)
+        bwd_attn = dev.attention_time(2.5 * executed, sh.seq)
     else:
         # scores as GEMMs (batched, per head) plus a memory-bound softmax over a*s^2*b elements
         heads_local = sh.heads / t

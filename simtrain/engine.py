@@ -187,6 +187,7 @@ class Engine:
         count = lane.counters.get(chain, 0)
         lane.counters[chain] = count + 1
         key = (chain, lane.rank, count)
+        lane.comm_busy += 1   # queued or running: the lane's comm stream is busy until it is done
 
         def proc():
             if prev is not None and not prev.processed:
@@ -201,7 +202,6 @@ class Engine:
                 rv.started.succeed()
                 env.process(self._run_phases(phases, rv.done))
             yield rv.started
-            lane.comm_busy += 1
             yield rv.done
             lane.comm_busy -= 1
             self._record(lane, "dp", kind, rv.start_time, env.now, mb, vstage, lo, hi, nbytes)

@@ -87,7 +87,9 @@ class ComputeModel(Closed):
 
     gemm_efficiency: Fraction = Field(1.0, description="best fraction of dense peak a large GEMM reaches")
     gemm_half_size: Number = Field(0.0, description="GEMM size (geo-mean of M,N,K) at which efficiency halves; 0 = flat")
-    attention_efficiency: Fraction = Field(1.0, description="flash attention fwd+bwd fraction of peak")
+    attention_efficiency: Fraction = Field(1.0, description="flash attention fwd+bwd fraction of peak, long sequences")
+    attention_half_seq: Number = Field(0.0, description="sequence length at which flash attention reaches half its "
+                                                        "best efficiency; 0 = flat")
     memory_efficiency: Fraction = Field(1.0, description="fraction of HBM bandwidth streaming kernels reach")
     kernel_overhead: Seconds = Field(0.0, description="per-kernel launch/gap")
     overlap_slowdown: PositiveNumber = Field(1.0, description="compute slows by this factor while a collective runs")
