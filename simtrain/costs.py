@@ -9,18 +9,32 @@ K: half of the best at ``g = g_half``, saturating within a factor of two of it
 the best, 2048^3 80%, 4096^3 99%; docs/sources.md). Flash attention follows
 the same kind of curve in the sequence length, ``best x s / (s + s_half)``
 (FlashAttention-2 benchmarks rise from ~50% of their best at 512 tokens to
-the best at 16k). All constants come from the hardware file with sources. All quantities are per TP rank,
+the best at 16k). A hardware file may instead give the measured GEMM curve
+itself (``gemm_curve``: [size, fraction of peak] points), interpolated in
+log(size). All constants come from the hardware file with sources. All quantities are per TP rank,
 per micro-batch, in seconds, FLOP and bytes.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from simtrain.hardware import ComputeModel, GpuSpec
 
 #: bytes per element of activations and weights by training precision
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+
+
+def _interpolate_log(curve: tuple[tuple[float, float], ...], size: float) -> float:
+    """Piecewise-linear in log(size) through measured points, flat beyond the ends."""
+    if size <= curve[0][0]:
+        return curve[0][1]
+    for (s0, f0), (s1, f1) in zip(curve, curve[1:]):
+        if size <= s1:
+            w = math.log(size / s0) / math.log(s1 / s0)
+            return f0 + w * (f1 - f0)
+    return curve[-1][1]
 
 
 @dataclass(frozen=True)
@@ -40,6 +54,9 @@ class Device:
         return DTYPE_BYTES[self.dtype]
 
     def gemm_efficiency(self, m: float, n: float, k: float) -> float:
+        curve = self.compute.gemm_curve
+        if curve:
+            return _interpolate_log(curve, (m * n * k) ** (1.0 / 3.0))
         best = self.compute.gemm_efficiency
         half = self.compute.gemm_half_size
         if half <= 0:

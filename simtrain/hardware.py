@@ -10,9 +10,9 @@ Every number in a bundled file carries a ``source:``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, PositiveInt, model_validator
+from pydantic import BeforeValidator, Field, PositiveInt, model_validator
 
 from simtrain.errors import InputError, allowed, suggest
 from simtrain.quantity import Bandwidth, Bytes, BytesOrZero, Flops, Fraction, Number, PositiveNumber, Seconds, Watts
@@ -82,11 +82,35 @@ class InterNode(Closed):
     pcie_bandwidth: Bandwidth | None = Field(None, description="GPU <-> NIC link per direction; default unlimited")
 
 
+def _curve(value: object) -> tuple[tuple[float, float], ...]:
+    """A measured curve: [[size, fraction of peak], ...] (or {value: [...], source: ...}), sizes increasing."""
+    if isinstance(value, dict):
+        value = value.get("value")
+    if not isinstance(value, list) or len(value) < 2:
+        raise ValueError("a curve is a list of at least two [size, fraction] pairs")
+    points = []
+    for item in value:
+        if not (isinstance(item, list) and len(item) == 2 and all(isinstance(x, (int, float)) for x in item)):
+            raise ValueError(f"curve point {item!r} is not a [size, fraction] pair")
+        size, frac = float(item[0]), float(item[1])
+        if size <= 0 or not 0 < frac <= 1:
+            raise ValueError(f"curve point {item!r}: size must be > 0 and fraction in (0, 1]")
+        points.append((size, frac))
+    if any(b[0] <= a[0] for a, b in zip(points, points[1:])):
+        raise ValueError("curve sizes must increase")
+    return tuple(points)
+
+
+Curve = Annotated[tuple[tuple[float, float], ...], BeforeValidator(_curve)]
+
+
 class ComputeModel(Closed):
     """How close kernels come to the datasheet peaks (issue: fidelity)."""
 
     gemm_efficiency: Fraction = Field(1.0, description="best fraction of dense peak a large GEMM reaches")
     gemm_half_size: Number = Field(0.0, description="GEMM size (geo-mean of M,N,K) at which efficiency halves; 0 = flat")
+    gemm_curve: Curve | None = Field(None, description="measured [size, fraction of peak] points (size = geo-mean of "
+                                                       "M,N,K); when given it replaces gemm_efficiency/gemm_half_size")
     attention_efficiency: Fraction = Field(1.0, description="flash attention fwd+bwd fraction of peak, long sequences")
     attention_half_seq: Number = Field(0.0, description="sequence length at which flash attention reaches half its "
                                                         "best efficiency; 0 = flat")
