@@ -1,0 +1,92 @@
+"""Shared helpers for the core test suites (issues 2 and 3).
+
+The fixtures build small scenarios on hand-written hardware files in ``tests/data``
+(``core_*.yaml``), so that expected values can be computed by hand in the tests.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = Path(__file__).resolve().parent / "data"
+IDEAL_HW = DATA / "core_ideal.yaml"
+
+
+def gpt_model(layers: int = 8, hidden: int = 1024, heads: int = 16, vocab: int = 8, **extra: Any) -> dict:
+    """A GPT-style model mapping (gelu MLP of width 4h, no GQA); vocab tiny by default so that the
+    embedding and output layer cost next to nothing and pipeline stages are uniform."""
+    return {"layers": layers, "hidden": hidden, "heads": heads, "ffn_hidden": 4 * hidden, "vocab": vocab,
+            "mlp": "gelu", **extra}
+
+
+def scenario_dict(*, hardware: str | Path = IDEAL_HW, nodes: int | None = 1, gpus_per_node: int | None = None,
+                  model: Any = None, training: dict | None = None, parallel: dict | None = None,
+                  simulation: dict | None = None) -> dict:
+    """A scenario mapping with sensible small defaults; ``gpus_per_node`` defaults to dp x tp x pp."""
+    par = {"dp": 1, "tp": 1, "pp": 1, **(parallel or {})}
+    raw: dict[str, Any] = {
+        "name": "test",
+        "hardware": str(hardware),
+        "model": gpt_model() if model is None else model,
+        "training": {"seq_len": 512, "global_batch": 8, "micro_batch": 1, **(training or {})},
+        "parallel": par,
+    }
+    if nodes is not None:
+        raw["nodes"] = nodes
+        raw["gpus_per_node"] = gpus_per_node or par["dp"] * par["tp"] * par["pp"] // nodes
+    if simulation:
+        raw["simulation"] = simulation
+    return raw
+
+
+def make_scenario(**kwargs: Any):
+    """A validated :class:`simtrain.scenario.Scenario` from :func:`scenario_dict` keywords."""
+    from simtrain.scenario import scenario_from_dict
+
+    return scenario_from_dict(scenario_dict(**kwargs), file="test.yaml", base_dir=DATA)
+
+
+def hardware_variant(tmp_path: Path, changes: dict[str, Any], base: Path = IDEAL_HW, name: str = "hw") -> Path:
+    """Write a copy of ``base`` with dotted keys replaced (e.g. ``{'intra_node.bandwidth': '50 GB/s'}``)."""
+    data = copy.deepcopy(yaml.safe_load(base.read_text(encoding="utf-8")))
+    for dotted, value in changes.items():
+        node = data
+        parts = dotted.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
+    """Run ``simtrain.cli.main(args)`` in-process; returns (exit status, stdout, stderr)."""
+    from simtrain.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    out = capsys.readouterr()
+    code = exc.value.code
+    return (0 if code is None else int(code)), out.out, out.err
+
+
+@pytest.fixture
+def repo() -> Path:
+    return REPO
+
+
+@pytest.fixture
+def simtrain_exe() -> list[str]:
+    """The console script if installed beside this interpreter, else ``python -c`` on the entry point."""
+    exe = Path(sys.executable).with_name("simtrain")
+    if exe.exists():
+        return [str(exe)]
+    return [sys.executable, "-c", "import sys; from simtrain.cli import main; main(sys.argv[1:])"]

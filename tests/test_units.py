@@ -1,0 +1,96 @@
+"""Unit strings in files become SI floats inside (issue 2, deliverable 2).
+
+Expected values are the SI definitions: decimal prefixes are powers of 1000, binary
+prefixes (Ki, Mi, Gi) powers of 1024 (IEC 80000-13), ``B`` is a byte and ``b`` a bit.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from simtrain.errors import InputError
+from simtrain.units import parse_quantity
+
+from conftest import hardware_variant
+
+
+@pytest.mark.parametrize(("text", "kind", "expected"), [
+    ("989 TFLOPS", "flops", 989e12),
+    ("989 TFLOP/s", "flops", 989e12),
+    ("80 GiB", "bytes", 80 * 2**30),
+    ("80 GB", "bytes", 80e9),
+    ("512 MiB", "bytes", 512 * 2**20),
+    ("3.35 TB/s", "bandwidth", 3.35e12),
+    ("450 GB/s", "bandwidth", 450e9),
+    ("400 Gb/s", "bandwidth", 50e9),
+    ("200 Gbps", "bandwidth", 25e9),
+    ("1 GiB/s", "bandwidth", 2**30),
+    ("2 us", "time", 2e-6),
+    ("5 µs", "time", 5e-6),     # U+00B5 MICRO SIGN
+    ("5 μs", "time", 5e-6),     # U+03BC GREEK SMALL LETTER MU
+    ("1.5 ms", "time", 1.5e-3),
+    ("10 ns", "time", 10e-9),
+])
+def test_unit_strings_become_si(text, kind, expected):
+    """A unit string parses to its SI value (s, bytes, FLOP/s, bytes/s)."""
+    assert parse_quantity(text, kind) == pytest.approx(expected, rel=1e-12)
+
+
+def test_bare_number_is_already_si():
+    """A bare number is taken as SI, unchanged."""
+    assert parse_quantity(4.5e9, "bandwidth") == 4.5e9
+    assert parse_quantity(3, "time") == 3.0
+
+
+def test_bits_and_bytes_differ_in_bandwidth():
+    """'b' is a bit and 'B' a byte: 400 Gb/s is one eighth of 400 GB/s."""
+    assert parse_quantity("400 GB/s", "bandwidth") == pytest.approx(400e9)
+    assert parse_quantity("400 Gb/s", "bandwidth") == pytest.approx(400e9 / 8)
+
+
+def test_bits_are_not_bytes_in_sizes():
+    """A size in bits ('1 Gb') is never read as 1 GB: it is either 1/8 GB or refused."""
+    try:
+        value = parse_quantity("1 Gb", "bytes")
+    except InputError:
+        return
+    assert value == pytest.approx(1e9 / 8)
+
+
+def test_binary_and_decimal_prefixes_differ():
+    """GiB is 2**30 bytes, GB is 1e9 bytes (IEC vs SI prefixes)."""
+    assert parse_quantity("1 GiB", "bytes") / parse_quantity("1 GB", "bytes") == pytest.approx(2**30 / 1e9)
+
+
+@pytest.mark.parametrize(("text", "kind", "unit"), [
+    ("80 G", "bytes", "G"),            # ambiguous: G what?
+    ("80 gb", "bytes", "gb"),          # lower-case g is no SI prefix
+    ("3.35 TB", "bandwidth", "TB"),    # a size where a rate is expected
+    ("450 GB/s", "bytes", "GB/s"),     # a rate where a size is expected
+    ("989 TB/s", "flops", "TB/s"),
+    ("2 parsecs", "time", "parsecs"),
+])
+def test_unknown_or_ambiguous_unit_is_an_error_naming_it(text, kind, unit):
+    """An unknown or ambiguous unit raises InputError that quotes the unit and the value."""
+    with pytest.raises(InputError) as exc:
+        parse_quantity(text, kind)
+    message = str(exc.value)
+    assert f"'{unit}'" in message and text in message
+
+
+def test_not_a_quantity_is_an_error():
+    """Text that is no number with a unit raises InputError saying what was expected."""
+    with pytest.raises(InputError, match="is not a bandwidth"):
+        parse_quantity("fast", "bandwidth")
+
+
+def test_bad_unit_in_a_file_names_file_line_and_field(tmp_path):
+    """A bad unit in a hardware file is reported as file:line: field: problem."""
+    from simtrain.hardware import load_hardware
+
+    path = hardware_variant(tmp_path, {"gpu.memory": {"value": "80 G", "source": "x"}})
+    line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if text.strip().startswith("memory:"))
+    with pytest.raises(InputError) as exc:
+        load_hardware(str(path), base_dir=tmp_path, file="scenario.yaml")
+    assert str(exc.value).startswith(f"{path}:{line}: gpu.memory: ")
+    assert "'G'" in str(exc.value)
