@@ -43,53 +43,57 @@ STEPS = {"all_reduce": lambda n: 2 * (n - 1), "reduce_scatter": lambda n: n - 1,
          "all_gather": lambda n: n - 1}
 
 
-def _ring_edges(cluster: Cluster, ring: list[int]) -> tuple[list[Link], float]:
-    links: list[Link] = []
-    worst = 0.0
-    n = len(ring)
-    for i in range(n):
-        a, b = ring[i], ring[(i + 1) % n]
-        links.extend(cluster.route(a, b))
-        worst = max(worst, cluster.route_latency(a, b))
-    return links, worst
+@dataclass(frozen=True)
+class RingShape:
+    """Where one flat ring stage's flows go, independent of the message size."""
+
+    kind: str
+    n: int                                   # ring length
+    divisor: int                             # the stage moves nbytes / divisor (hierarchical inter-node stage)
+    links: tuple[tuple[Link, int], ...]      # (link, flows on it from every concurrent ring)
+    step_latency: float                      # worst route latency between ring neighbours
+
+    def phase(self, nbytes: float) -> Phase:
+        steps = STEPS[self.kind](self.n)
+        return Phase(flow_bytes=steps * (nbytes / self.divisor) / self.n, latency=steps * self.step_latency,
+                     links=self.links)
 
 
-def _flat(kind: str, nbytes: float, rings: list[list[int]], cluster: Cluster, every: bool = False) -> Phase:
+def _ring_shape(kind: str, rings: list[list[int]], cluster: Cluster, every: bool, divisor: int = 1) -> RingShape:
     """All rings run concurrently; ``rings[0]`` is the one whose flows set the pace (symmetry),
     or, with ``every``, the slowest flow of any ring (no symmetry assumed)."""
-    n = len(rings[0])
-    steps = STEPS[kind](n)
     counts: dict[Link, int] = defaultdict(int)
     own: set[Link] = set()
     latency = 0.0
     for i, ring in enumerate(rings):
-        links, worst = _ring_edges(cluster, ring)
-        for link in links:
-            counts[link] += 1
-        if i == 0 or every:
-            own.update(links)
-            latency = worst
-    flow_bytes = steps * nbytes / n
-    return Phase(flow_bytes=flow_bytes, latency=steps * latency,
-                 links=tuple(sorted((link, counts[link]) for link in own)))
+        n = len(ring)
+        for j in range(n):
+            a, b = ring[j], ring[(j + 1) % n]
+            links = cluster.route(a, b)
+            for link in links:
+                counts[link] += 1
+            if i == 0 or every:
+                own.update(links)
+                latency = max(latency, cluster.route_latency(a, b))
+    return RingShape(kind=kind, n=len(rings[0]), divisor=divisor,
+                     links=tuple(sorted((link, counts[link]) for link in own)), step_latency=latency)
 
 
-def collective_phases(kind: str, nbytes: float, groups: list[list[int]], cluster: Cluster,
-                      every: bool = False) -> list[Phase]:
-    """Phases of ``kind`` run at once by every group in ``groups`` (same size, same shape).
+def collective_shape(kind: str, groups: list[list[int]], cluster: Cluster, every: bool = False) -> list[RingShape]:
+    """The ring stages of ``kind`` run at once by every group in ``groups`` (same size, same shape).
 
     ``groups[0]`` is the representative: its links, loaded by all groups' flows, set the rate.
+    A group spanning nodes with several members in each uses the hierarchical form.
     """
     n = len(groups[0])
-    if n <= 1 or nbytes <= 0:
+    if n <= 1:
         return []
     per_node: dict[int, list[int]] = defaultdict(list)
     for r in groups[0]:
         per_node[cluster.node_of(r)].append(r)
     local = max(len(v) for v in per_node.values())
     if len(per_node) == 1 or local == 1 or any(len(v) != local for v in per_node.values()):
-        return [_flat(kind, nbytes, groups, cluster, every)]
-    # hierarchical: intra-node rings, then `local` inter-node rings on 1/local of the data each
+        return [_ring_shape(kind, groups, cluster, every)]
     intra = [[r for r in g if cluster.node_of(r) == node] for g in groups
              for node in sorted({cluster.node_of(r) for r in g})]
     inter = []
@@ -100,14 +104,22 @@ def collective_phases(kind: str, nbytes: float, groups: list[list[int]], cluster
         nodes = sorted(by_node)
         inter.extend([[by_node[nd][k] for nd in nodes] for k in range(local)])
     if kind == "all_reduce":
-        return [_flat("reduce_scatter", nbytes, intra, cluster, every),
-                _flat("all_reduce", nbytes / local, inter, cluster, every),
-                _flat("all_gather", nbytes, intra, cluster, every)]
+        return [_ring_shape("reduce_scatter", intra, cluster, every),
+                _ring_shape("all_reduce", inter, cluster, every, local),
+                _ring_shape("all_gather", intra, cluster, every)]
     if kind == "reduce_scatter":
-        return [_flat("reduce_scatter", nbytes, intra, cluster, every),
-                _flat("reduce_scatter", nbytes / local, inter, cluster, every)]
-    return [_flat("all_gather", nbytes / local, inter, cluster, every),
-            _flat("all_gather", nbytes, intra, cluster, every)]
+        return [_ring_shape("reduce_scatter", intra, cluster, every),
+                _ring_shape("reduce_scatter", inter, cluster, every, local)]
+    return [_ring_shape("all_gather", inter, cluster, every, local),
+            _ring_shape("all_gather", intra, cluster, every)]
+
+
+def collective_phases(kind: str, nbytes: float, groups: list[list[int]], cluster: Cluster,
+                      every: bool = False) -> list[Phase]:
+    """Phases of ``kind`` over ``nbytes`` per GPU run at once by every group in ``groups``."""
+    if nbytes <= 0:
+        return []
+    return [shape.phase(nbytes) for shape in collective_shape(kind, groups, cluster, every)]
 
 
 def p2p_phase(nbytes: float, pairs: list[tuple[int, int]], cluster: Cluster, every: bool = False) -> Phase:

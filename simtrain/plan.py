@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from simtrain import costs
-from simtrain.collectives import Phase, collective_phases, p2p_phase, phase_time_alone
+from simtrain.collectives import Phase, collective_shape, p2p_phase, phase_time_alone
 from simtrain.memory import StageMemory, stage_memory, state_bytes_per_param
 from simtrain.placement import Placement, placement_of
 from simtrain.scenario import Scenario
@@ -81,13 +81,12 @@ class Plan:
 
     def dp_phases(self, collective: str, nbytes: float, pp_rank: int, every: bool = False) -> list[Phase]:
         """A DP/ZeRO collective of one stage: the tp DP groups of that stage run it together."""
-        key = ("dp", collective, nbytes, pp_rank, every)
-        hit = self.phases.get(key)
-        if hit is None:
-            hit = collective_phases(collective, nbytes, self._groups("dp", pp_rank, None), self.scenario.cluster,
-                                    every)
-            self.phases[key] = hit
-        return hit
+        key = ("dp", collective, pp_rank, every)
+        shape = self.phases.get(key)
+        if shape is None:
+            shape = collective_shape(collective, self._groups("dp", pp_rank, None), self.scenario.cluster, every)
+            self.phases[key] = shape
+        return [s.phase(nbytes) for s in shape] if nbytes > 0 else []
 
     def pp_phase(self, nbytes: float, src_rank: int, dst_rank: int, dp_index: int | None) -> Phase:
         """Activation/gradient send between adjacent stages by every TP rank (and DP replica if folded)."""
@@ -118,12 +117,9 @@ def _tp_time(scenario: Scenario, placement: Placement, nbytes: float, pp_rank: i
         return 0.0
     cluster = scenario.cluster
     groups = [placement.tp_group(d, pp_rank) for d in range(placement.dp)]
-    if scenario.parallel.sequence_parallel:
-        ag = collective_phases("all_gather", nbytes, groups, cluster)
-        rs = collective_phases("reduce_scatter", nbytes, groups, cluster)
-        one = sum(phase_time_alone(p, cluster) for p in ag + rs)
-    else:
-        one = sum(phase_time_alone(p, cluster) for p in collective_phases("all_reduce", nbytes, groups, cluster))
+    kinds = ("all_gather", "reduce_scatter") if scenario.parallel.sequence_parallel else ("all_reduce",)
+    one = sum(phase_time_alone(shape.phase(nbytes), cluster)
+              for kind in kinds for shape in collective_shape(kind, groups, cluster))
     return 2.0 * one
 
 

@@ -7,8 +7,12 @@ physical link is two directed edges (one per direction) with ``bandwidth``
 ``latency`` (s). A route is the tuple of directed edges a message crosses;
 its latency is the sum of the edges' latencies.
 
-Template topologies route structurally (no graph search), explicit ones by
-fewest hops; a test checks that the two agree on the template graphs.
+Template topologies route structurally and compute a link's attributes from
+its end points (:meth:`Cluster.link_attrs`, the one function the graph builder
+also uses), so a 16,384-GPU step needs no graph search and no graph at all;
+``cluster.graph`` is built on first use (charts, explicit topologies, link
+checks). Explicit topologies route by fewest hops; a test checks that
+structural routes equal the graph's shortest paths on the templates.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ class Cluster:
     nodes: int
     gpus_per_node: int
     _routes: dict = field(default_factory=dict, repr=False)
+    _attrs: dict = field(default_factory=dict, repr=False)
 
     @property
     def gpus(self) -> int:
@@ -51,26 +56,66 @@ class Cluster:
     def graph(self) -> nx.DiGraph:
         return _build_explicit(self.spec) if self.spec.explicit else _build_template(self)
 
+    def _link(self, link: Link) -> tuple[float, float, str]:
+        hit = self._attrs.get(link)
+        if hit is None:
+            if self.spec.explicit:
+                data = self.graph.edges[link]
+                hit = (data["bandwidth"], data["latency"], data["kind"])
+            else:
+                hit = self.link_attrs(*link)
+            self._attrs[link] = hit
+        return hit
+
     def bandwidth(self, link: Link) -> float:
-        return self.graph.edges[link]["bandwidth"]
+        return self._link(link)[0]
 
     def latency(self, link: Link) -> float:
-        return self.graph.edges[link]["latency"]
+        return self._link(link)[1]
+
+    def link_attrs(self, u: str, v: str) -> tuple[float, float, str]:
+        """(bandwidth bytes/s after efficiency, latency s, kind) of the template link u -> v."""
+        spec = self.spec
+        intra, inter = spec.intra_node, spec.inter_node
+        a, b = (u, v) if u < v else (v, u)          # attributes are the same both ways
+        if a.startswith("gpu"):
+            if b.startswith(("nvsw", "host")):
+                return intra.bandwidth * intra.efficiency, intra.latency / 2, intra.fabric
+            if b.startswith("nic"):
+                return inter.pcie_bandwidth or float("inf"), 0.0, "pcie"
+        if a.startswith(("leaf", "nic", "rail")) or b.startswith(("nic", "rail", "spine", "switch", "leaf")):
+            nic_bw = inter.nic_bandwidth * inter.efficiency
+            if a.startswith("nic") or b.startswith("nic"):
+                return nic_bw, inter.latency / 2, "network"
+            if "spine" in (a, b):
+                return nic_bw * self.nodes / inter.oversubscription, 0.0, "network"
+        if "core" in (a, b):
+            nic_bw = inter.nic_bandwidth * inter.efficiency
+            per_leaf = inter.nodes_per_leaf * inter.nics_per_node * nic_bw
+            return per_leaf / inter.oversubscription, 0.0, "network"
+        raise KeyError(f"no template link {u} -> {v}")
 
     # --- routes -----------------------------------------------------------
-    def route(self, a: int, b: int) -> tuple[Link, ...]:
-        """Directed edges from GPU a to GPU b."""
+    def _route_entry(self, a: int, b: int) -> tuple[tuple[Link, ...], float]:
         key = (a, b)
         hit = self._routes.get(key)
         if hit is None:
             nodes = self._explicit_path(a, b) if self.spec.explicit else self._template_path(a, b)
-            hit = tuple(zip(nodes[:-1], nodes[1:]))
+            links = tuple(zip(nodes[:-1], nodes[1:]))
+            latency = 0.0
+            for link in links:
+                latency += self._link(link)[1]
+            hit = (links, latency)
             self._routes[key] = hit
         return hit
 
+    def route(self, a: int, b: int) -> tuple[Link, ...]:
+        """Directed edges from GPU a to GPU b."""
+        return self._route_entry(a, b)[0]
+
     def route_latency(self, a: int, b: int) -> float:
-        edges = self.graph.edges
-        return sum(edges[link]["latency"] for link in self.route(a, b))
+        """Sum of the latencies of the route's edges."""
+        return self._route_entry(a, b)[1]
 
     def _explicit_path(self, a: int, b: int) -> list[str]:
         try:
@@ -87,10 +132,11 @@ class Cluster:
         return f"nic{n}.{local * nics // self.gpus_per_node}"
 
     def _template_path(self, a: int, b: int) -> list[str]:
-        na, nb = self.node_of(a), self.node_of(b)
-        hub = "nvsw" if self.spec.intra_node.fabric == "nvswitch" else "host"
+        gpn = self.gpus_per_node
+        na, nb = a // gpn, b // gpn
         if na == nb:
-            return [self.gpu(a), f"{hub}{na}", self.gpu(b)]
+            hub = "nvsw" if self.spec.intra_node.fabric == "nvswitch" else "host"
+            return [f"gpu{a}", f"{hub}{na}", f"gpu{b}"]
         nic_a, nic_b = self._nic(a), self._nic(b)
         return [self.gpu(a), nic_a, *self._fabric_path(na, nic_a, nb, nic_b), nic_b, self.gpu(b)]
 
@@ -112,49 +158,43 @@ def _add_link(edges: list, a: str, b: str, bandwidth: float, latency_each_way: f
 
 
 def _build_template(cluster: Cluster) -> nx.DiGraph:
+    """The template's graph; every edge's attributes come from ``cluster.link_attrs``."""
     spec, gpn = cluster.spec, cluster.gpus_per_node
     intra, inter = spec.intra_node, spec.inter_node
     g = nx.DiGraph(name=spec.name)
-    edges: list = []
+    pairs: list[tuple[str, str]] = []
     hub = "nvsw" if intra.fabric == "nvswitch" else "host"
-    intra_bw = intra.bandwidth * intra.efficiency
     for n in range(cluster.nodes):
         g.add_node(f"{hub}{n}", kind="nvswitch" if hub == "nvsw" else "pcie_host", node=n)
         for local in range(gpn):
             i = n * gpn + local
             g.add_node(f"gpu{i}", kind="gpu", node=n, local=local, index=i)
-            # latency split over the two hops so that GPU -> hub -> GPU costs intra.latency
-            _add_link(edges, f"gpu{i}", f"{hub}{n}", intra_bw, intra.latency / 2, intra.fabric)
+            pairs.append((f"gpu{i}", f"{hub}{n}"))
         if cluster.nodes > 1 and inter is not None:
-            nic_bw = inter.nic_bandwidth * inter.efficiency
-            pcie = inter.pcie_bandwidth or float("inf")
             for k in range(inter.nics_per_node):
                 g.add_node(f"nic{n}.{k}", kind="nic", node=n)
             for local in range(gpn):
                 i = n * gpn + local
-                _add_link(edges, f"gpu{i}", cluster._nic(i), pcie, 0.0, "pcie")
+                pairs.append((f"gpu{i}", cluster._nic(i)))
             for k in range(inter.nics_per_node):
-                nic = f"nic{n}.{k}"
                 if inter.topology == "single-switch":
                     up = "switch"
                 elif inter.topology == "rail-optimized":
                     up = f"rail{k}"
                 else:
                     up = f"leaf{n // inter.nodes_per_leaf}"
-                _add_link(edges, nic, up, nic_bw, inter.latency / 2, "network")
+                pairs.append((f"nic{n}.{k}", up))
     if cluster.nodes > 1 and inter is not None:
-        nic_bw = inter.nic_bandwidth * inter.efficiency
         if inter.topology == "rail-optimized":
-            for k in range(inter.nics_per_node):
-                # a rail's spine uplink carries every node's NIC on that rail: non-blocking
-                _add_link(edges, f"rail{k}", "spine", nic_bw * cluster.nodes / inter.oversubscription, 0.0, "network")
+            pairs.extend((f"rail{k}", "spine") for k in range(inter.nics_per_node))
         elif inter.topology == "fat-tree":
             leaves = -(-cluster.nodes // inter.nodes_per_leaf)
-            per_leaf = inter.nodes_per_leaf * inter.nics_per_node * nic_bw
-            for leaf in range(leaves):
-                _add_link(edges, f"leaf{leaf}", "core", per_leaf / inter.oversubscription, 0.0, "network")
+            pairs.extend((f"leaf{leaf}", "core") for leaf in range(leaves))
+    edges: list = []
+    for a, b in pairs:
+        _add_link(edges, a, b, *cluster.link_attrs(a, b))
     g.add_edges_from(edges)
-    for node, data in g.nodes(data=True):
+    for _node, data in g.nodes(data=True):
         data.setdefault("kind", "switch")
     return g
 
