@@ -1,0 +1,71 @@
+"""`simtrain validate`: measured vs predicted on published training runs."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from simtrain.cli import cli
+from simtrain.io import write_json
+
+
+def _pct(x: float | None) -> str:
+    return "   -   " if x is None else f"{100 * x:+6.1f}%"
+
+
+@cli.command()
+@click.argument("cases", required=False, type=click.Path(dir_okay=False))
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="write per-case results and summaries")
+@click.option("--only", help="run only cases whose id contains this text")
+@click.option("--check", is_flag=True, help="exit 1 if the gated cases miss the targets (mean 5%, worst 10%)")
+def validate(cases: str | None, json_path: str | None, only: str | None, check: bool) -> None:
+    """Compare predicted and measured step times on published runs (bundled cases by default)."""
+    from simtrain import validate as v
+
+    bar = None
+    if sys.stderr.isatty():
+        from tqdm import tqdm
+
+        bar = tqdm(desc="cases", unit="case", file=sys.stderr, leave=False)
+    results = v.validate(cases, only=only, progress=(bar.update if bar else None))
+    if bar:
+        bar.close()
+    lines = [f"{'case':<40} {'gate':<4} {'measured':>10} {'predicted':>10} {'error':>8}  configuration"]
+    for r in results:
+        pred = "failed" if r.predicted_step_time_s is None else f"{r.predicted_step_time_s:.3f} s"
+        lines.append(f"{r.id[:40]:<40} {'yes' if r.gate else 'no':<4} {r.target_step_time_s:>8.3f} s {pred:>10} "
+                     f"{_pct(r.error):>8}  {r.config}")
+        extras = []
+        for key in ("tokens_per_s_per_gpu", "mfu", "tflops_per_gpu", "memory_GiB"):
+            if key in r.measured and key in r.predicted:
+                extras.append(f"{key} {r.measured[key]:.4g} vs {r.predicted[key]:.4g}")
+        if extras:
+            lines.append(f"{'':<46}measured vs predicted: " + "; ".join(extras))
+        if r.assumed:
+            lines.append(f"{'':<46}assumed by the case (not stated by the source): {', '.join(r.assumed)}")
+        if r.failure:
+            lines.append(f"{'':<46}could not simulate: {r.failure}")
+    lines.append("")
+    sources = sorted({r.source.split(' @')[0].split(',')[0] for r in results})
+    lines.append("sources: " + "; ".join(sources))
+    gated = [r for r in results if r.gate]
+    summaries = {"gated": v.summarize(gated), "all": v.summarize(results)}
+    for name, s in summaries.items():
+        if s is None:
+            continue
+        lines.append(f"{name:>5}: {s.cases} cases, mean |error| {100 * s.mean_abs_error:.1f}%, worst "
+                     f"{100 * s.worst_abs_error:.1f}% ({s.worst_case}), bias {100 * s.bias:+.1f}% "
+                     f"({'predicts too fast' if s.bias < 0 else 'predicts too slow'}), "
+                     f"{s.within_10pct}/{s.cases} within 10%")
+    g = summaries["gated"]
+    met = g is not None and g.mean_abs_error <= v.TARGET_MEAN and g.worst_abs_error <= v.TARGET_WORST
+    lines.append(f"targets (gated): mean <= {100 * v.TARGET_MEAN:.0f}%, worst <= {100 * v.TARGET_WORST:.0f}%: "
+                 f"{'met' if met else 'NOT met'}")
+    click.echo("\n".join(lines))
+    if json_path:
+        write_json(json_path, {"cases": [r.to_dict() for r in results],
+                               "summary": {k: (s.to_dict() if s else None) for k, s in summaries.items()},
+                               "targets": {"mean": v.TARGET_MEAN, "worst": v.TARGET_WORST, "met": met}})
+    if check and not met:
+        sys.exit(1)

@@ -1,0 +1,143 @@
+"""Predictions checked against published, measured training runs (`simtrain validate`).
+
+A cases file is a list of published runs, each a scenario in simtrain's own
+schema plus what the source measured, the source's FLOP convention and the
+step time that measurement implies (``target_step_time_s``). Cases marked
+``gate: false`` have settings the source does not state (listed under
+``assumed``); they are reported but do not count towards the targets.
+Targets (issue "Fidelity"): mean |step-time error| <= 5% and every gated
+case within 10%, with one hardware file per GPU type shared by all cases.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from simtrain.errors import InputError
+from simtrain.scenario import scenario_from_dict
+from simtrain.yamlio import load_yaml
+
+TARGET_MEAN = 0.05
+TARGET_WORST = 0.10
+
+
+def bundled_cases_path() -> Path:
+    return Path(str(resources.files("simtrain.validation") / "cases.yaml"))
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    id: str
+    source: str
+    gate: bool
+    config: str
+    target_step_time_s: float
+    predicted_step_time_s: float | None
+    error: float | None                    # predicted / measured - 1
+    measured: dict = field(default_factory=dict)
+    predicted: dict = field(default_factory=dict)
+    assumed: tuple[str, ...] = ()
+    notes: str = ""
+    failure: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        r = lambda x: None if x is None else float(f"{x:.6g}")  # noqa: E731
+        return {"id": self.id, "source": self.source, "gate": self.gate, "config": self.config,
+                "target_step_time_s": r(self.target_step_time_s),
+                "predicted_step_time_s": r(self.predicted_step_time_s), "error": r(self.error),
+                "measured": self.measured, "predicted": {k: r(v) for k, v in self.predicted.items()},
+                "assumed": list(self.assumed), "notes": self.notes, "failure": self.failure}
+
+
+@dataclass(frozen=True)
+class Summary:
+    cases: int
+    mean_abs_error: float
+    worst_abs_error: float
+    worst_case: str
+    bias: float                            # mean signed error: < 0 means simtrain predicts too fast
+    within_10pct: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"cases": self.cases, "mean_abs_error": round(self.mean_abs_error, 6),
+                "worst_abs_error": round(self.worst_abs_error, 6), "worst_case": self.worst_case,
+                "bias": round(self.bias, 6), "within_10pct": self.within_10pct}
+
+
+def summarize(results: list[CaseResult]) -> Summary | None:
+    ok = [c for c in results if c.error is not None]
+    if not ok:
+        return None
+    errs = np.array([c.error for c in ok])
+    worst = max(ok, key=lambda c: abs(c.error))
+    return Summary(cases=len(ok), mean_abs_error=float(np.mean(np.abs(errs))),
+                   worst_abs_error=float(abs(worst.error)), worst_case=worst.id, bias=float(np.mean(errs)),
+                   within_10pct=int(np.sum(np.abs(errs) <= 0.10)))
+
+
+def _config(sc: dict) -> str:
+    p, t = sc.get("parallel", {}), sc.get("training", {})
+    m = sc.get("model")
+    model = m if isinstance(m, str) else f"L{m.get('layers')} h{m.get('hidden')}"
+    return (f"{sc.get('hardware')} x{sc.get('nodes', 1)} {model} s{t.get('seq_len')} gb{t.get('global_batch')} "
+            f"mb{t.get('micro_batch')} dp{p.get('dp', 1)} tp{p.get('tp', 1)} pp{p.get('pp', 1)}"
+            f"{'v' + str(p.get('vpp')) if p.get('vpp', 1) > 1 else ''} z{p.get('zero', 0)} rc={t.get('recompute')}")
+
+
+def run_case(case: dict, base_dir: Path) -> CaseResult:
+    from simtrain.simulate import simulate
+
+    sc = dict(case["scenario"])
+    sc.setdefault("name", case["id"])
+    measured = dict(case.get("measured") or {})
+    target = float(case["target_step_time_s"])
+    common = dict(id=case["id"], source=str(case.get("source", "")), gate=bool(case.get("gate", True)),
+                  config=_config(sc), target_step_time_s=target, measured=measured,
+                  assumed=tuple(case.get("assumed") or ()), notes=str(case.get("notes", "") or ""))
+    try:
+        scenario = scenario_from_dict(sc, base_dir=base_dir)
+        result = simulate(scenario)
+    except InputError as err:
+        return CaseResult(predicted_step_time_s=None, error=None, failure=str(err), **common)
+    step = result.step_time_s
+    predicted: dict[str, float] = {"mfu_simtrain": result.mfu, "peak_memory_GB": result.peak_memory_bytes_max / 1e9}
+    gpus = scenario.gpus
+    if "tokens_per_s_per_gpu" in measured:
+        predicted["tokens_per_s_per_gpu"] = scenario.tokens_per_step / (gpus * step)
+    if "mfu" in measured:   # the source's own convention, scaled by the step-time ratio
+        predicted["mfu"] = measured["mfu"] * target / step
+    if "tflops_per_gpu" in measured:
+        predicted["tflops_per_gpu"] = measured["tflops_per_gpu"] * target / step
+    if "memory_GiB" in measured:
+        predicted["memory_GiB"] = result.peak_memory_bytes_max / 2**30
+    return CaseResult(predicted_step_time_s=step, error=step / target - 1.0, predicted=predicted, **common)
+
+
+def load_cases(path: str | Path | None = None) -> tuple[list[dict], Path]:
+    path = Path(path) if path else bundled_cases_path()
+    data = load_yaml(path)
+    if not isinstance(data, list):
+        raise InputError("a cases file is a YAML list of cases (id, scenario, measured, target_step_time_s)",
+                         file=str(path))
+    for i, case in enumerate(data):
+        for key in ("id", "scenario", "target_step_time_s"):
+            if not isinstance(case, dict) or key not in case:
+                raise InputError(f"case {i} lacks '{key}'", file=str(path), line=getattr(case, "line", None))
+    return data, path.resolve().parent
+
+
+def validate(path: str | Path | None = None, *, only: str | None = None, progress=None) -> list[CaseResult]:
+    cases, base = load_cases(path)
+    out = []
+    for case in cases:
+        if only and only not in case["id"]:
+            continue
+        out.append(run_case(case, base))
+        if progress:
+            progress()
+    return out
