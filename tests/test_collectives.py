@@ -1,0 +1,149 @@
+"""Ring collectives on the cluster graph and link sharing in the fluid network (issue 3, deliverable 3).
+
+Expected times are the alpha-beta cost of ring algorithms (Thakur, Rabenseifner and Gropp 2005,
+"Optimization of Collective Communication Operations in MPICH", Sec. 4; NCCL's bus-bandwidth
+convention): on n GPUs with per-step latency alpha and link bandwidth B, an all-reduce of S bytes
+takes 2(n-1)/n x S/B + 2(n-1) alpha, an all-gather or reduce-scatter (n-1)/n x S/B + (n-1) alpha.
+The fixtures use efficiency 1, so B is the file's bandwidth.
+"""
+
+from __future__ import annotations
+
+import pytest
+import simpy
+
+from simtrain.collectives import collective_phases, p2p_phase, phase_time_alone
+from simtrain.fluid import FluidNetwork
+from simtrain.hardware import load_hardware
+from simtrain.topology import build_cluster
+
+from conftest import DATA, hardware_variant, make_scenario
+
+STAR_B = 100e9          # core_star8.yaml: 100 GB/s per direction
+STAR_ALPHA = 2e-6       # GPU -> switch -> GPU: two 1 us hops
+
+
+def _cluster(path):
+    return build_cluster(load_hardware(str(path), base_dir=DATA, file="test.yaml")[0])
+
+
+@pytest.fixture(scope="module")
+def star():
+    return _cluster(DATA / "core_star8.yaml")
+
+
+def _run_fluid(cluster, jobs):
+    """Run lists of phases concurrently in a bare simpy env; returns each job's finish time."""
+    env = simpy.Environment()
+    net = FluidNetwork(env, {link: cluster.bandwidth(link) for link in cluster.graph.edges})
+    done = {}
+
+    def job(name, phases):
+        for phase in phases:
+            yield from net.run_phase(phase)
+        done[name] = env.now
+
+    for name, phases in jobs.items():
+        env.process(job(name, phases))
+    env.run()
+    return done
+
+
+@pytest.mark.parametrize("n", [2, 4, 8])
+@pytest.mark.parametrize("size", [1e6, 1e9])
+def test_ring_all_reduce_alpha_beta(star, n, size):
+    """Ring all-reduce of S bytes on n GPUs, uniform links: 2(n-1)/n x S/B + 2(n-1) alpha, exactly."""
+    expected = 2 * (n - 1) / n * size / STAR_B + 2 * (n - 1) * STAR_ALPHA
+    phases = collective_phases("all_reduce", size, [list(range(n))], star)
+    assert sum(phase_time_alone(p, star) for p in phases) == pytest.approx(expected, rel=1e-12)
+    assert _run_fluid(star, {"ar": phases})["ar"] == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["all_gather", "reduce_scatter"])
+@pytest.mark.parametrize("n", [2, 8])
+def test_ring_all_gather_reduce_scatter_alpha_beta(star, kind, n):
+    """All-gather / reduce-scatter of S bytes on n GPUs: (n-1)/n x S/B + (n-1) alpha."""
+    size = 256e6
+    expected = (n - 1) / n * size / STAR_B + (n - 1) * STAR_ALPHA
+    phases = collective_phases(kind, size, [list(range(n))], star)
+    assert sum(phase_time_alone(p, star) for p in phases) == pytest.approx(expected, rel=1e-12)
+    assert _run_fluid(star, {"c": phases})["c"] == pytest.approx(expected, rel=1e-12)
+
+
+def test_single_member_collective_is_free(star):
+    """A group of one GPU communicates nothing."""
+    assert collective_phases("all_reduce", 1e9, [[3]], star) == []
+
+
+def test_two_transfers_sharing_a_link_take_twice_as_long(star):
+    """Two sends out of gpu0 share its uplink: each moves at B/2, so its transfer time doubles."""
+    size = 1e9
+    alone = _run_fluid(star, {"a": [p2p_phase(size, [(0, 1)], star)]})["a"]
+    assert alone == pytest.approx(STAR_ALPHA + size / STAR_B, rel=1e-12)
+    both = _run_fluid(star, {"a": [p2p_phase(size, [(0, 1)], star)], "b": [p2p_phase(size, [(0, 2)], star)]})
+    assert both["a"] == pytest.approx(STAR_ALPHA + 2 * size / STAR_B, rel=1e-12)
+    assert both["b"] == pytest.approx(STAR_ALPHA + 2 * size / STAR_B, rel=1e-12)
+
+
+def test_disjoint_transfers_do_not_slow_each_other(star):
+    """Sends on disjoint links (0->1, 2->3) each run at the full link rate."""
+    size = 1e9
+    both = _run_fluid(star, {"a": [p2p_phase(size, [(0, 1)], star)], "b": [p2p_phase(size, [(2, 3)], star)]})
+    assert both["a"] == both["b"] == pytest.approx(STAR_ALPHA + size / STAR_B, rel=1e-12)
+
+
+def test_flow_speeds_up_when_the_other_finishes(star):
+    """Sharing a link, a 1 GB and a 3 GB send end at 2 GB/B and (1+3) GB/B: rates are recomputed."""
+    done = _run_fluid(star, {"short": [p2p_phase(1e9, [(0, 1)], star)], "long": [p2p_phase(3e9, [(0, 2)], star)]})
+    assert done["short"] == pytest.approx(STAR_ALPHA + 2e9 / STAR_B, rel=1e-12)
+    assert done["long"] == pytest.approx(STAR_ALPHA + 4e9 / STAR_B, rel=1e-12)
+
+
+# --- two nodes: hierarchical all-reduce and NIC sharing -------------------------------------------
+# core_two_nodes.yaml: 2 nodes x 4 GPUs; NVSwitch 100 GB/s, 2 us GPU-to-GPU; 4 NICs/node at 25 GB/s,
+# 10 us NIC-to-NIC through one switch; GPU-NIC PCIe unlimited.
+INTRA_B, INTRA_ALPHA = 100e9, 2e-6
+NIC_B, NET_ALPHA = 25e9, 10e-6
+
+
+def test_hierarchical_all_reduce_is_the_sum_of_its_phases():
+    """8 GPUs on 2 nodes: reduce-scatter in node, all-reduce of S/4 across nodes on 4 rings, all-gather in node."""
+    cluster = _cluster(DATA / "core_two_nodes.yaml")
+    size = 400e6
+    rs_intra = 3 / 4 * size / INTRA_B + 3 * INTRA_ALPHA
+    ar_inter = 2 * 1 / 2 * (size / 4) / NIC_B + 2 * 1 * NET_ALPHA   # rings of 2 (one GPU per node), S/4 each
+    ag_intra = 3 / 4 * size / INTRA_B + 3 * INTRA_ALPHA
+    phases = collective_phases("all_reduce", size, [list(range(8))], cluster)
+    assert len(phases) == 3
+    times = [phase_time_alone(p, cluster) for p in phases]
+    assert times == pytest.approx([rs_intra, ar_inter, ag_intra], rel=1e-12)
+    assert _run_fluid(cluster, {"ar": phases})["ar"] == pytest.approx(rs_intra + ar_inter + ag_intra, rel=1e-12)
+
+
+def test_concurrent_rings_share_a_nic(tmp_path):
+    """Two DP rings whose GPUs share one NIC each get half of it (2 NICs for 4 GPUs per node)."""
+    path = hardware_variant(tmp_path, {"inter_node.nics_per_node": 2}, base=DATA / "core_two_nodes.yaml")
+    cluster = _cluster(path)
+    size = 100e6
+    # rings {0,4} and {1,5}: GPUs 0 and 1 both use NIC 0 of their node
+    phases = collective_phases("all_reduce", size, [[0, 4], [1, 5]], cluster)
+    expected = 2 * 1 / 2 * size / (NIC_B / 2) + 2 * NET_ALPHA
+    assert sum(phase_time_alone(p, cluster) for p in phases) == pytest.approx(expected, rel=1e-12)
+    alone = collective_phases("all_reduce", size, [[0, 4]], cluster)
+    assert sum(phase_time_alone(p, cluster) for p in alone) == pytest.approx(size / NIC_B + 2 * NET_ALPHA, rel=1e-12)
+
+
+@pytest.mark.parametrize("sequence_parallel", [False, True])
+def test_tp_layer_communication_is_two_all_reduces(sequence_parallel):
+    """Megatron TP: 2 all-reduces of the b x s x h activations per layer pass (or 2 all-gathers + 2
+    reduce-scatters with sequence parallelism, the same bytes: Korthikanti et al. 2022, Sec. 4.2.2)."""
+    from simtrain.plan import build_plan
+
+    s = make_scenario(hardware=DATA / "core_two_nodes.yaml", nodes=None,
+                      model={"layers": 2, "hidden": 1024, "heads": 16, "ffn_hidden": 4096, "vocab": 64},
+                      training={"seq_len": 2048, "global_batch": 2, "micro_batch": 1},
+                      parallel={"tp": 4, "dp": 2, "sequence_parallel": sequence_parallel})
+    size = 1 * 2048 * 1024 * 2                    # b s h in bf16
+    n = 4
+    all_reduce = 2 * (n - 1) / n * size / INTRA_B + 2 * (n - 1) * INTRA_ALPHA
+    assert build_plan(s).chunks[0].tp_fwd_layer == pytest.approx(2 * all_reduce, rel=1e-12)
