@@ -1,0 +1,123 @@
+"""Per-operation cost functions checked against hand calculations (issue 6, item 7)."""
+
+import math
+
+import pytest
+
+from simtrain import costs
+from simtrain.hardware import ComputeModel, GpuSpec
+
+PEAK = 100e12        # FLOP/s, round numbers so the hand calculations below are easy to follow
+HBM = 1e12           # bytes/s
+
+
+def device(**compute) -> costs.Device:
+    gpu = GpuSpec(name="test", memory="80 GB", memory_bandwidth=HBM, peak_flops={"bf16": PEAK})
+    return costs.Device(gpu=gpu, compute=ComputeModel(**compute), dtype="bf16")
+
+
+def test_large_gemm_is_flops_over_peak_times_efficiency_plus_overhead():
+    """A compute-bound GEMM takes 2MNK / (peak x efficiency) + one launch overhead."""
+    dev = device(gemm_efficiency=0.8, kernel_overhead=2e-6)
+    m = n = k = 8192
+    expected = 2 * 8192**3 / (100e12 * 0.8) + 2e-6          # 1.37439e-2 s + 2 us
+    assert dev.gemm_time(m, n, k) == pytest.approx(expected, rel=1e-12)
+
+
+def test_skinny_gemm_is_memory_bound():
+    """With K = 8 a GEMM is bound by HBM: bytes (2 per element of A, B and C) / (bandwidth x efficiency)."""
+    dev = device(memory_efficiency=0.5)
+    m, n, k = 65536, 65536, 8
+    nbytes = 2 * (m * k + k * n + m * n)                      # 8.59e9 bytes, dominated by C
+    assert dev.gemm_time(m, n, k) == pytest.approx(nbytes / (1e12 * 0.5), rel=1e-12)
+
+
+def test_gemm_curve_hits_its_points_and_interpolates_in_log_size():
+    """A measured curve is reproduced at its points and is linear in log(size) between them."""
+    dev = device(gemm_curve=[[1024, 0.2], [4096, 0.8]])
+    assert dev.gemm_efficiency(1024, 1024, 1024) == pytest.approx(0.2)
+    assert dev.gemm_efficiency(4096, 4096, 4096) == pytest.approx(0.8)
+    # 2048 is half-way between 1024 and 4096 in log2: 0.2 + 0.5 x 0.6 = 0.5
+    assert dev.gemm_efficiency(2048, 2048, 2048) == pytest.approx(0.5)
+    assert dev.gemm_efficiency(16384, 16384, 16384) == pytest.approx(0.8)   # flat beyond the last point
+
+
+def test_parametric_gemm_curve_is_half_at_half_size():
+    """eff = best x g^3 / (g^3 + g_half^3): exactly half of the best at g = g_half."""
+    dev = device(gemm_efficiency=0.8, gemm_half_size=1500)
+    assert dev.gemm_efficiency(1500, 1500, 1500) == pytest.approx(0.4)
+
+
+def gpt_shape(h=12288, s=2048, b=1, t=1, flash=True):
+    return costs.LayerShape(tokens=b * s, seq=s, batch=b, hidden=h, ffn=4 * h, heads=96, kv_width=h,
+                            mlp_matrices=2, tp=t, sequence_parallel=False, flash=flash)
+
+
+def test_gpt_layer_forward_flops_match_narayanan_eq():
+    """A GPT layer's forward is 24 b s h^2 + 4 b s^2 h FLOP (Narayanan et al. 2021, Sec. 5.1 derivation)."""
+    sh = gpt_shape()
+    lc = costs.layer_cost(sh, device(), "none")
+    b, s, h = 1, 2048, 12288
+    assert lc.model_flops == pytest.approx(24 * b * s * h**2 + 4 * b * s**2 * h, rel=1e-12)
+
+
+def test_tensor_parallel_splits_the_gemms():
+    """With TP = 8 each rank does 1/8 of the layer's FLOP (Megatron column/row split)."""
+    full = costs.layer_cost(gpt_shape(t=1), device(), "none").model_flops
+    shard = costs.layer_cost(gpt_shape(t=8), device(), "none").model_flops
+    assert shard == pytest.approx(full / 8, rel=1e-12)
+
+
+def test_backward_gemms_take_twice_the_forward():
+    """Backward runs two GEMMs (data and weight gradient) per forward GEMM: 2x the time at flat efficiency."""
+    sh = gpt_shape()
+    dev = device(gemm_efficiency=0.5)
+    fwd = sum(dev.gemm_time(*g) for g in costs.gemm_shapes(sh))
+    bwd = sum(dev.gemm_time(m, k, n) + dev.gemm_time(k, n, m) for m, n, k in costs.gemm_shapes(sh))
+    assert bwd == pytest.approx(2 * fwd, rel=1e-12)
+
+
+def test_flash_attention_executes_half_the_causal_flops():
+    """Causal flash attention runs 4bs^2h/2 FLOP forward and 2.5x that backward (Dao 2023)."""
+    dev = device(attention_efficiency=0.5)
+    sh = gpt_shape(h=4096, s=4096)
+    executed = 4 * 1 * 4096**2 * 4096 / 2
+    assert dev.attention_time(executed, 4096) == pytest.approx(executed / (100e12 * 0.5), rel=1e-12)
+    # the attention curve: best x s / (s + s_half): at s = s_half it is half the best
+    dev2 = device(attention_efficiency=0.6, attention_half_seq=1024)
+    assert dev2.attention_efficiency(1024) == pytest.approx(0.3)
+    assert costs.attention_flops(sh) == pytest.approx(4 * 4096**2 * 4096)
+
+
+def test_full_recompute_repeats_the_forward_and_selective_only_attention():
+    """Full recompute adds one forward; selective adds only the attention core (Korthikanti et al. 2022)."""
+    sh = gpt_shape(flash=True)
+    dev = device(gemm_efficiency=0.7, attention_efficiency=0.4)
+    none = costs.layer_cost(sh, dev, "none")
+    full = costs.layer_cost(sh, dev, "full")
+    sel = costs.layer_cost(sh, dev, "selective")
+    assert full.recompute == pytest.approx(none.forward)
+    executed = costs.attention_flops(sh) / 2
+    assert sel.recompute == pytest.approx(executed / (100e12 * 0.4))
+    assert full.hardware_flops == pytest.approx(4 * none.model_flops)   # HFU counts 4 forwards (PaLM App. B)
+
+
+def test_adam_step_moves_28_bytes_per_parameter():
+    """Mixed-precision Adam reads 14 B and writes 14 B per local parameter: memory-bound."""
+    dev = device(memory_efficiency=0.8)
+    assert costs.optimizer_time(1e9, "adam", dev) == pytest.approx(28e9 / (1e12 * 0.8), rel=1e-12)
+
+
+def test_mfu_flops_per_token_match_narayanan_eq3_without_recompute():
+    """6N + 12Lhs per token equals 72 l h^2 (1 + s/6h + V/12lh) (Narayanan et al. 2021 Eq. 3, no recompute)
+    up to GPT's biases and norms (< 0.1%)."""
+    from simtrain import scenario_from_dict
+    from simtrain.plan import model_flops_per_token
+
+    sc = scenario_from_dict({"hardware": "dgx-a100", "nodes": 128, "model": "gpt3-175b",
+                             "training": {"seq_len": 2048, "global_batch": 1024},
+                             "parallel": {"dp": 16, "tp": 8, "pp": 8}})
+    l, h, s, v = 96, 12288, 2048, 50257
+    eq3 = 72 * l * h**2 * (1 + s / (6 * h) + v / (12 * l * h))
+    assert model_flops_per_token(sc) == pytest.approx(eq3, rel=1e-3)
+    assert not math.isclose(model_flops_per_token(sc), eq3, rel_tol=1e-9)   # biases/norms do count a little

@@ -1,0 +1,79 @@
+"""`simtrain validate` on the bundled published runs (issue 6)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from simtrain import validate as v
+
+
+@pytest.fixture(scope="module")
+def results():
+    return v.validate()
+
+
+def test_bundled_cases_keep_every_source_line():
+    """The bundled cases are the shared dev cases, every case with its source."""
+    cases, _ = v.load_cases()
+    assert len(cases) >= 90
+    assert all(str(c.get("source", "")).strip() for c in cases)
+
+
+def test_every_case_simulates(results):
+    """Each bundled case is a valid scenario that simulates (none fails)."""
+    assert [r.id for r in results if r.failure] == []
+
+
+def test_error_is_prediction_over_measurement_minus_one(results):
+    """error = predicted / measured - 1, so its sign says too fast (< 0) or too slow (> 0)."""
+    r = results[0]
+    assert r.error == pytest.approx(r.predicted_step_time_s / r.target_step_time_s - 1)
+
+
+def test_summary_statistics_by_hand():
+    """Mean |error|, worst and bias of three hand-made results."""
+    mk = lambda i, e: v.CaseResult(id=str(i), source="s", gate=True, config="", target_step_time_s=1.0,  # noqa: E731
+                                   predicted_step_time_s=1 + e, error=e)
+    s = v.summarize([mk(1, -0.10), mk(2, 0.02), mk(3, -0.04)])
+    assert s.mean_abs_error == pytest.approx(0.16 / 3)
+    assert s.worst_abs_error == pytest.approx(0.10) and s.worst_case == "1"
+    assert s.bias == pytest.approx(-0.04)
+    assert s.within_10pct == 3
+
+
+# Regression guard: the errors measured when this test was written (2026-11-29): gated mean 21.4 %,
+# worst 40.7 %; A100 Megatron-LM cases mean 8.7 %. A change that makes them worse fails here.
+def test_gated_error_does_not_regress(results):
+    """Gated mean |error| stays at or below 22% and the worst at or below 42% (today's state)."""
+    s = v.summarize([r for r in results if r.gate])
+    assert s.mean_abs_error <= 0.22
+    assert s.worst_abs_error <= 0.42
+
+
+def test_megatron_a100_cases_stay_within_17_percent(results):
+    """The Megatron-LM A100 PTD-P runs (Narayanan et al. 2021 Table 1) stay within 17% each."""
+    sel = [r for r in results if r.id.startswith("narayanan21_t1")]
+    assert len(sel) == 10
+    assert max(abs(r.error) for r in sel) <= 0.17
+
+
+@pytest.mark.xfail(strict=True, reason="fidelity targets not met yet: H100 FSDP cases are predicted 14-41% too "
+                                       "fast (see the issue note and docs/model.md, limitations)")
+def test_targets_met(results):
+    """Issue target: gated mean |error| <= 5% and every gated case within 10%."""
+    s = v.summarize([r for r in results if r.gate])
+    assert s.mean_abs_error <= v.TARGET_MEAN and s.worst_abs_error <= v.TARGET_WORST
+
+
+def test_cli_json(tmp_path):
+    """`simtrain validate --only ... --json` writes summaries and per-case results."""
+    out = tmp_path / "v.json"
+    proc = subprocess.run([sys.executable, "-c", "from simtrain.cli import main; main()", "validate", "--only",
+                           "narayanan21_t1_1.7B", "--json", str(out)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    assert data["cases"][0]["id"] == "narayanan21_t1_1.7B"
+    assert "assumed by the case" in proc.stdout
+    assert data["targets"]["mean"] == 0.05
