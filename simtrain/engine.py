@@ -49,6 +49,7 @@ class Lane:
     chains: dict = field(default_factory=dict)
     counters: dict = field(default_factory=dict)
     comm_busy: int = 0
+    comm_factors: dict = field(default_factory=dict)   # overlap slowdown -> collectives in flight
     busy: dict = field(default_factory=lambda: {"compute": 0.0, "tp": 0.0, "pp": 0.0, "dp": 0.0})
     exposed: dict = field(default_factory=lambda: {"tp": 0.0, "pp": 0.0, "dp": 0.0})
     bubble: float = 0.0
@@ -126,6 +127,7 @@ class Engine:
         est_records = lanes_n * sum(len(o) for o in plan.schedule) / self.pp * per_lane_layers * 2
         self.layer_detail = est_records <= detail_limit
         self.events = 0
+        self._factor_cache: dict = {}
 
     # --- lanes ---------------------------------------------------------------
     def _make_lanes(self) -> list[Lane]:
@@ -187,7 +189,9 @@ class Engine:
         count = lane.counters.get(chain, 0)
         lane.counters[chain] = count + 1
         key = (chain, lane.rank, count)
+        factor = self._overlap_factor(phases)
         lane.comm_busy += 1   # queued or running: the lane's comm stream is busy until it is done
+        lane.comm_factors[factor] = lane.comm_factors.get(factor, 0) + 1
 
         def proc():
             if prev is not None and not prev.processed:
@@ -204,11 +208,24 @@ class Engine:
             yield rv.started
             yield rv.done
             lane.comm_busy -= 1
+            lane.comm_factors[factor] -= 1
             self._record(lane, "dp", kind, rv.start_time, env.now, mb, vstage, lo, hi, nbytes)
             done.succeed()
 
         env.process(proc())
         return done
+
+    def _overlap_factor(self, phases) -> float:
+        """The compute slowdown of the fabric a collective uses (network if any of its links is one)."""
+        # phases' link tuples come from ring shapes cached (and kept alive) by the plan
+        key = tuple(id(ph.links) for ph in phases)
+        hit = self._factor_cache.get(key)
+        if hit is None:
+            cluster = self.sc.cluster
+            crosses = any(cluster._link(link)[2] == "network" for ph in phases for link, _ in ph.links)
+            hit = self.sc.hardware.overlap_slowdown(crosses)
+            self._factor_cache[key] = hit
+        return hit
 
     def _run_phases(self, phases, done):
         for phase in phases:
@@ -278,7 +295,7 @@ class Engine:
         if stream == "compute":
             sec *= self._factor(lane)
             if lane.comm_busy:
-                sec *= self.sc.hardware.compute.overlap_slowdown
+                sec *= max(f for f, n in lane.comm_factors.items() if n > 0)
         elif stream == "tp":
             lane.exposed["tp"] += sec
         if sec <= 0:

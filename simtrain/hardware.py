@@ -14,10 +14,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, PositiveInt, model_validator
 
-from simtrain.errors import InputError, allowed, suggest
+from simtrain.errors import InputError, allowed, display_path, suggest
 from simtrain.quantity import Bandwidth, Bytes, BytesOrZero, Flops, Fraction, Number, PositiveNumber, Seconds, Watts
 from simtrain.schema import Closed, validate
-from simtrain.yamlio import load_yaml
+from simtrain.yamlio import load_yaml, looks_like_path, reference_path
 
 #: the repository's hardware/ folder (a checkout or an editable install) ...
 _REPO_HARDWARE = Path(__file__).resolve().parent.parent / "hardware"
@@ -67,6 +67,9 @@ class IntraNode(Closed):
     bandwidth: Bandwidth = Field(description="per GPU, per direction")
     latency: Seconds = Field(description="per message, GPU to GPU")
     efficiency: Fraction = Field(1.0, description="fraction of link rate NCCL reaches for large messages")
+    overlap_slowdown: PositiveNumber | None = Field(
+        None, description="compute slows by this factor while a collective on this fabric runs; "
+                          "default compute.overlap_slowdown")
 
 
 class InterNode(Closed):
@@ -80,6 +83,9 @@ class InterNode(Closed):
     oversubscription: PositiveNumber = Field(1.0, description="fat-tree leaf downlink:uplink ratio; 1 = non-blocking")
     nodes_per_leaf: PositiveInt = Field(4, description="fat-tree: nodes under one leaf switch")
     pcie_bandwidth: Bandwidth | None = Field(None, description="GPU <-> NIC link per direction; default unlimited")
+    overlap_slowdown: PositiveNumber | None = Field(
+        None, description="compute slows by this factor while a collective crossing the network runs; "
+                          "default compute.overlap_slowdown")
 
 
 def _curve(value: object) -> tuple[tuple[float, float], ...]:
@@ -192,22 +198,35 @@ class HardwareSpec(Closed):
     def explicit(self) -> bool:
         return self.devices is not None
 
+    def overlap_slowdown(self, crosses_network: bool) -> float:
+        """Compute slowdown while a collective runs, by the fabric it uses (issue 6, overlap realism)."""
+        fabric = self.inter_node if crosses_network else self.intra_node
+        own = getattr(fabric, "overlap_slowdown", None) if fabric is not None else None
+        return own if own is not None else self.compute.overlap_slowdown
+
 
 def load_hardware(ref: Any, *, base_dir: Path, file: str | None, field: str = "hardware") -> tuple[HardwareSpec, str]:
-    """Resolve ``hardware:`` (bundled name or path) to a spec and the file it came from."""
-    if not isinstance(ref, str) or not ref:
+    """Resolve ``hardware:`` (bundled name or path) to a spec and the file it came from.
+
+    A path is the user's own, resolved against ``base_dir`` (the scenario's folder); it must be an
+    existing ``.yaml``/``.yml`` file. Errors inside the file name that file and its line.
+    """
+    if not isinstance(ref, str) or not ref.strip():
         raise InputError(f"{ref!r} is not a hardware name or file path", file=file, field=field)
     names = bundled_hardware_names()
     if ref in names:
         path = bundled_hardware_dir() / f"{ref}.yaml"
-    elif ref.endswith((".yaml", ".yml")) or "/" in ref:
-        path = (base_dir / ref).resolve()
-        if not path.is_file():
-            raise InputError(f"hardware file '{ref}' does not exist (looked at {path})", file=file, field=field)
+    elif looks_like_path(ref, base_dir=base_dir, suffixes=(".yaml", ".yml")):
+        try:
+            path = reference_path(ref, base_dir=base_dir, what="hardware", suffixes=(".yaml", ".yml"))
+        except InputError as err:
+            raise err.located(file=file, field=field) from None
     else:
         raise InputError(f"unknown hardware '{ref}'{suggest(ref, names)} ({allowed(names)}; or a path to a YAML file)",
                          file=file, field=field)
     data = load_yaml(path)
+    shown = display_path(path)
     if not isinstance(data, dict):
-        raise InputError("a hardware file must hold a mapping", file=str(path))
-    return validate(HardwareSpec, data, file=str(path)), str(path)
+        raise InputError("a hardware file must hold a mapping (name, gpu, intra_node, ...)", file=shown,
+                         line=getattr(data, "line", 1))
+    return validate(HardwareSpec, data, file=shown), str(path)
