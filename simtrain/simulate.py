@@ -15,10 +15,17 @@ from simtrain.result import DEVICE_LIST_LIMIT, DeviceResult, Result, StageSummar
 from simtrain.scenario import Scenario
 
 
+MFU_DEFINITION = ("MFU = (6 N + 12 L h s) x tokens / (step time x GPUs x peak FLOP/s), N = layer weights + output "
+                  "projection (Narayanan et al. 2021 Eq. 3 without recompute; PaLM App. B); HFU adds recomputed work")
+
+
 def _config(s: Scenario) -> dict:
+    crosses = placement_of(s).crosses_nodes()
     return {"hardware": s.hardware.name, "gpu": s.hardware.gpu.name, "nodes": s.nodes,
             "gpus_per_node": s.gpus_per_node, "model": s.model.name, "training": s.training.model_dump(),
-            "parallel": s.parallel.model_dump()}
+            "parallel": s.parallel.model_dump(),
+            "placement": {f"{kind}_group_crosses_nodes": value for kind, value in crosses.items()},
+            "mfu_definition": MFU_DEFINITION}
 
 
 def _memory_with_activations(stage: StageMemory, act_peak: float | None, frag: float) -> dict[str, float]:

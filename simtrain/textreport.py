@@ -65,6 +65,10 @@ def run_text(result: Result) -> str:
     for st in result.stages:
         lines.append(f"{st.pp:>5} {st.layers:>6} {format_time(st.compute_s):>10} {format_time(st.bubble_s):>10} "
                      f"{format_bytes(st.peak_memory_bytes):>10} {_pct(st.peak_memory_bytes / result.capacity_bytes):>7}")
+    place = c.get("placement", {})
+    if place:
+        lines += ["", "placement        " + ", ".join(
+            f"{k.split('_')[0].upper()} groups {'cross nodes' if v else 'within a node'}" for k, v in place.items())]
     lines += [""] + verdict(result)
     lines += [f"warning: {w}" for w in result.warnings]
     lines.append(f"({result.fidelity} simulation, {result.events:,} events)")
