@@ -167,3 +167,13 @@ def test_set_override_is_validated_like_the_file(tmp_path, capsys):
     assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert f"error: {path}" in err
     assert "training.global_batch: 15 is not divisible by micro_batch x dp = 1 x 2 = 2" in err
+
+
+def test_bundled_article_layout_has_16_accumulation_steps(repo):
+    """The bundled 64-GPU DP=8 x PP=4 x TP=2 scenario (reference article rule 12) runs 16 micro-batches of 4."""
+    path = repo / "scenarios" / "dp8_pp4_tp2.yaml"
+    if not path.exists():
+        pytest.skip("scenarios/dp8_pp4_tp2.yaml not written yet")
+    s = load_scenario(path)
+    assert (s.gpus, s.parallel.dp, s.parallel.pp, s.parallel.tp) == (64, 8, 4, 2)
+    assert (s.training.global_batch, s.training.micro_batch, s.microbatches) == (512, 4, 16)
