@@ -51,11 +51,11 @@ class Placement:
         return len({self.node(r) for r in group}) > 1
 
     def crosses_nodes(self) -> dict[str, bool]:
-        """For each group kind: does (the first) group of that kind span more than one node?"""
+        """For each group kind: does any group of that kind span more than one node?"""
         return {
-            "tp": self._spans(self.tp_group(0, 0)),
-            "dp": self._spans(self.dp_group(0, 0)),
-            "pp": self._spans(self.pp_group(0, 0)),
+            "tp": any(self._spans(self.tp_group(d, p)) for d in range(self.dp) for p in range(self.pp)),
+            "dp": any(self._spans(self.dp_group(t, p)) for t in range(self.tp) for p in range(self.pp)),
+            "pp": any(self._spans(self.pp_group(d, t)) for d in range(self.dp) for t in range(self.tp)),
         }
 
 

@@ -182,10 +182,12 @@ def build_plan(scenario: Scenario) -> Plan:
 
 def model_flops_per_token(scenario: Scenario) -> float:
     """Model FLOP per token for MFU: 6 N + 12 L h s (Narayanan et al. 2021 Eq. 3 without the
-    recompute term; PaLM, Chowdhery et al. 2022, App. B), with N the parameters that take part in
-    matrix multiplies: every layer's weights and the output projection (vocab x h)."""
+    recompute term; PaLM, Chowdhery et al. 2022, App. B), with N the weights of the matrix
+    multiplies: every layer's QKV, output, MLP matrices and the output projection (vocab x h).
+    Norm weights and biases do no matrix multiply and are left out."""
     m = scenario.model
-    n_matmul = m.layers * m.params_per_layer + m.vocab * m.hidden
+    h, kv, f = m.hidden, m.kv_width, m.ffn_hidden
+    n_matmul = m.layers * (h * (h + 2 * kv) + h * h + m.mlp_matrices * h * f) + m.vocab * h
     return 6.0 * n_matmul + 12.0 * m.layers * m.hidden * scenario.training.seq_len
 
 

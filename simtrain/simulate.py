@@ -129,8 +129,11 @@ def simulate(scenario: Scenario, *, fidelity: str | None = None, seed: int | Non
         stage = rep.stages[lane.rank]
         mem = _memory_with_activations(stage, lane.act_peak, frag)
         util = lane.busy["compute"] / step if step > 0 else 0.0
-        busy[(lane.dp, lane.rank)] = (dict(lane.busy), util, lane.bubble, mem)
-        bubbles.append(lane.bubble / step if step > 0 else 0.0)
+        # waits on pipeline receives, plus the idle tail after the lane's last work while later
+        # stages drain (stage k idles k x t_b at the end of 1F1B: Narayanan et al. 2021 Sec. 2.2.1)
+        bubble = lane.bubble + (step - lane.end)
+        busy[(lane.dp, lane.rank)] = (dict(lane.busy), util, bubble, mem)
+        bubbles.append(bubble / step if step > 0 else 0.0)
     per_stage_mem = []
     stages = []
     for p in range(s.parallel.pp):
@@ -140,7 +143,8 @@ def simulate(scenario: Scenario, *, fidelity: str | None = None, seed: int | Non
         per_stage_mem.append(mem)
         stages.append(StageSummary(pp=p, layers=rep.stages[p].layers,
                                    compute_s=max(ln.busy["compute"] for ln in lanes),
-                                   bubble_s=max(ln.bubble for ln in lanes), peak_memory_bytes=sum(mem.values()),
+                                   bubble_s=max(ln.bubble + (step - ln.end) for ln in lanes),
+                                   peak_memory_bytes=sum(mem.values()),
                                    memory=mem))
     peak = max(st.peak_memory_bytes for st in stages)
     fits = peak <= rep.capacity

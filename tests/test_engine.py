@@ -72,9 +72,6 @@ def test_compute_utilization_is_m_over_m_plus_p_minus_1(schedule, p, m):
         assert dev.compute_utilization == pytest.approx(m / (m + p - 1), rel=1e-3)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: engine.Lane.bubble counts only waits for a pipeline receive, not a "
-                                       "stage's drain idle after its last backward (k t_b on stage k), so the mean "
-                                       "is (p-1)(t_f + t_b/2)/T instead of (p-1)(t_f + t_b)/T (2/3 of it here)")
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
 @pytest.mark.parametrize(("p", "m"), [(4, 4), (4, 8)])
 def test_bubble_fraction_is_p_minus_1_over_m_plus_p_minus_1(schedule, p, m):
@@ -257,8 +254,6 @@ def test_hfu_with_full_recompute_follows_equation_3():
     assert r.hfu == pytest.approx(flops / (r.step_time_s * 4 * 1000e12), rel=2e-3)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: plan.model_flops_per_token counts norm weights in 6N (params_per_layer) "
-                                       "while hardware_flops counts only GEMM and attention FLOP, so HFU < MFU")
 def test_hfu_never_below_mfu():
     """HFU counts every executed FLOP, MFU only the model's: HFU >= MFU (Chowdhery et al. 2022, App. B)."""
     r = simulate(load_scenario(PP4_DP4))

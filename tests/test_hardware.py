@@ -73,8 +73,6 @@ def test_every_number_in_a_bundled_file_has_a_source(name):
     assert [p for p in _unsourced(data) if p != "inter_node.oversubscription"] == []
 
 
-@pytest.mark.xfail(strict=True, reason="bug: hardware/*.yaml give inter_node.oversubscription as a bare number "
-                                       "without a source (issue 2: every number carries a source)")
 @pytest.mark.parametrize("name", BUNDLED)
 def test_oversubscription_has_a_source(name):
     """The fabric's oversubscription ratio is a number from the world too: it needs a source."""

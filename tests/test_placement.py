@@ -71,8 +71,6 @@ def test_crosses_nodes_report(dp, tp, pp, gpn, expected):
     assert Placement(dp=dp, tp=tp, pp=pp, gpus_per_node=gpn).crosses_nodes() == expected
 
 
-@pytest.mark.xfail(strict=True, reason="bug: placement.Placement.crosses_nodes checks only the first group of "
-                                       "each kind; with TP=3 on 4-GPU nodes group [3,4,5] spans nodes 0 and 1")
 def test_crosses_nodes_looks_at_every_group():
     """A kind crosses nodes if any of its groups does, not only the first."""
     pl = Placement(dp=4, tp=3, pp=1, gpus_per_node=4)
