@@ -9,6 +9,7 @@ exit with status 2 instead of a traceback.
 from __future__ import annotations
 
 import difflib
+import os
 from collections.abc import Iterable
 
 
@@ -36,11 +37,21 @@ class InputError(Exception):
         if self.file:
             where = f"{self.file}:{self.line}: " if self.line else f"{self.file}: "
         field = f"{self.field}: " if self.field else ""
-        return f"{where}{field}{self.message}"
+        return one_line(f"{where}{field}{self.message}")
 
 
 class SimulationLimitError(InputError):
-    """The scenario would need more work than the configured bound allows."""
+    """The scenario would need more work than a configured bound allows (``simulation.max_events``,
+    ``simulation.max_gpus``); the message names the estimate and the way out. Exit status 2, like
+    any other input error: the input asks for too much, the program is not broken."""
+
+
+def one_line(text: str) -> str:
+    """Control characters from a file (newlines, tabs, terminal escapes) shown escaped, so a message
+    stays one line and cannot repaint the user's terminal."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
 def suggest(word: str, choices: Iterable[str]) -> str:
@@ -50,4 +61,17 @@ def suggest(word: str, choices: Iterable[str]) -> str:
 
 
 def allowed(choices: Iterable[object]) -> str:
+    """'allowed: a, b, c' for a message that lists the valid choices."""
     return "allowed: " + ", ".join(str(c) for c in choices)
+
+
+def display_path(path: object) -> str:
+    """A file as a person finds it: relative to the working folder when inside it, else as given."""
+    text = str(path)
+    if not os.path.isabs(text):
+        return text
+    try:
+        rel = os.path.relpath(text)
+    except ValueError:          # another drive on Windows
+        return text
+    return text if rel.startswith("..") else rel

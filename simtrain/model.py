@@ -8,16 +8,17 @@ its authors published.
 from __future__ import annotations
 
 import json
+import re
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, PositiveInt, model_validator
+from pydantic import Field, PositiveInt, ValidationInfo, field_validator
 
-from simtrain.errors import InputError, allowed, suggest
+from simtrain.errors import InputError, allowed, display_path, suggest
 from simtrain.schema import Closed, validate
-from simtrain.yamlio import load_yaml
+from simtrain.yamlio import LineDict, load_yaml, looks_like_path, read_text, reference_path
 
 
 class ModelSpec(Closed):
@@ -37,13 +38,23 @@ class ModelSpec(Closed):
         None, description="layernorm has weight+bias (2h), rmsnorm weight only (h); default rmsnorm for swiglu")
     position_embeddings: int = Field(0, ge=0, description="learned position table rows (GPT-3: 2048); 0 for RoPE/ALiBi")
 
-    @model_validator(mode="after")
-    def _check(self) -> "ModelSpec":
-        if self.hidden % self.heads:
-            raise ValueError(f"hidden={self.hidden} is not divisible by heads={self.heads}")
-        if self.kv_heads is not None and self.heads % self.kv_heads:
-            raise ValueError(f"heads={self.heads} is not divisible by kv_heads={self.kv_heads}")
-        return self
+    # Field validators (not one model validator) so that an error names the field and its line.
+    @field_validator("heads")
+    @classmethod
+    def _heads_divide_hidden(cls, heads: int, info: ValidationInfo) -> int:
+        hidden = info.data.get("hidden")
+        if hidden is not None and hidden % heads:
+            raise ValueError(f"hidden={hidden} is not divisible by heads={heads} (head size = hidden / heads)")
+        return heads
+
+    @field_validator("kv_heads")
+    @classmethod
+    def _kv_heads_divide_heads(cls, kv_heads: int | None, info: ValidationInfo) -> int | None:
+        heads = info.data.get("heads")
+        if kv_heads is not None and heads is not None and heads % kv_heads:
+            raise ValueError(f"heads={heads} is not divisible by kv_heads={kv_heads} (each KV head serves "
+                             "heads / kv_heads query heads)")
+        return kv_heads
 
     # --- derived sizes -------------------------------------------------
     @property
@@ -119,55 +130,104 @@ _HF_KEYS = {
 }
 
 
-def from_hf_config(config: dict[str, Any], *, file: str, name: str | None = None) -> ModelSpec:
-    """Map a HuggingFace ``config.json`` (Llama, Mistral, Qwen2, GPT-2 style) to a ModelSpec."""
+def from_hf_config(config: dict[str, Any], *, file: str, name: str | None = None, text: str | None = None) -> ModelSpec:
+    """Map a HuggingFace ``config.json`` (Llama, Mistral, Qwen2, GPT-2 style) to a ModelSpec.
+
+    Errors name the config's own key (``num_attention_heads``) and, given the file ``text``, its line.
+    """
     out: dict[str, Any] = {"name": name or config.get("_name_or_path") or config.get("model_type", "hf-model")}
+    source: dict[str, str] = {}
     for key, ours in _HF_KEYS.items():
         if key in config and config[key] is not None and ours not in out:
             out[ours] = config[key]
+            source[ours] = key
     act = str(config.get("hidden_act", config.get("activation_function", "gelu")))
     gated = config.get("model_type") in {"llama", "mistral", "qwen2", "qwen3", "gemma", "mixtral"} or act == "silu"
     out["mlp"] = "swiglu" if gated else "gelu"
     if "ffn_hidden" not in out and "hidden" in out:
         out["ffn_hidden"] = 4 * out["hidden"]
+        source["ffn_hidden"] = source.get("hidden", "hidden_size")
     if config.get("model_type") in {"gpt2"}:
         out["bias"] = True
         out["position_embeddings"] = config.get("n_positions", 0)
+        source["position_embeddings"] = "n_positions"
         out.setdefault("tied_embeddings", True)
     if config.get("attention_bias") or config.get("mlp_bias"):
         out["bias"] = True
     out.setdefault("tied_embeddings", False)
-    return validate(ModelSpec, out, file=file)
+    try:
+        return validate(ModelSpec, out, file=file)
+    except InputError as err:
+        ours = (err.field or "").split(".")[0]
+        missing = err.message == "is required but missing"
+        hf_key = source.get(ours) or " or ".join(k for k, v in _HF_KEYS.items() if v == ours) or ours
+        message = f"{err.message} (HuggingFace key for simtrain's '{ours}')" if ours else err.message
+        raise InputError(message, file=file, line=None if missing else _json_line(text, source.get(ours)),
+                         field=hf_key if ours else None) from None
+
+
+def _json_line(text: str | None, key: str | None) -> int | None:
+    """Line of the first ``"key":`` in a JSON text (config.json files are flat)."""
+    if not text or not key:
+        return None
+    m = re.search(rf'"{re.escape(key)}"\s*:', text)
+    return text.count("\n", 0, m.start()) + 1 if m else None
+
+
+def _load_hf_json(path: Path) -> ModelSpec:
+    text, shown = read_text(path, "JSON file")
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InputError(f"JSON syntax error, column {err.colno}: {err.msg}", file=shown, line=err.lineno) from None
+    except (ValueError, RecursionError) as err:
+        raise InputError(f"cannot read this JSON: {str(err).split(';')[0]}", file=shown) from None
+    if not isinstance(config, dict):
+        raise InputError("a config.json must hold a JSON object ({...})", file=shown, line=1)
+    name = path.parent.name if path.name == "config.json" else path.stem
+    return from_hf_config(config, file=shown, name=name, text=text)
+
+
+_MODEL_SUFFIXES = (".yaml", ".yml", ".json")
 
 
 def load_model(ref: Any, *, base_dir: Path, file: str | None, field: str = "model", root: Any = None) -> ModelSpec:
-    """Resolve the scenario's ``model:`` value: preset name, file path, or inline mapping."""
+    """Resolve the scenario's ``model:`` value: preset name, file path, or inline mapping.
+
+    A path is the user's own, resolved against ``base_dir`` (the scenario's folder); it must be an
+    existing ``.yaml``/``.yml`` model file or a HuggingFace ``.json`` config. Errors inside the file
+    name that file and its line.
+    """
     if isinstance(ref, dict):
         return validate(ModelSpec, ref, file=file, prefix=field, root=root)
-    if not isinstance(ref, str):
-        raise InputError(f"{ref!r} is neither a preset name, a file path nor a mapping", file=file, field=field)
+    if not isinstance(ref, str) or not ref.strip():
+        shown = "a list" if isinstance(ref, list) else repr(ref)
+        raise InputError(f"{shown} is neither a preset name, a file path nor a mapping", file=file, field=field)
     if ref in preset_names():
         return _load_preset(ref)
-    looks_like_path = ref.endswith((".json", ".yaml", ".yml")) or "/" in ref
-    if not looks_like_path:
+    if not looks_like_path(ref, base_dir=base_dir, suffixes=_MODEL_SUFFIXES):
         raise InputError(f"unknown model preset '{ref}'{suggest(ref, preset_names())} ({allowed(preset_names())}; "
                          "or a path to a model YAML or HuggingFace config.json)", file=file, field=field)
-    path = (base_dir / ref).resolve()
-    if not path.is_file():
-        raise InputError(f"model file '{ref}' does not exist (looked at {path})", file=file, field=field)
-    if path.suffix == ".json":
-        try:
-            config = json.loads(path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise InputError(f"not valid JSON: {err}", file=str(path)) from None
-        if not isinstance(config, dict):
-            raise InputError("a config.json must hold a JSON object", file=str(path))
-        return from_hf_config(config, file=str(path), name=path.parent.name if path.name == "config.json" else path.stem)
+    try:
+        path = reference_path(ref, base_dir=base_dir, what="model", suffixes=_MODEL_SUFFIXES)
+    except InputError as err:
+        raise err.located(file=file, field=field) from None
+    if path.suffix.lower() == ".json":
+        return _load_hf_json(path)
     data = load_yaml(path)
+    shown = display_path(path)
     if not isinstance(data, dict):
-        raise InputError("a model file must hold a mapping of model dimensions", file=str(path))
-    data = dict(data)
-    data.pop("source", None)
-    data.pop("params_published", None)
+        raise InputError("a model file must hold a mapping of model dimensions (layers, hidden, heads, ...)",
+                         file=shown, line=getattr(data, "line", 1))
+    data = _without_notes(data)
     data.setdefault("name", path.stem)
-    return validate(ModelSpec, data, file=str(path))
+    return validate(ModelSpec, data, file=shown)
+
+
+def _without_notes(data: LineDict) -> LineDict:
+    """A copy without the documentation keys a model file may carry (``source``, ``params_published``);
+    it keeps the key lines, so errors still point at the file's lines."""
+    out = LineDict((k, v) for k, v in data.items() if k not in ("source", "params_published"))
+    out.key_lines = dict(data.key_lines)
+    out.line = data.line
+    return out

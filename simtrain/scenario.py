@@ -17,13 +17,13 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, PositiveInt
 
-from simtrain.errors import InputError, allowed, suggest
+from simtrain.errors import InputError, SimulationLimitError, allowed, display_path, suggest
 from simtrain.hardware import HardwareSpec, load_hardware
 from simtrain.model import ModelSpec, load_model
 from simtrain.quantity import Bytes, Number
 from simtrain.schema import Closed, validate
 from simtrain.topology import Cluster, build_cluster
-from simtrain.yamlio import LineDict, line_of, load_yaml
+from simtrain.yamlio import OVERRIDE_LINE, LineDict, line_of, load_yaml, locate
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
 
@@ -75,7 +75,12 @@ class Simulation(Closed):
     fidelity: Literal["folded", "full"] = "folded"
     dp_bucket_size: Bytes = Field(25e6, description="DDP gradient bucket (reference article rule 14: ~25 MB)")
     overlap_dp: bool = Field(True, description="launch DP/ZeRO gradient collectives during the backward")
-    max_events: PositiveInt = Field(50_000_000, description="refuse scenarios that need more simulated events")
+    # Measured on the folded engine: ~250 bytes and ~5 us of CPU per event (a 721,319-event run took
+    # 3.0 s and 178 MB), so the default bounds a run at about 250 MB and 5 s; full fidelity costs more
+    # per event (link sharing among the flows in flight). Raise it knowingly.
+    max_events: PositiveInt = Field(1_000_000, description="refuse scenarios that need more simulated events")
+    # Measured: the network graph of 100,000 GPUs (DGX H100 template) takes 3.7 s and 0.5 GB to build.
+    max_gpus: PositiveInt = Field(200_000, description="refuse clusters with more GPUs (graph and plan are O(GPUs))")
     seed: int = 0
     jitter: Number = Field(0.0, description="coefficient of variation of kernel times (lognormal), 0 = none")
     stragglers: list[Straggler] = Field(default_factory=list)
@@ -157,28 +162,54 @@ def parse_set(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
         if "=" not in item:
             raise InputError(f"--set '{item}' is not key=value, e.g. parallel.pp=8")
         key, text = item.split("=", 1)
+        key = key.strip()
+        if not key or any(not part for part in key.split(".")):
+            raise InputError(f"--set '{item}': '{key}' is not a dotted key such as parallel.pp")
         try:
-            out[key.strip()] = yaml.safe_load(text) if text.strip() else ""
+            out[key] = yaml.safe_load(text) if text.strip() else ""
         except yaml.YAMLError:
-            out[key.strip()] = text
+            out[key] = text
     return out
 
 
 def apply_overrides(raw: dict, overrides: dict[str, Any], *, file: str | None = None) -> dict:
-    """A deep copy of ``raw`` with dotted keys set; line numbers are kept where keys existed."""
+    """A deep copy of ``raw`` with dotted keys set (``simulation.stragglers.0.rank`` indexes a list).
+
+    Line numbers are kept where keys existed; an overridden key gets
+    :data:`~simtrain.yamlio.OVERRIDE_LINE`, so an error in its value says it came from the override.
+    """
     data = copy.deepcopy(raw)
     for dotted, value in overrides.items():
-        parts = dotted.split(".")
-        node = data
-        for part in parts[:-1]:
-            nxt = node.get(part) if isinstance(node, dict) else None
-            if nxt is None:
-                nxt = LineDict()
-                node[part] = nxt
-            elif not isinstance(nxt, dict):
-                raise InputError(f"cannot set '{dotted}': '{part}' is not a section", file=file, field=dotted)
-            node = nxt
-        node[parts[-1]] = value
+        parts = str(dotted).split(".")
+        if not all(parts):
+            raise InputError(f"'{dotted}' is not a dotted key such as parallel.pp", file=file)
+        node: Any = data
+        for depth, part in enumerate(parts):
+            last = depth == len(parts) - 1
+            where = ".".join(parts[:depth]) or "the top level"
+            if isinstance(node, list):
+                if not part.isdigit() or int(part) >= len(node):
+                    raise InputError(f"cannot set '{dotted}': '{where}' is a list of {len(node)} entries, "
+                                     f"'{part}' is not an index of it", file=file, field=str(dotted))
+                if last:
+                    node[int(part)] = value
+                else:
+                    node = node[int(part)]
+                continue
+            if not isinstance(node, dict):
+                raise InputError(f"cannot set '{dotted}': '{where}' is not a section", file=file, field=str(dotted))
+            if last:
+                node[part] = value
+            elif not isinstance(node.get(part), (dict, list)):
+                if node.get(part) is not None:
+                    raise InputError(f"cannot set '{dotted}': '{part}' is not a section", file=file,
+                                     field=str(dotted))
+                section = LineDict()
+                section.line = OVERRIDE_LINE
+                node[part] = section
+            if isinstance(node, LineDict) and (last or part not in node.key_lines):
+                node.key_lines[part] = OVERRIDE_LINE
+            node = node[part] if not last else node
     return data
 
 
@@ -190,25 +221,44 @@ def load_scenario(path: str | Path, overrides: dict[str, Any] | None = None) -> 
     raw = load_yaml(path)
     if not isinstance(raw, dict):
         raise InputError("a scenario file must hold a mapping (hardware, model, training, parallel)",
-                         file=str(path), line=1)
+                         file=str(path), line=getattr(raw, "line", 1))
     if overrides:
         raw = apply_overrides(raw, overrides, file=str(path))
     raw.setdefault("name", path.stem)
     return scenario_from_dict(raw, file=str(path), base_dir=path.resolve().parent)
 
 
+def _at_key(err: InputError, raw: dict, key: str, file: str | None) -> InputError:
+    """Locate a reference error (missing file, unknown name) at the scenario's key; an error inside
+    the referenced file keeps that file and its line."""
+    if err.file is None:
+        if err.line is None:
+            line, note = locate(raw, key)
+            err.message += note
+            err.line = line
+        err.located(file=file, field=key)
+    return err
+
+
 def scenario_from_dict(raw: dict, *, file: str | None = None, base_dir: Path | None = None) -> Scenario:
-    """Validate a scenario mapping (as a notebook might build it)."""
+    """Validate a scenario mapping (as a notebook might build it); file references resolve against
+    ``base_dir`` (the scenario's folder; default the working folder)."""
     base_dir = base_dir or Path.cwd()
     if not isinstance(raw, LineDict):
         raw = _to_linedict(raw)
     top = validate(ScenarioFile, raw, file=file)
-    hardware, hw_file = load_hardware(top.hardware, base_dir=base_dir, file=file)
-    model = load_model(top.model, base_dir=base_dir, file=file, root=raw)
+    try:
+        hardware, hw_file = load_hardware(top.hardware, base_dir=base_dir, file=None)
+    except InputError as err:
+        raise _at_key(err, raw, "hardware", file) from None
+    try:
+        model = load_model(top.model, base_dir=base_dir, file=None, root=raw)
+    except InputError as err:
+        raise _at_key(err, raw, "model", file) from None
     if hardware.explicit and (top.nodes or top.gpus_per_node):
         key = "nodes" if top.nodes else "gpus_per_node"
-        raise InputError(f"cannot override the size of an explicit topology ({hw_file} lists its devices)",
-                         file=file, line=line_of(raw, key), field=key)
+        raise InputError(f"cannot override the size of an explicit topology ({display_path(hw_file)} lists "
+                         "its devices)", file=file, line=line_of(raw, key), field=key)
     nodes = top.nodes or hardware.nodes
     gpn = top.gpus_per_node or hardware.gpus_per_node
     scenario = Scenario(
@@ -231,23 +281,34 @@ def _to_linedict(obj: Any) -> Any:
     return obj
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def _divisors(n: int) -> str:
-    divs = [d for d in range(1, n + 1) if n % d == 0]
+    """'1, 2, 4, 5, 8, 10, ...': the small divisors of n, which are the tensor-parallel sizes that fit."""
+    divs = [d for d in range(1, min(n, 4096) + 1) if n % d == 0]
     shown = ", ".join(str(d) for d in divs[:6])
-    return shown + (", ..." if len(divs) > 6 else "")
+    return shown + (", ..." if len(divs) > 6 or (n > 4096 and n % 4096) else "")
 
 
 def _check_rules(s: Scenario, raw: dict) -> list[str]:
     """Rules that tie the sections together; returns warnings, raises on errors."""
     par, tr, m = s.parallel, s.training, s.model
 
-    def fail(field_: str, message: str) -> None:
-        raise InputError(message, file=s.file, line=line_of(raw, field_), field=field_)
+    def fail(field_: str, message: str, error: type[InputError] = InputError) -> None:
+        line, note = locate(raw, field_)
+        raise error(message + note, file=s.file, line=line, field=field_)
 
     gpus = s.cluster.gpus if s.hardware.explicit else s.nodes * s.gpus_per_node
     if par.dp * par.tp * par.pp != gpus:
         fail("parallel", f"dp x tp x pp = {par.dp} x {par.tp} x {par.pp} = {par.dp * par.tp * par.pp} "
-             f"does not equal the {gpus} GPUs of the cluster ({s.nodes} nodes x {s.gpus_per_node} GPUs)")
+             f"does not equal the {gpus} GPUs of the cluster ({_count(s.nodes, 'node')} x "
+             f"{_count(s.gpus_per_node, 'GPU')})")
+    if gpus > s.simulation.max_gpus:
+        fail("nodes" if "nodes" in raw else "parallel", f"{gpus:,} GPUs is more than simulation.max_gpus="
+             f"{s.simulation.max_gpus:,}: building the network graph and plan takes time and memory in "
+             "proportion to the GPU count; raise simulation.max_gpus if you mean it", SimulationLimitError)
     if m.heads % par.tp:
         fail("parallel.tp", f"{par.tp} does not divide heads={m.heads} (allowed: {_divisors(m.heads)})")
     if m.num_kv_heads % par.tp:
@@ -277,6 +338,11 @@ def _check_rules(s: Scenario, raw: dict) -> list[str]:
         fail("training.global_batch", f"{tr.global_batch} is not divisible by micro_batch x dp = "
              f"{tr.micro_batch} x {par.dp} = {tr.micro_batch * par.dp}")
     mb = s.microbatches
+    schedule_ops = 2 * mb * vstages   # every micro-batch runs forward and backward on every (virtual) stage
+    if schedule_ops > s.simulation.max_events:
+        fail("training.global_batch", f"{mb:,} micro-batches x {vstages} stages need at least {schedule_ops:,} "
+             f"simulated forward/backward operations, more than simulation.max_events={s.simulation.max_events:,}; "
+             "use a larger micro_batch or raise simulation.max_events", SimulationLimitError)
     if par.schedule == "interleaved-1f1b" and mb % par.pp:
         fail("parallel.schedule", f"interleaved-1f1b needs the micro-batch count ({mb}) to be a multiple of pp={par.pp}")
     for i, st in enumerate(s.simulation.stragglers):

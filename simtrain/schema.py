@@ -1,5 +1,9 @@
 """Closed, typed schemas: pydantic models that reject unknown keys, and the
 translation of pydantic's errors into one located sentence.
+
+Pydantic reports every problem it finds; a person needs the one that explains
+the rest. A misspelt key comes first (``trainig:`` also makes ``training``
+"missing", but the typo is the news), then the first problem in file order.
 """
 
 from __future__ import annotations
@@ -9,15 +13,15 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from simtrain.errors import InputError, suggest
-from simtrain.yamlio import line_of
+from simtrain.yamlio import locate
 
 T = TypeVar("T", bound=BaseModel)
 
 
 class Closed(BaseModel):
-    """Base for every schema: unknown keys are errors, values are immutable."""
+    """Base for every schema: unknown keys are errors, values are immutable, numbers are finite."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False)
 
 
 def _field_names(model: type[BaseModel], loc: tuple) -> list[str]:
@@ -30,7 +34,7 @@ def _field_names(model: type[BaseModel], loc: tuple) -> list[str]:
         if field is None:
             return []
         ann = field.annotation
-        for candidate in getattr(ann, "__args__", (ann,)):
+        for candidate in _type_args(ann):
             if isinstance(candidate, type) and issubclass(candidate, BaseModel):
                 cls = candidate
                 break
@@ -39,10 +43,54 @@ def _field_names(model: type[BaseModel], loc: tuple) -> list[str]:
     return list(getattr(cls, "model_fields", {}))
 
 
+def _type_args(ann: Any) -> list[Any]:
+    """The classes inside an annotation: X, X | None, list[X], list[X] | None."""
+    out = []
+    for arg in getattr(ann, "__args__", (ann,)):
+        out.append(arg)
+        out.extend(getattr(arg, "__args__", ()))
+    return out
+
+
+def _kind_of(value: Any) -> str:
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    if isinstance(value, bool):
+        return f"{value!r} (true/false)"
+    if value is None:
+        return "nothing (null)"
+    return repr(value)
+
+
+#: pydantic error type -> our sentence, given the offending value
+_SENTENCES = {
+    "int_parsing": "{v} is not a whole number",
+    "int_type": "{v} is not a whole number",
+    "int_from_float": "{v} is not a whole number",
+    "float_parsing": "{v} is not a number",
+    "float_type": "{v} is not a number",
+    "finite_number": "{v} is not a finite number",
+    "bool_parsing": "{v} is not true or false",
+    "bool_type": "{v} is not true or false",
+    "string_type": "{v} is not text (expected a string)",
+    "model_type": "{v} is not a section (expected key: value lines)",
+    "model_attributes_type": "{v} is not a section (expected key: value lines)",
+    "dict_type": "{v} is not a mapping (expected key: value lines)",
+    "list_type": "{v} is not a list (expected [a, b, ...] or '- ' lines)",
+    "none_required": "{v} must be empty (null)",
+}
+
+_BOUNDS = {"greater_than": ("gt", "greater than"), "greater_than_equal": ("ge", "at least"),
+           "less_than": ("lt", "less than"), "less_than_equal": ("le", "at most")}
+
+
 def _describe(err: dict, model: type[BaseModel]) -> str:
     kind = err["type"]
     value = err.get("input")
     loc = err["loc"]
+    ctx = err.get("ctx", {})
     if kind == "extra_forbidden":
         names = _field_names(model, loc)
         hint = suggest(str(loc[-1]), names)
@@ -50,16 +98,34 @@ def _describe(err: dict, model: type[BaseModel]) -> str:
     if kind == "missing":
         return "is required but missing"
     if kind == "literal_error":
-        expected = err.get("ctx", {}).get("expected", "")
+        expected = ctx.get("expected", "")
         options = [e.strip(" '") for e in expected.replace(" or ", ",").split(",")]
         return f"{value!r} is not allowed{suggest(str(value), options)} (allowed: {expected})"
+    if kind in _SENTENCES:
+        return _SENTENCES[kind].format(v=_kind_of(value))
+    if kind in _BOUNDS:
+        key, words = _BOUNDS[kind]
+        return f"{_kind_of(value)} must be {words} {ctx.get(key)}"
     msg = err["msg"]
-    if msg.startswith("Value error, "):
-        msg = msg[len("Value error, "):]
+    for prefix in ("Value error, ", "Assertion failed, "):
+        if msg.startswith(prefix):
+            msg = msg[len(prefix):]
     if kind in ("value_error", "assertion_error"):
         return msg
-    shown = repr(value) if not isinstance(value, (dict, list)) else type(value).__name__
-    return f"{shown}: {msg[0].lower() + msg[1:]}"
+    return f"{_kind_of(value)}: {msg[0].lower() + msg[1:]}"
+
+
+def _pick(errors: list[dict]) -> dict:
+    """The error to show: a misspelt key first (it usually explains a 'missing' one), else the first."""
+    for err in errors:
+        if err["type"] == "extra_forbidden":
+            return err
+    return errors[0]
+
+
+def _dotted(loc: tuple) -> str:
+    """pydantic's location without its internal steps ('[key]', 'function-after[...]')."""
+    return ".".join(str(p) for p in loc if not (isinstance(p, str) and (p.startswith("function-") or p == "[key]")))
 
 
 def validate(model: type[T], data: Any, *, file: str | None, prefix: str = "", root: Any = None) -> T:
@@ -67,11 +133,10 @@ def validate(model: type[T], data: Any, *, file: str | None, prefix: str = "", r
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors(include_url=False)[0]
-        loc = tuple(err["loc"])
-        dotted = ".".join(str(p) for p in loc)
+        err = _pick(exc.errors(include_url=False))
+        dotted = _dotted(tuple(err["loc"]))
         field = f"{prefix}.{dotted}" if prefix and dotted else (prefix or dotted)
-        line = line_of(root if root is not None else data, field) if field else getattr(data, "line", None)
-        raise InputError(_describe(err, model), file=file, line=line, field=field or None) from None
+        line, note = locate(root if root is not None else data, field) if field else (getattr(data, "line", None), "")
+        raise InputError(_describe(err, model) + note, file=file, line=line, field=field or None) from None
     except InputError as err:
         raise err.located(file=file, line=getattr(data, "line", None)) from None

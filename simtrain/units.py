@@ -8,6 +8,7 @@ powers of 1000 (``GB``), binary ones powers of 1024 (``GiB``).
 
 from __future__ import annotations
 
+import math
 import re
 
 from simtrain.errors import InputError
@@ -68,26 +69,37 @@ def parse_quantity(value: object, kind: str) -> float:
     """Parse ``value`` (a number or a unit string) as ``kind``, returning SI.
 
     A bare number is taken as already SI (bytes, seconds, FLOP/s, bytes/s).
+    Infinite and NaN values are refused: no physical quantity in a file is either.
     Raises :class:`InputError` (without location; the caller adds it).
     """
     if kind not in KINDS:
         raise ValueError(f"unknown quantity kind {kind!r}")
-    if isinstance(value, bool):
-        raise InputError(f"{value!r} is not {KINDS[kind]}")
-    if isinstance(value, (int, float)):
-        return float(value)
-    if not isinstance(value, str):
-        raise InputError(f"{value!r} is not {KINDS[kind]}")
-    m = _RE.match(value)
-    if not m:
-        raise InputError(f"'{value}' is not {KINDS[kind]}")
-    number, unit = float(m.group(1)), (m.group(2) or "")
-    if not unit:
-        return number
-    scale = _unit_scale(unit, kind)
-    if scale is None:
-        raise InputError(f"unknown unit '{unit}' in '{value}': expected {KINDS[kind]}")
-    return number * scale
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        shown = "a mapping" if isinstance(value, dict) else "a list" if isinstance(value, list) else repr(value)
+        raise InputError(f"{shown} is not {KINDS[kind]}")
+    if isinstance(value, str):
+        m = _RE.match(value)
+        if not m:
+            raise InputError(f"'{value}' is not {KINDS[kind]}")
+        number, unit = _finite(m.group(1), kind, value), (m.group(2) or "")
+        scale = _unit_scale(unit, kind) if unit else 1.0
+        if scale is None:
+            raise InputError(f"unknown unit '{unit}' in '{value}': expected {KINDS[kind]}")
+        return _finite(number * scale, kind, value)
+    return _finite(value, kind)
+
+
+def _finite(number: object, kind: str, shown: object = None) -> float:
+    """``float(number)``, refusing infinities, NaN and numbers beyond floating point."""
+    try:
+        out = float(number)
+    except OverflowError:
+        out = math.inf
+    if not math.isfinite(out):
+        text = repr(shown if shown is not None else number)
+        text = text if len(text) <= 40 else text[:36] + "..."
+        raise InputError(f"{text} is not a finite number ({KINDS[kind]})")
+    return out
 
 
 def format_bytes(n: float) -> str:
@@ -109,9 +121,9 @@ def format_time(seconds: float) -> str:
 def parse_count(value: object) -> float:
     """Token counts such as '1T', '300B', '2.5e12' -> float."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
+        return _finite(value, "number")
     m = re.fullmatch(rf"\s*({_NUMBER})\s*([kKMBGT]?)\s*", str(value))
     if not m:
         raise InputError(f"'{value}' is not a count, e.g. '1T', '300B', '2e12'")
     scale = {"": 1, "k": 1e3, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}[m.group(2)]
-    return float(m.group(1)) * scale
+    return _finite(float(m.group(1)) * scale, "number", value)
