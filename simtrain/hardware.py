@@ -16,7 +16,7 @@ from pydantic import BeforeValidator, Field, PositiveInt, model_validator
 
 from simtrain.errors import InputError, allowed, display_path, suggest
 from simtrain.quantity import Bandwidth, Bytes, BytesOrZero, Flops, Fraction, Number, PositiveNumber, Seconds, Watts
-from simtrain.schema import Closed, validate
+from simtrain.schema import Closed, FieldError, validate
 from simtrain.yamlio import load_yaml, looks_like_path, reference_path
 
 #: the repository's hardware/ folder (a checkout or an editable install) ...
@@ -49,7 +49,7 @@ class GpuSpec(Closed):
     @model_validator(mode="after")
     def _needs_half(self) -> "GpuSpec":
         if "bf16" not in self.peak_flops and "fp16" not in self.peak_flops:
-            raise ValueError("peak_flops needs at least bf16 or fp16")
+            raise FieldError("needs at least bf16 or fp16 (the training precisions)", "peak_flops")
         return self
 
     def peak(self, dtype: str) -> float:
@@ -178,20 +178,24 @@ class HardwareSpec(Closed):
     def _form(self) -> "HardwareSpec":
         if self.devices is None:
             if self.intra_node is None:
-                raise ValueError("a template hardware file needs 'intra_node' (or give an explicit 'devices' list)")
-            if self.gpus_per_node > 1 and self.intra_node is None:
-                raise ValueError("intra_node is required when gpus_per_node > 1")
+                raise FieldError("a template hardware file needs 'intra_node' (or give an explicit 'devices' list)")
         else:
             if not self.devices:
-                raise ValueError("'devices' is empty")
-            names = [d.name for d in self.devices] + [s.name for s in self.switches]
-            if len(set(names)) != len(names):
-                raise ValueError("device and switch names must be unique")
-            known = set(names)
-            for link in self.links:
-                for end in (link.a, link.b):
-                    if end not in known:
-                        raise ValueError(f"link end '{end}' is not a device or switch{suggest(end, known)}")
+                raise FieldError("is empty: an explicit topology lists at least one GPU", "devices")
+            seen: set[str] = set()
+            entries = [("devices", i, d.name) for i, d in enumerate(self.devices)]
+            entries += [("switches", i, sw.name) for i, sw in enumerate(self.switches)]
+            for section, i, name in entries:
+                if name in seen:
+                    raise FieldError(f"'{name}' is used twice: device and switch names must be unique",
+                                     section, i, "name")
+                seen.add(name)
+            for i, link in enumerate(self.links):
+                for end in ("a", "b"):
+                    name = getattr(link, end)
+                    if name not in seen:
+                        raise FieldError(f"link end '{name}' is not a device or switch{suggest(name, sorted(seen))}",
+                                         "links", i, end)
         return self
 
     @property

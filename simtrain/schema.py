@@ -24,6 +24,15 @@ class Closed(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False)
 
 
+class FieldError(ValueError):
+    """A rule broken at a place inside the value a validator checks (``links.3.b``), for validators
+    that look across fields: :func:`validate` reports it at that place and its line."""
+
+    def __init__(self, message: str, *where: str | int) -> None:
+        super().__init__(message)
+        self.where = where
+
+
 def _field_names(model: type[BaseModel], loc: tuple) -> list[str]:
     """Valid keys at the level where an unknown key was found."""
     cls: Any = model
@@ -134,7 +143,8 @@ def validate(model: type[T], data: Any, *, file: str | None, prefix: str = "", r
         return model.model_validate(data)
     except ValidationError as exc:
         err = _pick(exc.errors(include_url=False))
-        dotted = _dotted(tuple(err["loc"]))
+        where = getattr(err.get("ctx", {}).get("error"), "where", ())
+        dotted = _dotted(tuple(err["loc"]) + tuple(where))
         field = f"{prefix}.{dotted}" if prefix and dotted else (prefix or dotted)
         line, note = locate(root if root is not None else data, field) if field else (getattr(data, "line", None), "")
         raise InputError(_describe(err, model) + note, file=file, line=line, field=field or None) from None
