@@ -49,6 +49,7 @@ class GanttRow:
     stream: str
     track: int
     bars: list[Bar]
+    overlay: list[Bar] = field(default_factory=list)                # recompute pieces inside backward bars
     gaps: list[tuple[float, float]] = field(default_factory=list)   # shaded idle spans (compute rows)
     idle_s: float = 0.0                                              # exact idle sum (compute rows)
 
@@ -78,9 +79,14 @@ def gantt_rows(report: dict, max_bars: int = 5000) -> tuple[list[GanttRow], str]
         name = STREAM_LABELS.get(stream, stream) + (f" ({k + 1})" if k else "")
         row = GanttRow(label=f"stage {pp} · {name}", pp=pp, stream=stream, track=k, bars=merge_layers(recs, tol))
         if stream == "compute":
+            # one bar per operation: recomputation (per layer, between the layers' backward pieces)
+            # joins its backward bar and is drawn as thin bars inside it, where it happened
+            pieces = row.bars
+            row.bars = merge_ops(pieces)
+            row.overlay = [b for b in pieces if b.kind == "recompute"]
             # idle = neither computing nor in a TP all-reduce: the engine runs TP collectives
             # synchronously inside each layer, so they are part of the operation, not a bubble
-            spans = [(b.start, b.end) for b in merge_ops(row.bars)]
+            spans = [(b.start, b.end) for b in row.bars]
             spans += [(r.start, r.end) for r in by_lane[lane].get("tp", [])]
             row.gaps = idle_gaps(spans, step, tol)
             row.idle_s = sum(b - a for a, b in row.gaps)
@@ -88,13 +94,22 @@ def gantt_rows(report: dict, max_bars: int = 5000) -> tuple[list[GanttRow], str]
         rows.append(row)
 
     def count() -> int:
-        return sum(len(r.bars) + len(r.gaps) for r in rows)
+        return sum(len(r.bars) + len(r.overlay) + len(r.gaps) for r in rows)
 
     note = ""
     if count() > max_bars:
         for row in rows:
             row.bars = merge_ops(row.bars)
-        note = "one bar per operation"
+            row.overlay = []
+        note = "one bar per operation, recompute not drawn"
+    # communication first: its bars are narrow and numerous, the compute rows carry the schedule
+    min_gap = step / 2000
+    while count() > max_bars and min_gap <= step / 20:
+        for row in rows:
+            if row.stream != "compute":
+                row.bars = merge_close(row.bars, min_gap)
+        note = f"communication bars closer than {min_gap * 1e3:.3g} ms joined"
+        min_gap *= 2
     min_gap = step / 2000
     while count() > max_bars and min_gap < step:
         for row in rows:
@@ -131,6 +146,27 @@ def _hover(bar: Bar, last_vstage: int, vpp: int, pp: int) -> str:
     return "<br>".join(lines)
 
 
+def _ms(seconds: float) -> float:
+    """Seconds to ms for the chart, to the nanosecond (reports keep 9 digits): short JSON."""
+    return round(seconds * 1e3, 6)
+
+
+def _labelled_bars(rows: list[GanttRow]) -> set[int]:
+    """ids of the bars that carry a micro-batch number: the longest piece of each compute operation.
+
+    With recompute, a backward is drawn as alternating recompute and backward pieces per layer;
+    one number per operation keeps the row readable.
+    """
+    longest: dict[tuple, Bar] = {}
+    for i, row in enumerate(rows):
+        for bar in row.bars:
+            if bar.kind in COMPUTE_KINDS and bar.mb >= 0:
+                key = (i, bar.mb, bar.vstage, bar.kind == "forward")
+                if key not in longest or bar.end - bar.start > longest[key].end - longest[key].start:
+                    longest[key] = bar
+    return {id(b) for b in longest.values()}
+
+
 def gantt_figure(result_or_report, *, max_bars: int = 5000):
     """The Gantt chart of a Result or a saved JSON report, as a plotly Figure."""
     import plotly.graph_objects as go
@@ -148,8 +184,8 @@ def gantt_figure(result_or_report, *, max_bars: int = 5000):
     gx, gb, gy, gt = [], [], [], []
     for i, row in enumerate(rows):
         for a, b in row.gaps:
-            gb.append(a * 1e3)
-            gx.append((b - a) * 1e3)
+            gb.append(_ms(a))
+            gx.append(_ms(b - a))
             gy.append(i)
             gt.append(f"<b>idle</b> (neither compute nor TP)<br>{a * 1e3:.3f}-{b * 1e3:.3f} ms: {(b - a) * 1e3:.3f} ms")
     fig.add_trace(go.Bar(name="idle (bubble)", orientation="h", base=gb, x=gx, y=gy, hovertext=gt, hoverinfo="text",
@@ -160,6 +196,7 @@ def gantt_figure(result_or_report, *, max_bars: int = 5000):
     for i, row in enumerate(rows):
         for bar in row.bars:
             by_kind.setdefault(bar.kind, []).append((i, bar))
+    labelled = _labelled_bars(rows)
     order = list(KIND_STYLE) + sorted(set(by_kind) - set(KIND_STYLE))
     for kind in order:
         items = by_kind.get(kind)
@@ -169,16 +206,27 @@ def gantt_figure(result_or_report, *, max_bars: int = 5000):
         compute = items[0][1].stream == "compute"
         fig.add_trace(go.Bar(
             name=label or kind, orientation="h",
-            base=[b.start * 1e3 for _, b in items], x=[(b.end - b.start) * 1e3 for _, b in items],
+            base=[_ms(b.start) for _, b in items], x=[_ms(b.end - b.start) for _, b in items],
             y=[i for i, _ in items],
-            text=[str(b.mb) if kind in COMPUTE_KINDS and b.mb >= 0 else "" for _, b in items],
+            text=[str(b.mb) if id(b) in labelled else "" for _, b in items],
             textposition="inside", insidetextanchor="middle", textangle=0, cliponaxis=True,
             textfont=dict(color="white", size=11),
             hovertext=[_hover(b, last_vstage, vpp, pp) for _, b in items], hoverinfo="text",
             # compute bars: a thin white edge separates back-to-back operations; comm bars: an edge
             # of their own colour keeps sub-pixel transfers visible at full zoom
-            marker=dict(color=color, line=dict(color="white" if compute else color, width=0.6 if compute else 1)),
+            marker=dict(color=color, line=dict(color="white" if compute else color, width=0.6 if compute else 1),
+                        # a joined communication bar that was idle much of its span is drawn faint
+                        opacity=[1.0 if compute or b.busy >= 0.9 * (b.end - b.start) else 0.45 for _, b in items]),
             width=0.8))
+    overlay = [(i, b) for i, row in enumerate(rows) for b in row.overlay]
+    if overlay:
+        color, label = KIND_STYLE["recompute"]
+        fig.add_trace(go.Bar(
+            name=label + " (inside backward)", orientation="h",
+            base=[_ms(b.start) for _, b in overlay], x=[_ms(b.end - b.start) for _, b in overlay],
+            y=[i for i, _ in overlay], offset=0.1, width=0.3,      # the lower part of the backward bar
+            hovertext=[_hover(b, last_vstage, vpp, pp) for _, b in overlay], hoverinfo="text",
+            marker=dict(color=color, line=dict(width=0))))
     n = len(rows)
     bubble = report.get("bubble_fraction")
     title = (f"{html.escape(str(report.get('scenario', '')))}: one step, {step * 1e3:.1f} ms · "

@@ -74,10 +74,12 @@ def memory_figure(result_or_report):
     styles = [(k, label, color) for k, label, color in STATIC_PARTS] + \
         [("buffers", *BUFFER_STYLE), ("activations", *ACT_STYLE)]
     for i, s in enumerate(series, start=1):
-        x = [t * 1e3 for t in s["times"]]
+        x = [round(t * 1e3, 4) for t in s["times"]]           # ms, to 0.1 us: short JSON
         for key, label, color in styles:
+            if key == "buffers" and not any(b > 0 for s_ in series for b in s_["parts"]["buffers"]):
+                continue        # no working buffers on any stage: no empty legend entry
             fig.add_trace(go.Scatter(
-                x=x, y=[b / 1e9 for b in s["parts"][key]], name=label, legendgroup=key, showlegend=(i == 1),
+                x=x, y=[float(f"{b / 1e9:.6g}") for b in s["parts"][key]], name=label, legendgroup=key, showlegend=(i == 1),
                 stackgroup=f"stage{i}", line=dict(width=0.5, color=color, shape="hv"), fillcolor=color,
                 hovertemplate=f"{label}: %{{y:.2f}} GB at %{{x:.1f}} ms<extra>stage {s['pp']}</extra>"),
                 row=i, col=1)

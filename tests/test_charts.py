@@ -135,6 +135,22 @@ def test_gantt_joins_layers_into_one_bar(pp4_dp4):
     assert "layers 0-9 + embedding" in hover
 
 
+def test_gantt_recompute_drawn_inside_backward():
+    """With full recompute a stage still has m backward bars; each layer's recompute is a thin bar inside one."""
+    sc = load_scenario(DATA / "charts_tiny.yaml", {"parallel.pp": 2, "gpus_per_node": 2,
+                                                   "training.recompute": "full"})
+    fig = gantt_figure(simulate(sc))
+    layers_per_stage = 4 // 2
+    back = next(t for t in fig.data if t.name == "backward")
+    recompute = next(t for t in fig.data if t.name.startswith("recompute"))
+    for row in (0, 2):                                   # the compute rows of stages 0 and 1
+        spans = [(b, b + x) for y, b, x in zip(back.y, back.base, back.x) if y == row]
+        inner = [(b, b + x) for y, b, x in zip(recompute.y, recompute.base, recompute.x) if y == row]
+        assert len(spans) == M and len(inner) == M * layers_per_stage
+        assert all(any(s0 <= a and c <= s1 for s0, s1 in spans) for a, c in inner)
+    assert recompute.width < back.width
+
+
 def test_gantt_same_from_saved_report(tiny):
     """A chart drawn from the saved JSON report equals the chart drawn from the Result."""
     saved = json.loads(json.dumps(tiny.to_dict()))
@@ -179,7 +195,7 @@ def test_memory_stack_reaches_reported_peak(tiny):
     for stage in range(P):
         traces = [t for t in fig.data if t.stackgroup == f"stage{stage + 1}"]
         top = max(sum(vals) for vals in zip(*(t.y for t in traces)))
-        assert top == pytest.approx(report["stages"][stage]["peak_memory_bytes"] / 1e9, rel=1e-6)
+        assert top == pytest.approx(report["stages"][stage]["peak_memory_bytes"] / 1e9, rel=1e-5)   # 6 digits drawn
     caps = [t for t in fig.data if t.name == "device capacity"]
     assert len(caps) == P and all(c.y[0] == pytest.approx(report["memory_capacity_bytes"] / 1e9) for c in caps)
 
@@ -190,7 +206,7 @@ def test_memory_stash_is_p_minus_r(tiny):
     for stage in range(P):
         act = next(t for t in fig.data if t.stackgroup == f"stage{stage + 1}" and t.legendgroup == "activations")
         one = min(v for v in act.y if v > 0)     # one micro-batch's stash
-        assert max(act.y) == pytest.approx((P - stage) * one, rel=1e-6)
+        assert max(act.y) == pytest.approx((P - stage) * one, rel=1e-5)
 
 
 def test_write_outputs_embeds_plotly_offline(tiny, tmp_path):
