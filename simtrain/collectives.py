@@ -52,11 +52,15 @@ class RingShape:
     divisor: int                             # the stage moves nbytes / divisor (hierarchical inter-node stage)
     links: tuple[tuple[Link, int], ...]      # (link, flows on it from every concurrent ring)
     step_latency: float                      # worst route latency between ring neighbours
+    pad_bytes: float = 0.0                   # the fabric's half-peak message size (message-size ramp)
 
     def phase(self, nbytes: float) -> Phase:
+        """The phase for ``nbytes`` per GPU. Measured bus bandwidth follows B x S / (S + S_half)
+        (nccl-tests curves, docs/sources.md section 3), which is the time of S + S_half bytes at B:
+        the half-peak size is added to the message."""
         steps = STEPS[self.kind](self.n)
-        return Phase(flow_bytes=steps * (nbytes / self.divisor) / self.n, latency=steps * self.step_latency,
-                     links=self.links)
+        size = nbytes / self.divisor + self.pad_bytes
+        return Phase(flow_bytes=steps * size / self.n, latency=steps * self.step_latency, links=self.links)
 
 
 def _ring_shape(kind: str, rings: list[list[int]], cluster: Cluster, every: bool, divisor: int = 1) -> RingShape:
@@ -75,8 +79,12 @@ def _ring_shape(kind: str, rings: list[list[int]], cluster: Cluster, every: bool
             if i == 0 or every:
                 own.update(links)
                 latency = max(latency, cluster.route_latency(a, b))
+    spec = cluster.spec
+    crosses = any(cluster._link(link)[2] == "network" for link in own)
+    fabric = spec.inter_node if crosses else spec.intra_node
+    pad = getattr(fabric, "half_peak_message", 0.0) if fabric is not None else 0.0
     return RingShape(kind=kind, n=len(rings[0]), divisor=divisor,
-                     links=tuple(sorted((link, counts[link]) for link in own)), step_latency=latency)
+                     links=tuple(sorted((link, counts[link]) for link in own)), step_latency=latency, pad_bytes=pad)
 
 
 def collective_shape(kind: str, groups: list[list[int]], cluster: Cluster, every: bool = False) -> list[RingShape]:

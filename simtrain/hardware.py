@@ -67,6 +67,9 @@ class IntraNode(Closed):
     bandwidth: Bandwidth = Field(description="per GPU, per direction")
     latency: Seconds = Field(description="per message, GPU to GPU")
     efficiency: Fraction = Field(1.0, description="fraction of link rate NCCL reaches for large messages")
+    half_peak_message: BytesOrZero = Field(
+        0.0, description="collective size at which bus bandwidth is half its peak (NCCL's message-size ramp); "
+                         "a collective of S bytes then takes as long as one of S + this at full bandwidth")
     overlap_slowdown: PositiveNumber | None = Field(
         None, description="compute slows by this factor while a collective on this fabric runs; "
                           "default compute.overlap_slowdown")
@@ -83,6 +86,8 @@ class InterNode(Closed):
     oversubscription: PositiveNumber = Field(1.0, description="fat-tree leaf downlink:uplink ratio; 1 = non-blocking")
     nodes_per_leaf: PositiveInt = Field(4, description="fat-tree: nodes under one leaf switch")
     pcie_bandwidth: Bandwidth | None = Field(None, description="GPU <-> NIC link per direction; default unlimited")
+    half_peak_message: BytesOrZero = Field(
+        0.0, description="collective size at which bus bandwidth across nodes is half its peak; 0 = none")
     overlap_slowdown: PositiveNumber | None = Field(
         None, description="compute slows by this factor while a collective crossing the network runs; "
                           "default compute.overlap_slowdown")
