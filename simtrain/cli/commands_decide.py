@@ -1,0 +1,141 @@
+"""`simtrain sweep`, `simtrain search` and `simtrain compare`: thin shells over
+:mod:`simtrain.sweep`, :mod:`simtrain.search` and :mod:`simtrain.compare`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+import yaml
+
+from simtrain.cli import cli
+from simtrain.errors import InputError
+from simtrain.scenario import load_scenario, parse_set
+
+_SET = click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+                    help="override a scenario key first, e.g. training.seq_len=8192")
+_WORKERS = click.option("--workers", type=click.IntRange(min=1), default=None,
+                        help="processes to use (default: all cores; 1 runs in this process)")
+_PROGRESS = click.option("--progress/--no-progress", default=None,
+                         help="progress bar on stderr (default: only when stderr is a terminal)")
+
+
+def parse_grid(items: tuple[str, ...]) -> dict[str, list[Any]]:
+    """``('parallel.pp=2,4,8', 'training.recompute=none,full')`` -> {'parallel.pp': [2, 4, 8], ...}."""
+    grid: dict[str, list[Any]] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key or not text.strip():
+            raise InputError(f"--grid '{item}' is not KEY=V1,V2,..., e.g. parallel.pp=2,4,8")
+        if key in grid:
+            raise InputError(f"--grid gives '{key}' twice; list all its values once: {key}=V1,V2,...")
+        values = []
+        for part in text.split(","):
+            part = part.strip()
+            try:
+                values.append(yaml.safe_load(part) if part else "")
+            except yaml.YAMLError:
+                values.append(part)
+        grid[key] = values
+    return grid
+
+
+def _write_figures(path: str, title: str, figures: list) -> None:
+    from simtrain.charts import write_figure
+
+    write_figure(path, title, figures)
+
+
+def _sweep_summary(df, keys: list[str]) -> str:
+    ok = df[df["error"].isna() | (df["error"].astype(str) == "")] if "error" in df else df
+    failed = len(df) - len(ok)
+    lines = [f"{len(df)} points: {len(ok)} simulated, {failed} invalid or failed"]
+    fits = ok[ok["fits_in_memory"].astype(str).isin(["True", "true", "1", "1.0"])]
+    if len(ok) > len(fits):
+        lines[0] += f", {len(ok) - len(fits)} of them do not fit in memory"
+    if len(fits):
+        best = fits.loc[fits["tokens_per_s"].idxmax()]
+        where = ", ".join(f"{k}={best[k]}" for k in keys)
+        lines.append(f"best (fits in memory): {where}: {best['step_time_s']:.3f} s per step, "
+                     f"{best['tokens_per_s']:,.0f} tokens/s, MFU {best['mfu']:.1%}, bubble {best['bubble_fraction']:.1%}")
+    return "\n".join(lines) + "\n"
+
+
+@cli.command()
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.option("--grid", "grids", multiple=True, required=True, metavar="KEY=V1,V2,...",
+              help="a swept key and its values; repeat for a cartesian product")
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False),
+              help="results table: .csv, .parquet or .jsonl; rows are added as points finish")
+@click.option("--resume", is_flag=True, help="keep the rows already in --out and run only the missing points")
+@_WORKERS
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="write the sweep plot (HTML) here")
+@_SET
+@_PROGRESS
+def sweep(scenario: str, grids: tuple[str, ...], out: str, resume: bool, workers: int | None,
+          plot_path: str | None, sets: tuple[str, ...], progress: bool | None) -> None:
+    """Simulate SCENARIO at every point of a grid and write one row per point."""
+    from simtrain.sweep import sweep_to_file, table_format
+
+    grid = parse_grid(grids)
+    table_format(out)
+    sc = load_scenario(scenario, parse_set(list(sets)))
+    df = sweep_to_file(sc, grid, out, resume=resume, workers=workers, progress=progress)
+    keys = list(grid)
+    if plot_path:
+        from simtrain.charts import heatmap_figure, sweep_figure
+
+        figures = [sweep_figure(df, keys[0], metrics=("step_time_s", "tokens_per_s", "mfu", "bubble_fraction"))]
+        if len(keys) == 2:
+            figures.insert(0, heatmap_figure(df, keys[0], keys[1], "tokens_per_s"))
+        _write_figures(plot_path, f"{sc.name}: sweep", figures)
+    kept = df.attrs.get("resumed_points", 0)
+    resumed = f"resumed: {kept} point(s) were already in {out}\n" if resume else ""
+    click.echo(resumed + _sweep_summary(df, keys) + f"wrote {out}" + (f" and {plot_path}" if plot_path else ""))
+
+
+@cli.command()
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.option("--gpus", type=int, default=None, help="GPU count to plan for (nodes = GPUs / GPUs per node)")
+@click.option("--top", type=click.IntRange(min=1), default=5, show_default=True, help="layouts to show")
+@click.option("--out", "out", type=click.Path(dir_okay=False),
+              help="every candidate with its status, estimate and metrics: .csv, .parquet or .jsonl")
+@_WORKERS
+@_SET
+@_PROGRESS
+def search(scenario: str, gpus: int | None, top: int, out: str | None, workers: int | None,
+           sets: tuple[str, ...], progress: bool | None) -> None:
+    """Find the fastest parallel layouts of SCENARIO's model, hardware and global batch."""
+    from simtrain.search import search as run_search
+    from simtrain.search import search_text
+    from simtrain.sweep import table_format, write_table
+
+    if out:
+        table_format(out)
+    sc = load_scenario(scenario, parse_set(list(sets)))
+    result = run_search(sc, gpus=gpus, top=top, workers=workers, progress=progress)
+    if out:
+        write_table(result.table(), out)
+    click.echo(search_text(result) + (f"wrote {out}\n" if out else ""), nl=False)
+
+
+@cli.command()
+@click.argument("scenarios", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--tokens", default="1T", show_default=True, help="token budget for time, cost and energy")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="write the comparison chart (HTML)")
+@_SET
+def compare(scenarios: tuple[str, ...], tokens: str, plot_path: str | None, sets: tuple[str, ...]) -> None:
+    """SCENARIOS side by side: speed, memory, time, cost and energy to train a token budget."""
+    from simtrain.compare import compare as run_compare
+    from simtrain.compare import compare_figure, compare_text
+    from simtrain.units import parse_count
+
+    budget = parse_count(tokens)
+    if budget <= 0:
+        raise InputError(f"--tokens {tokens}: give a positive token count, e.g. 1T or 300B")
+    overrides = parse_set(list(sets))
+    rows = run_compare([load_scenario(path, overrides) for path in scenarios], budget)
+    if plot_path:
+        _write_figures(plot_path, "simtrain compare", [compare_figure(rows)])
+    click.echo(compare_text(rows) + (f"wrote {plot_path}\n" if plot_path else ""), nl=False)

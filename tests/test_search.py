@@ -1,0 +1,118 @@
+"""The parallelism search (issue 5, deliverable 4): every valid layout enumerated, the ones that do
+not fit dropped, the rest pruned by a bound that never excludes a winner, and a reason per loser."""
+
+from __future__ import annotations
+
+import pytest
+
+from simtrain.errors import InputError
+from simtrain.search import enumerate_layouts, gpu_overrides, search, why_slower
+from simtrain.sweep import read_table
+
+from conftest import DATA, gpt_model, hardware_variant, make_scenario, run_cli
+
+TWO_NODES = DATA / "core_two_nodes.yaml"
+SMALL = gpt_model(layers=4, hidden=1024, heads=16, vocab=32000)
+
+
+def test_enumeration_counts_every_layout_by_hand():
+    """4 GPUs in one node, 4 layers, 16 heads, global batch 4. By hand, per (tp, pp, dp), counting
+    micro-batch sizes dividing 4/dp, schedules (gpipe and 1f1b when pp > 1, interleaved with vpp >= 2
+    dividing 4/pp when pp divides the micro-batch count), ZeRO 0-3 when dp > 1, 3 recompute modes,
+    sequence parallelism on/off when tp > 1:
+      tp1 pp1 dp4: 1 mb x 1 schedule x 4 x 3          = 12
+      tp1 pp2 dp2: (mb1: 3 schedules + mb2: 2) x 4 x 3 = 60
+      tp1 pp4 dp1: 3 mb x 2 schedules x 3              = 18
+      tp2 pp1 dp2: 2 mb x 4 x 3 x 2                    = 48
+      tp2 pp2 dp1: (mb1: 3 + mb2: 3 + mb4: 2) x 3 x 2  = 48
+      tp4 pp1 dp1: 3 mb x 3 x 2                        = 18   -> 204."""
+    sc = make_scenario(hardware=TWO_NODES, nodes=1, gpus_per_node=4, model=SMALL,
+                       training={"global_batch": 4}, parallel={"dp": 4})
+    layouts = enumerate_layouts(sc)
+    assert len(layouts) == 204
+    assert len({tuple(sorted(x.items())) for x in layouts}) == 204
+    assert all(x["tp"] * x["pp"] * x["dp"] == 4 for x in layouts)
+
+
+@pytest.fixture
+def small_case(tmp_path):
+    """2 nodes x 2 GPUs, global batch 8, and 0.8 GiB GPUs so that some layouts do not fit."""
+    hw = hardware_variant(tmp_path, {"gpu.memory": {"value": "0.8 GiB", "source": "test fixture"}}, base=TWO_NODES)
+    return make_scenario(hardware=hw, nodes=2, gpus_per_node=2, model=SMALL, training={"global_batch": 8},
+                         parallel={"dp": 4})
+
+
+def test_search_agrees_with_brute_force(small_case):
+    """The top 3 by tokens/s equal those of simulating every layout that fits (memory model)."""
+    from simtrain.simulate import memory, simulate
+
+    result = search(small_case, top=3, workers=1, progress=False)
+    scored = []
+    for i, layout in enumerate(enumerate_layouts(small_case)):
+        keys = {"parallel.tp": layout["tp"], "parallel.pp": layout["pp"], "parallel.dp": layout["dp"],
+                "parallel.vpp": layout["vpp"], "training.micro_batch": layout["micro_batch"],
+                "parallel.zero": layout["zero"], "training.recompute": layout["recompute"],
+                "parallel.schedule": layout["schedule"], "parallel.sequence_parallel": layout["sequence_parallel"]}
+        try:
+            sc = small_case.with_overrides(keys)
+        except InputError:
+            continue
+        if memory(sc).fits_in_memory:
+            scored.append((-simulate(sc).tokens_per_s, i, layout))
+    scored.sort(key=lambda x: (x[0], x[1]))
+    brute = [(layout, -neg) for neg, _, layout in scored[:3]]
+    found = [({k: r[k] for k in brute[0][0]}, r["tokens_per_s"]) for r in result.top]
+    assert found == brute
+    assert result.counts["oom"] > 0
+    assert result.counts["pruned"] > 0
+    assert result.counts["simulated"] + result.counts["pruned"] == len(scored)
+
+
+def test_reasons_name_the_largest_difference():
+    """A loser's reason names its biggest extra cost per step: bubble, exposed DP comm or recompute."""
+    layout = {"tp": 1, "pp": 4, "dp": 4, "vpp": 1, "micro_batch": 1, "zero": 1, "recompute": "none",
+              "schedule": "1f1b", "sequence_parallel": False}
+    best = {**layout, "step_time_s": 1.0, "bubble_fraction": 0.06, "exposed_dp_s": 0.01, "exposed_tp_s": 0.0,
+            "exposed_pp_s": 0.0, "compute_s": 0.9, "recompute_s": 0.0}
+    bubbly = {**best, "micro_batch": 2, "step_time_s": 1.15, "bubble_fraction": 0.18}
+    assert why_slower(bubbly, best).startswith("bubble 18% vs 6%")
+    assert "(micro_batch 2 vs 1)" in why_slower(bubbly, best)
+    chatty = {**best, "zero": 3, "step_time_s": 1.12, "exposed_dp_s": 0.12}
+    assert why_slower(chatty, best).startswith("exposed DP comm 120 ms vs 10 ms")
+    # full recompute repeats the forward: compute 0.9 -> 1.2 s, of which 0.3 s recompute = +33%
+    heavy = {**best, "recompute": "full", "step_time_s": 1.3, "compute_s": 1.2, "recompute_s": 0.3}
+    assert why_slower(heavy, best).startswith("recompute full +33% compute")
+    assert why_slower({**best, "zero": 2}, best) == "ties with the best (zero 2 vs 1)"
+
+
+def test_gpus_option_sets_the_node_count():
+    """--gpus N gives N / gpus_per_node nodes (or one smaller node); a partial node is an error."""
+    sc = make_scenario(hardware=TWO_NODES, nodes=2, gpus_per_node=4, model=SMALL, parallel={"dp": 8},
+                       training={"global_batch": 8})
+    assert gpu_overrides(sc, 16) == {"nodes": 4}
+    assert gpu_overrides(sc, 2) == {"nodes": 1, "gpus_per_node": 2}
+    assert gpu_overrides(sc, None) == {}
+    with pytest.raises(InputError, match="--gpus 6 is not a whole number of 4-GPU nodes"):
+        gpu_overrides(sc, 6)
+    result = search(sc, gpus=4, top=1, workers=1, progress=False)
+    assert result.gpus == 4
+    assert result.top[0]["tp"] * result.top[0]["pp"] * result.top[0]["dp"] == 4
+
+
+def test_cli_search_prints_top_k_and_writes_the_table(tmp_path, capsys):
+    """`simtrain search --top 2 --out t.csv`: a 2-row table with reasons, and every candidate in the file."""
+    path = tmp_path / "s.yaml"
+    path.write_text(f"hardware: {TWO_NODES}\nnodes: 1\ngpus_per_node: 4\n"
+                    "model: {layers: 4, hidden: 1024, heads: 16, ffn_hidden: 4096, vocab: 32000, mlp: gelu}\n"
+                    "training: {seq_len: 512, global_batch: 4}\nparallel: {dp: 4}\n")
+    out = tmp_path / "t.csv"
+    code, stdout, stderr = run_cli(["search", str(path), "--top", "2", "--workers", "1", "--out", str(out)], capsys)
+    assert code == 0, stderr
+    lines = stdout.splitlines()
+    assert lines[0].split()[:3] == ["#", "tp", "pp"]
+    assert lines[1].split()[0] == "1" and lines[1].endswith("best")
+    assert lines[2].split()[0] == "2"
+    assert "204 layouts of 4 GPUs" in stdout
+    table = read_table(out)
+    assert len(table) == 204
+    assert set(table["status"]) <= {"simulated", "pruned", "oom", "invalid", "failed"}
