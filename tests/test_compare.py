@@ -1,0 +1,85 @@
+"""`simtrain compare` (issue 5, deliverable 5): scenarios side by side, time to train a token budget,
+cost from the hardware file's price per GPU-hour, board energy from its GPU power."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from simtrain.compare import compare, compare_text, warnings_for
+from simtrain.scenario import load_scenario
+from simtrain.simulate import simulate
+
+from conftest import DATA, REPO, gpt_model, make_scenario, run_cli
+
+H100 = REPO / "scenarios" / "compare_h100.yaml"
+A100 = REPO / "scenarios" / "compare_a100.yaml"
+
+
+def _hardware_yaml(name: str) -> dict:
+    return yaml.safe_load((REPO / "hardware" / f"{name}.yaml").read_text(encoding="utf-8"))
+
+
+def test_shipped_scenarios_compare_like_with_like():
+    """compare_h100 and compare_a100 train the same model and batch, on DGX H100 and DGX A100, and fit."""
+    a, b = load_scenario(H100), load_scenario(A100)
+    assert (a.model.name, a.training.global_batch, a.training.seq_len) == \
+        (b.model.name, b.training.global_batch, b.training.seq_len)
+    assert a.model.name in ("llama2-13b", "llama3-8b")
+    assert (a.hardware.name, b.hardware.name) == ("dgx-h100", "dgx-a100")
+    rows = compare([a, b], tokens=1e12)
+    assert all(r["fits_in_memory"] for r in rows)
+    assert warnings_for(rows) == []
+
+
+def test_time_cost_and_energy_follow_from_throughput():
+    """time = tokens / tokens_per_s; cost = USD per GPU-hour x GPUs x hours; energy = W x GPUs x s,
+    with the price and power read from the hardware file."""
+    sc = load_scenario(H100)
+    hw = _hardware_yaml("dgx-h100")
+    price = float(hw["cost"]["price_per_gpu_hour"]["value"])
+    watts = float(str(hw["gpu"]["power"]["value"]).split()[0])
+    tokens_per_s = simulate(sc).tokens_per_s
+    (row,) = compare([sc], tokens=3e11)
+    seconds = 3e11 / tokens_per_s
+    assert row["time_to_train_s"] == pytest.approx(seconds, rel=1e-12)
+    assert row["cost_usd"] == pytest.approx(price * 16 * seconds / 3600, rel=1e-12)
+    assert row["energy_j"] == pytest.approx(watts * 16 * seconds, rel=1e-12)
+
+
+def test_no_price_or_power_shows_a_dash():
+    """A hardware file without cost or GPU power: cost and energy are None and print as '-'."""
+    sc = make_scenario(hardware=DATA / "core_two_nodes.yaml", nodes=1, gpus_per_node=2,
+                       model=gpt_model(), parallel={"dp": 2})
+    (row,) = compare([sc], tokens=1e9)
+    assert row["cost_usd"] is None and row["energy_j"] is None
+    cost_line = next(line for line in compare_text([row]).splitlines() if line.startswith("cost for 1B tokens"))
+    assert cost_line.split()[-1] == "-"
+
+
+def test_different_models_are_flagged():
+    """Comparing different models or batches warns that it is not like for like."""
+    a = make_scenario(model=gpt_model(layers=8), training={"global_batch": 8})
+    b = make_scenario(model=gpt_model(layers=8, name="other"), training={"global_batch": 16})
+    text = compare_text(compare([a, b], tokens=1e9))
+    assert "different models" in text and "different global batches" in text
+
+
+def test_cli_compare_table_and_plot(tmp_path, capsys):
+    """`simtrain compare A B --tokens 1T --plot x.html`: one column per scenario, a board-power note, a chart."""
+    plot = tmp_path / "c.html"
+    code, out, err = run_cli(["compare", str(H100), str(A100), "--tokens", "1T", "--plot", str(plot)], capsys)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].split() == ["compare_h100", "compare_a100"]
+    assert any(line.startswith("time for 1T tokens") for line in lines)
+    assert any(line.startswith("cost for 1T tokens") and line.count("$") == 2 for line in lines)
+    assert "board power (TDP) x GPUs x time only" in out
+    assert plot.read_text().startswith("<!DOCTYPE html>")
+
+
+def test_cli_compare_rejects_a_bad_token_count(capsys):
+    """--tokens must be a count such as 1T or 300B: exit status 2 with the reason."""
+    code, _, err = run_cli(["compare", str(H100), "--tokens", "lots"], capsys)
+    assert code == 2
+    assert "'lots' is not a count" in err
