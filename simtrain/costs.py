@@ -128,7 +128,8 @@ def gemm_shapes(sh: LayerShape) -> list[tuple[float, float, float]]:
 
 
 def attention_flops(sh: LayerShape) -> float:
-    """Forward FLOP of QK^T and AV on one TP rank: 4 b s^2 h / t (Narayanan et al. 2021, Eq. 2 terms)."""
+    """Forward FLOP of QK^T and AV on one TP rank: 4 b s^2 h / t (the attention terms behind Narayanan et al.
+    2021, Eq. 3)."""
     return 4.0 * sh.batch * sh.seq * sh.seq * sh.hidden / sh.tp
 
 

@@ -266,8 +266,13 @@ class Engine:
 
     # --- compute ---------------------------------------------------------------
     def _coarse(self, lane: Lane, segments: list, mb: int, v: int):
-        """Run a list of (stream, kind, seconds, layer) as two timeouts; per-layer records if detailed."""
+        """Run a list of (stream, kind, seconds, layer) as one timeout; per-layer records if detailed.
+
+        Compute is slowed by the overlap factor when a collective is in flight as the op starts
+        (as in ``_segment``; a collective that ends part-way still counts for the whole op)."""
         f = self._factor(lane)
+        if lane.comm_busy:
+            f *= max(x for x, n in lane.comm_factors.items() if n > 0)
         t = self.env.now
         total = 0.0
         if self.layer_detail:
@@ -359,7 +364,9 @@ class Engine:
                     yield from self._wait_recv(lane, (lane.dp, v, op.mb, "B"))
                 if self.zero >= 3:
                     yield from self._zero3_backward(lane, c, op.mb)
-                elif overlap and i == last_b[op.chunk]:
+                elif dp_sync and (self.zero == 2 or (overlap and i == last_b[op.chunk])):
+                    # ZeRO-2 keeps only its shard of the gradients, so it reduce-scatters after every
+                    # micro-batch's backward (DeepSpeed does the same); DDP/ZeRO-1 sync once per step
                     yield from self._backward_with_buckets(lane, c, op.mb, grad_kind)
                 else:
                     segs = [("compute", "backward", c.head_bwd, None)] if c.has_head else []
@@ -374,7 +381,7 @@ class Engine:
 
         # gradient synchronisation, optimizer step, ZeRO parameter all-gather
         t_compute_end = env.now
-        if dp_sync and self.zero < 3 and not overlap:
+        if dp_sync and self.zero < 2 and not overlap:
             for ch in range(self.vpp):
                 c = plan.chunks[ch * self.pp + lane.rank]
                 total = c.grad_bytes_layer * c.layers + c.grad_bytes_edge
@@ -431,9 +438,20 @@ class Engine:
         if pending > 0:
             launch(pending)
 
+    def _gather_edge(self, lane: Lane, c: ChunkPlan, mb: int):
+        """ZeRO-3: the embedding / output-layer weights are gathered like a layer's (16-bit, like the grads)."""
+        if c.grad_bytes_edge <= 0:
+            return
+        phases = self.plan.dp_phases("all_gather", c.grad_bytes_edge, lane.rank, self.full)
+        done = self._collective(lane, "dp", "zero3_all_gather", phases, c.grad_bytes_edge, mb, c.vstage)
+        t0 = self.env.now
+        yield done
+        lane.exposed["dp"] += self.env.now - t0
+
     def _zero3_forward(self, lane: Lane, c: ChunkPlan, mb: int):
         v = c.vstage
         gather = self.plan.dp_phases("all_gather", c.zero3_layer_bytes, lane.rank, self.full)
+        yield from self._gather_edge(lane, c, mb)
         if c.has_embedding:
             yield from self._segment(lane, "compute", "forward", c.embed_fwd, mb, v, None)
         pending = [self._collective(lane, "dp", "zero3_all_gather", gather, c.zero3_layer_bytes, mb, v,
@@ -457,6 +475,7 @@ class Engine:
         v = c.vstage
         gather = self.plan.dp_phases("all_gather", c.zero3_layer_bytes, lane.rank, self.full)
         scatter = self.plan.dp_phases("reduce_scatter", c.grad_bytes_layer, lane.rank, self.full)
+        yield from self._gather_edge(lane, c, mb)
         if c.has_head:
             yield from self._segment(lane, "compute", "backward", c.head_bwd, mb, v, None)
         layers = self._backward_layers(c)

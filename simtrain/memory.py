@@ -15,9 +15,6 @@ from dataclasses import dataclass, field
 
 from simtrain.scenario import Scenario
 
-#: bytes of one activation element in 16-bit training; fp32 training doubles tensors, not masks
-_HALF = 2
-
 
 @dataclass(frozen=True)
 class StateBytes:
@@ -183,7 +180,7 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
 
     s, b, h, a, t = tr.seq_len, tr.micro_batch, m.hidden, m.heads, par.tp
     sp = par.sequence_parallel and t > 1
-    scale = 2.0 if tr.precision == "fp32" else 1.0   # fp32 tensors are twice the 16-bit ones
+    scale = 2.0 if tr.precision == "fp32" else 1.0   # fp32 training: every term doubled (masks too, conservatively)
     per_layer = activation_bytes_per_layer(
         s, b, h, a, ffn=m.ffn_hidden, kv=m.kv_width, mlp=m.mlp, t=t, sequence_parallel=sp,
         attention_scores=not tr.flash_attention, recompute=tr.recompute) * scale
@@ -204,7 +201,9 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
     detail = {}
     if par.zero >= 3 and dp > 1:
         # current + prefetched layer gathered in full (FSDP/ZeRO-3 prefetch of one layer)
-        detail["zero3_gather_buffers"] = 2 * (n / max(layers, 1)) * state.weights if layers else 0.0
+        per_layer_params = (m.hidden * (m.hidden + 2 * m.kv_width) + m.hidden ** 2 +
+                            m.mlp_matrices * m.hidden * m.ffn_hidden) / par.tp + 2 * m.norm_params
+        detail["zero3_gather_buffers"] = 2 * per_layer_params * state.weights if layers else 0.0
     ov = hw.memory_overheads
     detail["cuda_context"] = ov.cuda_context
     detail["workspace"] = ov.workspace
