@@ -54,9 +54,41 @@ def one_line(text: str) -> str:
     return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
+#: names other tools use for simtrain's keys, so a key copied from a Megatron-LM command line
+#: (--tensor-model-parallel-size, --num-layers, --seq-length, --global-batch-size, ...), a DeepSpeed
+#: config (zero_optimization.stage) or a HuggingFace config is pointed at the right key, not at
+#: the nearest spelling ('tensor_parallel' is closest to 'sequence_parallel')
+SYNONYMS = {
+    "tp": ("tensor_parallel", "tensor_model_parallel_size", "tensor_parallel_size", "tp_size", "mp"),
+    "pp": ("pipeline_parallel", "pipeline_model_parallel_size", "pipeline_parallel_size", "pp_size"),
+    "dp": ("data_parallel", "data_parallel_size", "dp_size"),
+    "vpp": ("virtual_pipeline_model_parallel_size", "num_layers_per_virtual_pipeline_stage", "virtual_stages",
+            "interleave", "chunks"),
+    "zero": ("zero_stage", "zero_optimization"),
+    "seq_len": ("seq_length", "sequence_length", "max_seq_len", "max_position_embeddings", "context_length"),
+    "global_batch": ("global_batch_size", "batch_size", "gbs"),
+    "micro_batch": ("micro_batch_size", "mbs", "per_device_train_batch_size"),
+    "recompute": ("activation_checkpointing", "gradient_checkpointing", "recompute_granularity", "checkpointing"),
+    "layers": ("num_layers", "num_hidden_layers", "n_layer", "n_layers", "depth"),
+    "hidden": ("hidden_size", "d_model", "n_embd", "dim", "width"),
+    "heads": ("num_attention_heads", "n_head", "n_heads", "num_heads"),
+    "kv_heads": ("num_key_value_heads", "num_query_groups", "n_kv_heads", "kv_groups"),
+    "ffn_hidden": ("ffn_hidden_size", "intermediate_size", "n_inner", "ffn_dim", "mlp_hidden"),
+    "vocab": ("vocab_size", "padded_vocab_size", "n_vocab"),
+    "memory": ("hbm", "memory_size", "vram"),
+    "peak_flops": ("flops", "tflops", "peak"),
+}
+
+
 def suggest(word: str, choices: Iterable[str]) -> str:
-    """' (did you mean X?)' for the closest valid choice, or ''."""
-    match = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.6)
+    """' (did you mean X?)' for the valid choice another tool calls ``word``, else the closest
+    spelling, or ''."""
+    choices = list(choices)
+    key = str(word).strip().lower().replace("-", "_").lstrip("_")
+    for ours, names in SYNONYMS.items():
+        if ours in choices and (key in names or key == ours):
+            return f" (did you mean '{ours}'?)"
+    match = difflib.get_close_matches(str(word), choices, n=1, cutoff=0.6)
     return f" (did you mean '{match[0]}'?)" if match else ""
 
 

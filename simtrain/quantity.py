@@ -9,50 +9,64 @@ from __future__ import annotations
 from functools import partial
 from typing import Annotated
 
-from pydantic import AfterValidator, BeforeValidator
+from pydantic import BeforeValidator
 
 from simtrain.errors import InputError
 from simtrain.units import parse_quantity
 
 
-def _parse(kind: str, value: object) -> float:
+def _number(value: object) -> object:
+    """The number inside a ``{value: ..., source: ...}`` mapping, or the value itself."""
     if isinstance(value, dict):
         unknown = set(value) - {"value", "source", "note"}
         if unknown:
             raise ValueError(f"unknown key '{sorted(unknown)[0]}' in a quantity (allowed: value, source, note)")
         if "value" not in value:
             raise ValueError("a quantity mapping needs 'value' (and should carry 'source')")
-        value = value["value"]
+        return value["value"]
+    return value
+
+
+def _shown(raw: object, x: float) -> str:
+    """The value as the file wrote it ('-25 MB'), else as a number."""
+    return raw.strip() if isinstance(raw, str) else f"{x:g}"
+
+
+def _positive(x: float, raw: object) -> None:
+    if not x > 0:
+        raise ValueError(f"{_shown(raw, x)} must be greater than zero")
+
+
+def _non_negative(x: float, raw: object) -> None:
+    if x < 0:
+        raise ValueError(f"{_shown(raw, x)} must not be negative")
+
+
+def _fraction(x: float, raw: object) -> None:
+    if not 0 < x <= 1:
+        raise ValueError(f"{_shown(raw, x)} must be a fraction in (0, 1]")
+
+
+def _quantity(kind: str, check, value: object) -> float:
+    raw = _number(value)
     try:
-        return parse_quantity(value, kind)
+        x = parse_quantity(raw, kind)
     except InputError as err:
         raise ValueError(err.message) from None
-
-
-def _positive(x: float) -> float:
-    if not x > 0:
-        raise ValueError(f"{x:g} must be greater than zero")
+    check(x, raw)
     return x
 
 
-def _non_negative(x: float) -> float:
-    if x < 0:
-        raise ValueError(f"{x:g} must not be negative")
-    return x
+def _q(kind: str, check) -> BeforeValidator:
+    return BeforeValidator(partial(_quantity, kind, check))
 
 
-def _fraction(x: float) -> float:
-    if not 0 < x <= 1:
-        raise ValueError(f"{x:g} must be a fraction in (0, 1]")
-    return x
-
-
-Bytes = Annotated[float, BeforeValidator(partial(_parse, "bytes")), AfterValidator(_positive)]
-BytesOrZero = Annotated[float, BeforeValidator(partial(_parse, "bytes")), AfterValidator(_non_negative)]
-Bandwidth = Annotated[float, BeforeValidator(partial(_parse, "bandwidth")), AfterValidator(_positive)]
-Flops = Annotated[float, BeforeValidator(partial(_parse, "flops")), AfterValidator(_positive)]
-Seconds = Annotated[float, BeforeValidator(partial(_parse, "time")), AfterValidator(_non_negative)]
-Watts = Annotated[float, BeforeValidator(partial(_parse, "power")), AfterValidator(_positive)]
-Fraction = Annotated[float, BeforeValidator(partial(_parse, "number")), AfterValidator(_fraction)]
-Number = Annotated[float, BeforeValidator(partial(_parse, "number")), AfterValidator(_non_negative)]
-PositiveNumber = Annotated[float, BeforeValidator(partial(_parse, "number")), AfterValidator(_positive)]
+Bytes = Annotated[float, _q("bytes", _positive)]
+BytesOrZero = Annotated[float, _q("bytes", _non_negative)]
+Bandwidth = Annotated[float, _q("bandwidth", _positive)]
+Flops = Annotated[float, _q("flops", _positive)]
+Seconds = Annotated[float, _q("time", _non_negative)]
+Watts = Annotated[float, _q("power", _positive)]
+Fraction = Annotated[float, _q("number", _fraction)]
+Number = Annotated[float, _q("number", _non_negative)]
+PositiveNumber = Annotated[float, _q("number", _positive)]

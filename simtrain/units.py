@@ -84,6 +84,9 @@ def parse_quantity(value: object, kind: str) -> float:
         number, unit = _finite(m.group(1), kind, value), (m.group(2) or "")
         scale = _unit_scale(unit, kind) if unit else 1.0
         if scale is None:
+            other = next((k for k in KINDS if k not in (kind, "number") and _unit_scale(unit, k) is not None), None)
+            if other:
+                raise InputError(f"'{value}' is {KINDS[other].split(',')[0]} (unit '{unit}'), not {KINDS[kind]}")
             raise InputError(f"unknown unit '{unit}' in '{value}': expected {KINDS[kind]}")
         return _finite(number * scale, kind, value)
     return _finite(value, kind)
@@ -98,7 +101,7 @@ def _finite(number: object, kind: str, shown: object = None) -> float:
     if not math.isfinite(out):
         text = repr(shown if shown is not None else number)
         text = text if len(text) <= 40 else text[:36] + "..."
-        raise InputError(f"{text} is not a finite number ({KINDS[kind]})")
+        raise InputError(f"{text} is not a finite number" + (f" ({KINDS[kind]})" if kind != "number" else ""))
     return out
 
 

@@ -36,6 +36,16 @@ class LineDict(dict):
         self.line: int | None = None
 
 
+class LineList(list):
+    """A list from YAML that knows the line it starts on."""
+
+    __slots__ = ("line",)
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.line: int | None = None
+
+
 class _Loader(yaml.SafeLoader):
     pass
 
@@ -71,7 +81,14 @@ def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> LineDict:
     return out
 
 
+def _construct_sequence(loader: _Loader, node: yaml.SequenceNode) -> LineList:
+    out = LineList(_construct(loader, child) for child in node.value)
+    out.line = node.start_mark.line + 1
+    return out
+
+
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_sequence)
 
 
 def _error_line(text: str, index: int | None) -> int | None:
@@ -96,8 +113,12 @@ def load_yaml_text(text: str, file: str) -> Any:
         line = mark.line + 1 if mark else None
         col = f", column {mark.column + 1}" if mark else ""
         problem = (err.problem or err.context or "invalid YAML").strip()
-        context = f" ({err.context.strip()})" if err.problem and err.context else ""
-        raise InputError(f"YAML syntax error{col}: {problem}{context}", file=file, line=line) from None
+        context = (err.context or "").strip() if err.problem else ""
+        if context and problem.startswith("but "):     # "expected a single document ..., but found another"
+            problem = f"{context}, {problem}"
+        elif context:
+            problem = f"{problem} ({context})"
+        raise InputError(f"YAML syntax error{col}: {problem}", file=file, line=line) from None
     except yaml.reader.ReaderError as err:
         char = f"#x{err.character:04x}" if isinstance(err.character, int) else repr(err.character)
         raise InputError(f"YAML syntax error: character {char} is not allowed in a YAML file",
