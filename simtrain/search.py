@@ -26,6 +26,7 @@ from typing import Any
 from simtrain.errors import InputError
 from simtrain.scenario import Scenario
 from simtrain.sweep import ScenarioPayload, error_text, open_executor, progress_bar, run_tasks
+from simtrain.units import format_time
 
 #: layout field -> scenario key
 LAYOUT_KEYS = {"tp": "parallel.tp", "pp": "parallel.pp", "dp": "parallel.dp", "vpp": "parallel.vpp",
@@ -96,7 +97,8 @@ def _overrides(layout: dict[str, Any]) -> dict[str, Any]:
 
 
 def screen(payload: ScenarioPayload, base: dict[str, Any], layouts: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Validate, check memory and estimate each layout (runs in a worker); never raises."""
+    """Validate, check memory and estimate each layout (runs in a worker); never raises. Status:
+    'invalid' (rejected by the scenario rules), 'oom', 'fits' (then estimated) or 'failed'."""
     from simtrain.estimate import estimate
     from simtrain.simulate import memory
 
@@ -112,8 +114,10 @@ def screen(payload: ScenarioPayload, base: dict[str, Any], layouts: list[dict[st
                 est = estimate(sc)
                 row.update(status="fits", estimate_s=est.step_time_s, lower_bound_s=est.lower_bound_s,
                            compute_s=est.compute_s, recompute_s=est.recompute_s)
-        except Exception as err:  # noqa: BLE001 - an invalid layout is data
-            row["error"] = error_text(err)
+        except InputError as err:        # the scenario rules reject this layout
+            row.update(status="invalid", error=error_text(err))
+        except Exception as err:  # noqa: BLE001 - a failing layout is reported, not fatal
+            row.update(status="failed", error=error_text(err))
         out.append(row)
     return out
 
@@ -246,7 +250,7 @@ def why_slower(row: dict[str, Any], best: dict[str, Any]) -> str:
         (row["exposed_pp_s"] - best["exposed_pp_s"],
          f"exposed PP comm {_ms(row['exposed_pp_s'])} vs {_ms(best['exposed_pp_s'])}"),
         (rc_row - rc_best, f"recompute {row['recompute']} +{rc_row / max(work_row, 1e-30):.0%} compute"),
-        (work_row - work_best, f"compute {work_row:.3g} s vs {work_best:.3g} s"),
+        (work_row - work_best, f"compute {format_time(work_row)} vs {format_time(work_best)}"),
     ]
     gap = row["step_time_s"] / best["step_time_s"] - 1.0
     found = [text for delta, text in sorted(parts, key=lambda p: -p[0]) if delta > 0.005 * best["step_time_s"]][:2]

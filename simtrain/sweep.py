@@ -97,8 +97,8 @@ class SerialExecutor(Executor):
         future: Future = Future()
         try:
             future.set_result(fn(*args, **kwargs))
-        except BaseException as err:  # noqa: BLE001 - delivered through the future, like a pool would
-            future.set_exception(err)
+        except Exception as err:  # noqa: BLE001 - delivered through the future, like a pool would
+            future.set_exception(err)   # (KeyboardInterrupt is not caught: Ctrl-C stops the sweep)
         return future
 
 
@@ -203,7 +203,6 @@ def sweep(scenario: Scenario, grid: dict[str, list], workers: int | None = None,
     points = grid_points(grid)
     rows = run_points(scenario, points, workers=workers, executor=executor, progress=progress, on_point=on_point)
     return pd.DataFrame(rows, columns=[*grid, *COLUMNS])
-
 
 
 # --- sweeps to a file, row by row, resumable ---------------------------------------------------

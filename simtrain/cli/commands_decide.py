@@ -51,9 +51,11 @@ def _sweep_summary(df, keys: list[str]) -> str:
     ok = df[df["error"].isna() | (df["error"].astype(str) == "")] if "error" in df else df
     failed = len(df) - len(ok)
     lines = [f"{len(df)} points: {len(ok)} simulated, {failed} invalid or failed"]
+    if failed:
+        lines.append(f"first error: {df.loc[~df.index.isin(ok.index), 'error'].iloc[0]}")
     fits = ok[ok["fits_in_memory"].astype(str).isin(["True", "true", "1", "1.0"])]
     if len(ok) > len(fits):
-        lines[0] += f", {len(ok) - len(fits)} of them do not fit in memory"
+        lines[0] += f"; {len(ok) - len(fits)} of the simulated do not fit in memory"
     if len(fits):
         best = fits.loc[fits["tokens_per_s"].idxmax()]
         where = ", ".join(f"{k}={best[k]}" for k in keys)
