@@ -23,8 +23,8 @@ of the ideal time (Sec. 2.2.2). Every term of the recurrence is work the engine
 must do in sequence, with network phases timed alone (the fluid network only ever
 shares links, never speeds a flow up), so ``lower_bound_s`` never exceeds the
 simulated step time. The estimate adds what the bound leaves out: DP/ZeRO
-gradient buckets overlapping the last backward (and the compute slowdown while
-they run), ZeRO-3 per-layer gathers.
+gradient buckets overlapping the last backward (every backward with ZeRO-2) and
+the compute slowdown while they run, ZeRO-3 per-layer gathers.
 
 On a single stage (pp = dp = tp = 1) the engine adds nothing to the plan's costs:
 the estimate, the bound and the simulation agree (a test says so).
@@ -73,6 +73,12 @@ def _full(s: Scenario) -> bool:
     from simtrain.simulate import needs_full
 
     return s.simulation.fidelity == "full" or (needs_full(s) and s.parallel.dp > 1)
+
+
+def _dp_crosses_nodes(plan: Plan, pp_rank: int) -> bool:
+    """Does a DP group of this pipeline rank span nodes (its collectives then use the network)?"""
+    pl = plan.placement
+    return any(len({pl.node(g) for g in pl.dp_group(t, pp_rank)}) > 1 for t in range(pl.tp))
 
 
 def _dp_time(plan: Plan, kind: str, nbytes: float, rank: int, full: bool) -> float:
@@ -128,9 +134,9 @@ def _zero3_op(c: ChunkPlan, forward: bool, gather: float, scatter: float, slowdo
             gq = max(t, gq) + gather     # prefetch the next layer
         waited += max(0.0, done - t)
         t = max(t, done)
-        busy = gq > t or rq > t
-        work = c.fwd_layer if forward else c.recompute_layer + c.bwd_layer
-        t += work * (slowdown if busy else 1.0) + (c.tp_fwd_layer if forward else c.tp_bwd_layer)
+        for work in ((c.fwd_layer,) if forward else (c.recompute_layer, c.bwd_layer)):
+            t += work * (slowdown if gq > t or rq > t else 1.0)     # each kernel: is a collective in flight?
+        t += c.tp_fwd_layer if forward else c.tp_bwd_layer
         if not forward:
             rq = max(t, rq) + scatter
         done = gq
@@ -147,27 +153,42 @@ def estimate(scenario: Scenario, plan: Plan | None = None) -> EstimateResult:
     full = _full(s)
     dp_sync = par.dp > 1
     zero = par.zero if dp_sync else 0
-    slowdown = s.hardware.compute.overlap_slowdown
-    slow_lb = min(1.0, slowdown)
+    hw = s.hardware
+    # compute slows while a DP collective is queued or running, by the fabric it uses
+    slow = [hw.overlap_slowdown(_dp_crosses_nodes(plan, r)) for r in range(p)]
+    slow_lb = min(1.0, hw.overlap_slowdown(False), hw.overlap_slowdown(True))
     chunks = plan.chunks
     send = [_alone(plan, [plan.pp_phase(plan.pp_bytes, v % p, (v + 1) % p, 0 if full else None)])
             if (v % p) != ((v + 1) % p) else 0.0 for v in range(V - 1)] + [0.0]
+    grad_kind = "all_reduce" if zero == 0 else "reduce_scatter"
+    # ZeRO-2 reduce-scatters its gradients in buckets after every backward; DDP and ZeRO-1 only
+    # after a chunk's last backward, and only when overlap_dp is on (else all at the end)
+    bucketed = dp_sync and zero < 3 and (zero == 2 or sim.overlap_dp)
+
+    def comm(r: int):
+        return lambda nbytes: _dp_time(plan, grad_kind, nbytes, r, full)
 
     # per virtual stage: (lower-bound op times, estimated op times)
     f_lb, b_lb, f_est, b_est, zero3_wait = [], [], [], [], []
     for c in chunks:
+        f_lb.append(c.forward_time * slow_lb)
+        b_lb.append(c.backward_time * slow_lb)
         if zero >= 3:
             g = _dp_time(plan, "all_gather", c.zero3_layer_bytes, c.rank, full) if c.layers else 0.0
             r = _dp_time(plan, "reduce_scatter", c.grad_bytes_layer, c.rank, full)
-            f_lb.append(c.forward_time * slow_lb + g)
-            b_lb.append(c.backward_time * slow_lb + g)
-            (tf, wf), (tb, wb) = _zero3_op(c, True, g, r, slowdown), _zero3_op(c, False, g, r, slowdown)
-            f_est.append(tf)
-            b_est.append(tb)
-            zero3_wait.append(wf + wb)
+            edge = _dp_time(plan, "all_gather", c.grad_bytes_edge, c.rank, full)   # embedding / output layer
+            f_lb[-1] += g + edge
+            b_lb[-1] += g + edge
+            (tf, wf), (tb, wb) = (_zero3_op(c, True, g, r, slow[c.rank]), _zero3_op(c, False, g, r, slow[c.rank]))
+            f_est.append(tf + edge)
+            b_est.append(tb + edge)
+            zero3_wait.append(wf + wb + 2 * edge)
+        elif zero == 2:
+            op_time, past, _ = _bucketed_backward(c, sim.dp_bucket_size, comm(c.rank), slow[c.rank])
+            b_est.append(op_time)
+            # buckets still in flight when the next operation starts slow all of it (the engine's rule)
+            f_est.append(c.forward_time * (slow[c.rank] if past > 0 else 1.0))
         else:
-            f_lb.append(c.forward_time * slow_lb)
-            b_lb.append(c.backward_time * slow_lb)
             f_est.append(c.forward_time)
             b_est.append(c.backward_time)
 
@@ -184,29 +205,23 @@ def estimate(scenario: Scenario, plan: Plan | None = None) -> EstimateResult:
 
     # the tail after each rank's last backward: DP gradient sync, optimizer, ZeRO-1/2 parameter gather
     tail_lb, tail_est, last_b_est = [], [], list(b_est[:p])
-    grad_kind = "all_reduce" if zero == 0 else "reduce_scatter"
     for r in range(p):
         opt = plan.optimizer_time[r]
         gather = 0.0
         if zero in (1, 2):
             gather = _dp_time(plan, "all_gather", plan.stage_memory[r].params_local * plan.dtype_bytes, r, full)
         dp_lb = dp_est = 0.0
-        if dp_sync and zero < 3:
-            def comm(nbytes: float, r: int = r) -> float:
-                return _dp_time(plan, grad_kind, nbytes, r, full)
-            if sim.overlap_dp:
-                op_time, past, last = _bucketed_backward(chunks[r], sim.dp_bucket_size, comm, slowdown)
-                dp_lb = comm(last)
-                dp_est = past
-                last_b_est[r] = op_time
-            else:
-                for ch in range(vpp):
-                    c = chunks[ch * p + r]
-                    total = c.grad_bytes_layer * c.layers + c.grad_bytes_edge
-                    if total > 0:
-                        n = max(1, math.ceil(total / sim.dp_bucket_size))
-                        dp_lb += n * comm(total / n)
-                dp_est = dp_lb
+        if bucketed:      # the last bucket leaves when the last backward ends: at least its time is exposed
+            op_time, past, last = _bucketed_backward(chunks[r], sim.dp_bucket_size, comm(r), slow[r])
+            dp_lb, dp_est, last_b_est[r] = comm(r)(last), past, op_time
+        elif dp_sync and zero < 3:   # no overlap: every bucket after the last backward, one after another
+            for ch in range(vpp):
+                c = chunks[ch * p + r]
+                total = c.grad_bytes_layer * c.layers + c.grad_bytes_edge
+                if total > 0:
+                    n = max(1, math.ceil(total / sim.dp_bucket_size))
+                    dp_lb += n * comm(r)(total / n)
+            dp_est = dp_lb
         tail_lb.append(dp_lb + opt * slow_lb + gather)
         tail_est.append((dp_est, opt, gather))
 
