@@ -66,6 +66,7 @@ def test_search_agrees_with_brute_force(small_case):
     assert result.counts["oom"] > 0
     assert result.counts["pruned"] > 0
     assert result.counts["simulated"] + result.counts["pruned"] == len(scored)
+    assert result.counts["bound_violations"] == 0
 
 
 def test_reasons_name_the_largest_difference():
