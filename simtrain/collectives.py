@@ -69,16 +69,26 @@ def _ring_shape(kind: str, rings: list[list[int]], cluster: Cluster, every: bool
     counts: dict[Link, int] = defaultdict(int)
     own: set[Link] = set()
     latency = 0.0
-    for i, ring in enumerate(rings):
+    chosen = rings if every else rings[:1]
+    for ring in chosen:
         n = len(ring)
         for j in range(n):
             a, b = ring[j], ring[(j + 1) % n]
-            links = cluster.route(a, b)
-            for link in links:
-                counts[link] += 1
-            if i == 0 or every:
-                own.update(links)
-                latency = max(latency, cluster.route_latency(a, b))
+            own.update(cluster.route(a, b))
+            latency = max(latency, cluster.route_latency(a, b))
+    # other rings load the chosen rings' links only if they share a link: a ring that stays inside
+    # nodes the chosen rings do not touch cannot (intra-node links belong to one node), so when the
+    # chosen rings use no network link only rings on their nodes are counted
+    local_only = not any(cluster._link(link)[2] == "network" for link in own)
+    nodes = {cluster.node_of(r) for ring in chosen for r in ring} if local_only else None
+    for ring in rings:
+        if nodes is not None and not any(cluster.node_of(r) in nodes for r in ring):
+            continue
+        n = len(ring)
+        for j in range(n):
+            for link in cluster.route(ring[j], ring[(j + 1) % n], cache=False):
+                if link in own:
+                    counts[link] += 1
     spec = cluster.spec
     crosses = any(cluster._link(link)[2] == "network" for link in own)
     fabric = spec.inter_node if crosses else spec.intra_node
@@ -132,12 +142,13 @@ def collective_phases(kind: str, nbytes: float, groups: list[list[int]], cluster
 
 def p2p_phase(nbytes: float, pairs: list[tuple[int, int]], cluster: Cluster, every: bool = False) -> Phase:
     """Point-to-point sends running at once; ``pairs[0]`` is the representative (or all, with ``every``)."""
-    counts: dict[Link, int] = defaultdict(int)
-    for a, b in pairs:
-        for link in cluster.route(a, b):
-            counts[link] += 1
     chosen = pairs if every else pairs[:1]
     own = {link for a, b in chosen for link in cluster.route(a, b)}
+    counts: dict[Link, int] = defaultdict(int)
+    for a, b in pairs:
+        for link in cluster.route(a, b, cache=False):
+            if link in own:
+                counts[link] += 1
     latency = max(cluster.route_latency(a, b) for a, b in chosen)
     return Phase(flow_bytes=nbytes, latency=latency, links=tuple(sorted((link, counts[link]) for link in own)))
 

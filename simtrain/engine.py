@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import numpy as np
 import simpy
 
 from simtrain.errors import SimulationLimitError
@@ -45,7 +44,7 @@ class Lane:
     dp: int | None            # None: folded, stands for every DP replica
     rank: int                 # pipeline rank
     slowdown: float = 1.0
-    rng: np.random.Generator | None = None
+    rng: object | None = None          # numpy.random.Generator when jitter is on
     chains: dict = field(default_factory=dict)
     counters: dict = field(default_factory=dict)
     comm_busy: int = 0
@@ -140,7 +139,11 @@ class Engine:
                     ranks = [pl.rank(dd, t, r) for dd in range(self.dp) for t in range(pl.tp)]
                 slow = max((self.slowdowns.get(x, 1.0) for x in ranks), default=1.0)
                 idx = len(lanes)
-                rng = np.random.default_rng([self.seed, idx]) if self.jitter > 0 else None
+                rng = None
+                if self.jitter > 0:
+                    import numpy as np   # only variation needs numpy: keep the common path light
+
+                    rng = np.random.default_rng([self.seed, idx])
                 lanes.append(Lane(index=idx, dp=d, rank=r, slowdown=slow, rng=rng))
         return lanes
 

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-import numpy as np
+import statistics
 
 from simtrain.engine import Engine
 from simtrain.memory import StageMemory, advice, memory_report
@@ -89,6 +89,8 @@ def memory(scenario: Scenario) -> Result:
 
 def _slowdowns(s: Scenario) -> dict[int, float]:
     out: dict[int, float] = {}
+    import numpy as np   # seeded choice of straggler ranks
+
     rng = np.random.default_rng(s.simulation.seed)
     for st in s.simulation.stragglers:
         if st.rank is not None:
@@ -160,5 +162,5 @@ def simulate(scenario: Scenario, *, fidelity: str | None = None, seed: int | Non
         step_time_s=step, tokens_per_s=s.tokens_per_step / step,
         mfu=plan.model_flops_per_step / (step * s.gpus * gpu_peak),
         hfu=plan.hardware_flops_per_step / (step * s.gpus * gpu_peak),
-        bubble_fraction=float(np.mean(bubbles)), exposed_comm_s=dict(critical.exposed),
+        bubble_fraction=statistics.fmean(bubbles), exposed_comm_s=dict(critical.exposed),
         events=tl.events, fidelity=mode, config=_config(s), timeline=tl)

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING
 
-import networkx as nx
+if TYPE_CHECKING:   # networkx loads on first use of a graph: `import simtrain` stays fast
+    import networkx as nx
 
 from simtrain.hardware import HardwareSpec
 
@@ -53,7 +55,7 @@ class Cluster:
 
     # --- the graph --------------------------------------------------------
     @cached_property
-    def graph(self) -> nx.DiGraph:
+    def graph(self) -> "nx.DiGraph":
         return _build_explicit(self.spec) if self.spec.explicit else _build_template(self)
 
     def _link(self, link: Link) -> tuple[float, float, str]:
@@ -96,7 +98,7 @@ class Cluster:
         raise KeyError(f"no template link {u} -> {v}")
 
     # --- routes -----------------------------------------------------------
-    def _route_entry(self, a: int, b: int) -> tuple[tuple[Link, ...], float]:
+    def _route_entry(self, a: int, b: int, cache: bool = True) -> tuple[tuple[Link, ...], float]:
         key = (a, b)
         hit = self._routes.get(key)
         if hit is None:
@@ -106,18 +108,21 @@ class Cluster:
             for link in links:
                 latency += self._link(link)[1]
             hit = (links, latency)
-            self._routes[key] = hit
+            if cache:
+                self._routes[key] = hit
         return hit
 
-    def route(self, a: int, b: int) -> tuple[Link, ...]:
-        """Directed edges from GPU a to GPU b."""
-        return self._route_entry(a, b)[0]
+    def route(self, a: int, b: int, cache: bool = True) -> tuple[Link, ...]:
+        """Directed edges from GPU a to GPU b (``cache=False`` for one-off replica routes)."""
+        return self._route_entry(a, b, cache)[0]
 
     def route_latency(self, a: int, b: int) -> float:
         """Sum of the latencies of the route's edges."""
         return self._route_entry(a, b)[1]
 
     def _explicit_path(self, a: int, b: int) -> list[str]:
+        import networkx as nx
+
         try:
             return nx.shortest_path(self.graph, self.gpu(a), self.gpu(b))
         except nx.NetworkXNoPath:
@@ -157,8 +162,10 @@ def _add_link(edges: list, a: str, b: str, bandwidth: float, latency_each_way: f
     edges.append((b, a, dict(attrs)))
 
 
-def _build_template(cluster: Cluster) -> nx.DiGraph:
+def _build_template(cluster: Cluster) -> "nx.DiGraph":
     """The template's graph; every edge's attributes come from ``cluster.link_attrs``."""
+    import networkx as nx
+
     spec, gpn = cluster.spec, cluster.gpus_per_node
     intra, inter = spec.intra_node, spec.inter_node
     g = nx.DiGraph(name=spec.name)
@@ -199,7 +206,9 @@ def _build_template(cluster: Cluster) -> nx.DiGraph:
     return g
 
 
-def _build_explicit(spec: HardwareSpec) -> nx.DiGraph:
+def _build_explicit(spec: HardwareSpec) -> "nx.DiGraph":
+    import networkx as nx
+
     g = nx.DiGraph(name=spec.name)
     for i, dev in enumerate(spec.devices):
         g.add_node(f"gpu{i}", kind="gpu", node=dev.node, index=i, label=dev.name)
