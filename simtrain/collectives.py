@@ -76,17 +76,17 @@ def _ring_shape(kind: str, rings: list[list[int]], cluster: Cluster, every: bool
             a, b = ring[j], ring[(j + 1) % n]
             own.update(cluster.route(a, b))
             latency = max(latency, cluster.route_latency(a, b))
-    # other rings load the chosen rings' links only if they share a link: a ring that stays inside
-    # nodes the chosen rings do not touch cannot (intra-node links belong to one node), so when the
-    # chosen rings use no network link only rings on their nodes are counted
-    local_only = not any(cluster._link(link)[2] == "network" for link in own)
-    nodes = {cluster.node_of(r) for ring in chosen for r in ring} if local_only else None
+    # other rings load the chosen rings' links only where they cross them; when every chosen link
+    # belongs to one node (GPU, NIC or NVSwitch end), only flows starting or ending on those nodes can
+    nodes = cluster.local_nodes(own)
+    node_of = cluster.node_of
     for ring in rings:
-        if nodes is not None and not any(cluster.node_of(r) in nodes for r in ring):
-            continue
         n = len(ring)
         for j in range(n):
-            for link in cluster.route(ring[j], ring[(j + 1) % n], cache=False):
+            a, b = ring[j], ring[(j + 1) % n]
+            if nodes is not None and node_of(a) not in nodes and node_of(b) not in nodes:
+                continue
+            for link in cluster.route(a, b, cache=False):
                 if link in own:
                     counts[link] += 1
     spec = cluster.spec
@@ -145,7 +145,10 @@ def p2p_phase(nbytes: float, pairs: list[tuple[int, int]], cluster: Cluster, eve
     chosen = pairs if every else pairs[:1]
     own = {link for a, b in chosen for link in cluster.route(a, b)}
     counts: dict[Link, int] = defaultdict(int)
+    nodes = cluster.local_nodes(own)
     for a, b in pairs:
+        if nodes is not None and cluster.node_of(a) not in nodes and cluster.node_of(b) not in nodes:
+            continue
         for link in cluster.route(a, b, cache=False):
             if link in own:
                 counts[link] += 1

@@ -114,7 +114,29 @@ class Cluster:
 
     def route(self, a: int, b: int, cache: bool = True) -> tuple[Link, ...]:
         """Directed edges from GPU a to GPU b (``cache=False`` for one-off replica routes)."""
+        if not cache and (a, b) not in self._routes:
+            nodes = self._explicit_path(a, b) if self.spec.explicit else self._template_path(a, b)
+            return tuple(zip(nodes[:-1], nodes[1:]))
         return self._route_entry(a, b, cache)[0]
+
+    def local_nodes(self, links) -> set[int] | None:
+        """Nodes whose own links (GPU, NIC, NVSwitch/host ends) are in ``links``; None if any link is
+        shared between nodes (a network switch to switch link) or the topology is explicit. Flows
+        with neither end on these nodes cannot cross these links."""
+        if self.spec.explicit:
+            return None
+        nodes: set[int] = set()
+        for u, v in links:
+            end = u if u.startswith(("gpu", "nic", "nvsw", "host")) else v
+            if end.startswith("gpu"):
+                nodes.add(int(end[3:]) // self.gpus_per_node)
+            elif end.startswith("nic"):
+                nodes.add(int(end[3:].split(".")[0]))
+            elif end.startswith(("nvsw", "host")):
+                nodes.add(int(end[4:]))
+            else:
+                return None
+        return nodes
 
     def route_latency(self, a: int, b: int) -> float:
         """Sum of the latencies of the route's edges."""
