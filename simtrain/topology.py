@@ -48,9 +48,12 @@ class Cluster:
     def gpu(self, index: int) -> str:
         return f"gpu{index}"
 
-    def node_of(self, index: int) -> int:
+    def __post_init__(self) -> None:
         if self.spec.explicit:
-            return self.spec.devices[index].node
+            nodes = [d.node for d in self.spec.devices]
+            self.node_of = nodes.__getitem__          # type: ignore[method-assign]
+
+    def node_of(self, index: int) -> int:
         return index // self.gpus_per_node
 
     # --- the graph --------------------------------------------------------
