@@ -56,6 +56,9 @@ class Lane:
     act_now: float = 0.0
     act_peak: float = 0.0
     mem_events: list = field(default_factory=list)
+    buf_now: float = 0.0          # ZeRO-3 gathered weights and unsharded gradients awaiting their reduce-scatter
+    buf_peak: float = 0.0
+    buf_events: list = field(default_factory=list)
 
 
 @dataclass(eq=False)
@@ -411,6 +414,17 @@ class Engine:
         lane.act_peak = max(lane.act_peak, lane.act_now)
         lane.mem_events.append((self.env.now, lane.act_now))
 
+    def _buffer(self, lane: Lane, nbytes: float) -> None:
+        lane.buf_now += nbytes
+        lane.buf_peak = max(lane.buf_peak, lane.buf_now)
+        lane.buf_events.append((self.env.now, lane.buf_now))
+
+    def _gather(self, lane: Lane, gather, c: ChunkPlan, mb: int, layer: int):
+        """A ZeRO-3 layer all-gather; its full weights occupy memory from launch until released."""
+        self._buffer(lane, c.zero3_layer_bytes)
+        return self._collective(lane, "dp", "zero3_all_gather", gather, c.zero3_layer_bytes, mb, c.vstage,
+                                layer, layer + 1)
+
     def _free(self, lane: Lane, nbytes: float) -> None:
         lane.act_now -= nbytes
         lane.mem_events.append((self.env.now, lane.act_now))
@@ -457,20 +471,19 @@ class Engine:
         yield from self._gather_edge(lane, c, mb)
         if c.has_embedding:
             yield from self._segment(lane, "compute", "forward", c.embed_fwd, mb, v, None)
-        pending = [self._collective(lane, "dp", "zero3_all_gather", gather, c.zero3_layer_bytes, mb, v,
-                                    c.layer_lo, c.layer_lo + 1)] if c.layers else []
+        pending = [self._gather(lane, gather, c, mb, c.layer_lo)] if c.layers else []
         for i in range(c.layers):
             layer = c.layer_lo + i
             ready = pending.pop(0)
             if i + 1 < c.layers:   # prefetch the next layer's weights
-                pending.append(self._collective(lane, "dp", "zero3_all_gather", gather, c.zero3_layer_bytes,
-                                                mb, v, layer + 1, layer + 2))
+                pending.append(self._gather(lane, gather, c, mb, layer + 1))
             if not ready.processed:
                 t0 = self.env.now
                 yield ready
                 lane.exposed["dp"] += self.env.now - t0
             yield from self._segment(lane, "compute", "forward", c.fwd_layer, mb, v, layer)
             yield from self._segment(lane, "tp", "tp_comm", c.tp_fwd_layer, mb, v, layer)
+            self._buffer(lane, -c.zero3_layer_bytes)   # resharded after its forward
         if c.has_head:
             yield from self._segment(lane, "compute", "forward", c.head_fwd, mb, v, None)
 
@@ -482,21 +495,21 @@ class Engine:
         if c.has_head:
             yield from self._segment(lane, "compute", "backward", c.head_bwd, mb, v, None)
         layers = self._backward_layers(c)
-        pending = [self._collective(lane, "dp", "zero3_all_gather", gather, c.zero3_layer_bytes, mb, v,
-                                    layers[0][0], layers[0][0] + 1)] if layers else []
+        pending = [self._gather(lane, gather, c, mb, layers[0][0])] if layers else []
         for j, (layer, segs) in enumerate(layers):
             ready = pending.pop(0)
             if j + 1 < len(layers):
-                nxt = layers[j + 1][0]
-                pending.append(self._collective(lane, "dp", "zero3_all_gather", gather, c.zero3_layer_bytes,
-                                                mb, v, nxt, nxt + 1))
+                pending.append(self._gather(lane, gather, c, mb, layers[j + 1][0]))
             if not ready.processed:
                 t0 = self.env.now
                 yield ready
                 lane.exposed["dp"] += self.env.now - t0
             for stream, kind, sec, lyr in segs:
                 yield from self._segment(lane, stream, kind, sec, mb, v, lyr)
-            self._collective(lane, "rs", "zero3_reduce_scatter", scatter, c.grad_bytes_layer, mb, v, layer, layer + 1)
+            self._buffer(lane, c.grad_bytes_layer - c.zero3_layer_bytes)   # weights resharded, gradient unsharded
+            done = self._collective(lane, "rs", "zero3_reduce_scatter", scatter, c.grad_bytes_layer, mb, v, layer,
+                                    layer + 1)
+            done.callbacks.append(lambda _e, n=c.grad_bytes_layer: self._buffer(lane, -n))
         if c.has_embedding:
             yield from self._segment(lane, "compute", "backward", c.embed_bwd, mb, v, None)
         if c.grad_bytes_edge > 0:

@@ -203,7 +203,9 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
         # current + prefetched layer gathered in full (FSDP/ZeRO-3 prefetch of one layer)
         per_layer_params = (m.hidden * (m.hidden + 2 * m.kv_width) + m.hidden ** 2 +
                             m.mlp_matrices * m.hidden * m.ffn_hidden) / par.tp + 2 * m.norm_params
-        detail["zero3_gather_buffers"] = 2 * per_layer_params * state.weights if layers else 0.0
+        # two layers' full weights (current + prefetched) and one layer's unsharded gradient
+        # awaiting its reduce-scatter; the engine tracks the same buffers over time
+        detail["zero3_gather_buffers"] = per_layer_params * (2 * state.weights + state.grads) if layers else 0.0
     ov = hw.memory_overheads
     detail["cuda_context"] = ov.cuda_context
     detail["workspace"] = ov.workspace

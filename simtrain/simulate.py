@@ -28,17 +28,21 @@ def _config(s: Scenario) -> dict:
             "mfu_definition": MFU_DEFINITION}
 
 
-def _memory_with_activations(stage: StageMemory, act_peak: float | None, frag: float) -> dict[str, float]:
-    """A stage's breakdown, with the activation peak taken from the simulated timeline when given."""
+def _memory_with_activations(stage: StageMemory, act_peak: float | None, frag: float,
+                             buffer_peak: float | None = None) -> dict[str, float]:
+    """A stage's breakdown, with the activation peak (and the ZeRO-3 buffer peak) taken from the
+    simulated timeline when given."""
     mem = stage.breakdown()
     if act_peak is None:
         return mem
     transient = stage.activations - stage.inflight * stage.activation_per_microbatch
     acts = act_peak + transient
+    static_buffers = stage.other_detail.get("zero3_gather_buffers", 0.0)
+    buffers = static_buffers if buffer_peak is None or not static_buffers else buffer_peak
     old_frag = stage.other_detail.get("fragmentation", 0.0)
-    tensors = mem["params"] + mem["grads"] + mem["optimizer"] + acts + stage.other_detail.get("zero3_gather_buffers", 0)
+    tensors = mem["params"] + mem["grads"] + mem["optimizer"] + acts + buffers
     mem["activations"] = acts
-    mem["other"] = stage.other - old_frag + frag * tensors
+    mem["other"] = stage.other - old_frag - static_buffers + buffers + frag * tensors
     return mem
 
 
@@ -129,7 +133,7 @@ def simulate(scenario: Scenario, *, fidelity: str | None = None, seed: int | Non
     bubbles = []
     for lane in tl.lanes:
         stage = rep.stages[lane.rank]
-        mem = _memory_with_activations(stage, lane.act_peak, frag)
+        mem = _memory_with_activations(stage, lane.act_peak, frag, lane.buf_peak)
         util = lane.busy["compute"] / step if step > 0 else 0.0
         # waits on pipeline receives, plus the idle tail after the lane's last work while later
         # stages drain (stage k idles k x t_b at the end of 1F1B: Narayanan et al. 2021 Sec. 2.2.1)

@@ -23,7 +23,8 @@ def timeline_dict(result) -> dict[str, Any] | None:
     lanes = []
     for lane in tl.lanes:
         lanes.append({"index": lane.index, "dp": lane.dp, "pp": lane.rank, "end_s": _r(lane.end),
-                      "memory_activations": [[_r(t), round(b)] for t, b in lane.mem_events]})
+                      "memory_activations": [[_r(t), round(b)] for t, b in lane.mem_events],
+                      "memory_buffers": [[_r(t), round(b)] for t, b in lane.buf_events]})
     records = [[r[0], r[1], r[2], _r(r[3]), _r(r[4]), r[5], r[6], r[7], r[8], round(r[9])] for r in tl.records]
     return {"fields": list(FIELDS), "step_time_s": _r(tl.step_time), "full": tl.full, "pp": sc_pp, "tp": tp,
             "lanes": lanes, "records": records}
