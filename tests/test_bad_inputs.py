@@ -183,5 +183,105 @@ def test_messages_stay_on_one_line_with_control_characters(tmp_path, capsys):
     assert "unknown hardware 'a\\nb\\x1b[31m'" in err
 
 
+# --- safe input and output (deliverable 7) -------------------------------------------------------
+
+def test_yaml_is_only_read_with_the_safe_loader():
+    """Every YAML parse in simtrain goes through yamlio's loader, which derives from yaml.SafeLoader;
+    no unsafe, full or plain Loader appears anywhere in the package."""
+    import ast
+
+    import simtrain
+    from simtrain import yamlio
+
+    assert issubclass(yamlio._Loader, yaml.SafeLoader)
+    package = Path(simtrain.__file__).parent
+    for source in sorted(package.rglob("*.py")):
+        tree = ast.parse(source.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "yaml":
+                assert node.attr not in {"unsafe_load", "full_load", "load_all", "unsafe_load_all", "full_load_all",
+                                         "Loader", "FullLoader", "UnsafeLoader", "UnsafeConstructor"}, (source, node.attr)
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "load"
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "yaml"):
+                loader = {k.arg: k.value for k in node.keywords}.get("Loader")
+                assert isinstance(loader, ast.Name) and loader.id == "_Loader", source
+
+
+def test_python_tags_are_never_executed(tmp_path, capsys):
+    """A !!python/object/apply tag is refused by the loader: the command it names never runs."""
+    marker = tmp_path / "pwned"
+    path = tmp_path / "evil.yaml"
+    path.write_text(f"name: !!python/object/apply:os.system ['touch {marker}']\n", encoding="utf-8")
+    code, _, err = run_cli(["run", str(path)], capsys)
+    assert code == 2 and "unsupported YAML" in err
+    assert not marker.exists()
+
+
+def test_scenario_names_are_escaped_in_html(tmp_path):
+    """A scenario named '<script>alert(1)</script>' appears escaped in the Gantt and memory charts."""
+    charts = pytest.importorskip("simtrain.charts")
+    from simtrain.scenario import load_scenario
+    from simtrain.simulate import simulate
+
+    name = "<script>alert(1)</script>"
+    result = simulate(load_scenario(BASE, {"name": name}))
+    gantt, memory = tmp_path / "gantt.html", tmp_path / "memory.html"
+    charts.write_outputs(result, gantt=str(gantt), memory=str(memory))
+    for page in (gantt, memory):
+        html = page.read_text(encoding="utf-8")
+        assert name not in html and "<script>alert" not in html
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html       # shown, as text
+
+
+def test_references_resolve_against_the_scenario_folder(tmp_path, monkeypatch):
+    """'../good/hw.yaml' in tests/bad_inputs/scenarios means the file beside the scenario's folder,
+    whatever the working folder ('..' in the user's own path is allowed)."""
+    from simtrain.scenario import load_scenario
+
+    monkeypatch.chdir(tmp_path)
+    scenario = load_scenario(CORPUS / "scenarios" / "global_batch_divide.yaml", {"training.global_batch": 8})
+    assert Path(scenario.hardware_file) == (CORPUS / "good" / "hw.yaml").resolve()
+
+
+def test_referenced_files_cannot_name_further_files(tmp_path, capsys):
+    """A hardware or model file has no key that opens another file: 'include:' is an unknown key."""
+    hw = tmp_path / "hw.yaml"
+    hw.write_text((CORPUS / "good" / "hw.yaml").read_text(encoding="utf-8") + "include: /etc/passwd\n",
+                  encoding="utf-8")
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(BASE.read_text(encoding="utf-8").replace("hardware: hw.yaml", f"hardware: {hw}")
+                        .replace("model: model.yaml", f"model: {CORPUS / 'good' / 'model.yaml'}"), encoding="utf-8")
+    code, _, err = run_cli(["run", str(scenario)], capsys)
+    assert code == 2 and f"{hw}:{_line_of(hw, 'include:')}: include: unknown key" in err
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="FIFOs and /dev/zero are POSIX")
+@pytest.mark.parametrize("kind", ["fifo", "device-symlink"])
+def test_special_files_are_refused_without_reading(tmp_path, capsys, kind):
+    """A FIFO or a symlink to /dev/zero named as hardware is refused (not read, so nothing blocks)."""
+    import os
+
+    special = tmp_path / "hw.yaml"
+    if kind == "fifo":
+        os.mkfifo(special)
+    else:
+        special.symlink_to("/dev/zero")
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(BASE.read_text(encoding="utf-8").replace("model: model.yaml",
+                                                                 f"model: {CORPUS / 'good' / 'model.yaml'}"),
+                        encoding="utf-8")
+    code, _, err = run_cli(["run", str(scenario)], capsys)
+    assert code == 2 and "hardware file 'hw.yaml' is not a regular file" in err
+
+
+def test_oversized_files_are_refused_without_reading(tmp_path, capsys):
+    """A 'scenario' of 100 MiB (a wrong path, surely) is refused from its size, not parsed."""
+    path = tmp_path / "big.yaml"
+    with open(path, "wb") as fh:
+        fh.truncate(100 * 2**20)                  # sparse: no disk used
+    code, _, err = run_cli(["run", str(path)], capsys)
+    assert code == 2 and "is 100 MiB, larger than any simtrain input (16 MiB)" in err
+
+
 if __name__ == "__main__":   # pragma: no cover - convenience
     sys.exit(pytest.main([__file__, "-q"]))
