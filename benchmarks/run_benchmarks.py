@@ -230,6 +230,14 @@ def effect_table(eff: dict) -> list[str]:
     return lines
 
 
+GANTT_NOTE = [
+    "The Gantt charts show the same: `simtrain run scenarios/straggler.yaml --gantt straggler.html` draws stage 1 "
+    "of DP replica 0 (the slow GPU) with longer forward and backward bars and less idle than the other stages, "
+    "which wait for it; `simtrain run scenarios/degraded_link.yaml --gantt degraded_link.html` draws the DP "
+    "reduce-scatter and ZeRO all-gather at the end of the step several times longer than in the healthy run "
+    "(`--set 'simulation.degraded_links=[]'`)."]
+
+
 def render(m: dict, results: dict, imports: dict, eff: dict, quick: bool) -> tuple[str, str]:
     how = ("one run per case (--quick)" if quick else "best of 3 fresh subprocesses per case")
     dirty = f" with {m['dirty']} uncommitted file(s) in simtrain/" if m["dirty"] else ""
@@ -253,7 +261,7 @@ def render(m: dict, results: dict, imports: dict, eff: dict, quick: bool) -> tup
     body = ["## Cases", "", *case_table(results), *notes, "", "## Targets (2-core machine)", "",
             *target_table(results, imports), "", "## Import", "", *imp, "",
             "## Variation and faults (scenarios/straggler.yaml, scenarios/degraded_link.yaml)", "",
-            *effect_table(eff), ""]
+            *effect_table(eff), "", *GANTT_NOTE, ""]
     results_md = "\n".join(["# simtrain benchmarks", "", *head, "", "Reproduce: `python benchmarks/run_benchmarks.py`.",
                             "", *body])
     section = "\n".join(["## Performance", "", "simtrain simulates one representative lane per pipeline stage "
