@@ -204,6 +204,10 @@ def apply_overrides(raw: dict, overrides: dict[str, Any], *, file: str | None = 
                 if node.get(part) is not None:
                     raise InputError(f"cannot set '{dotted}': '{part}' is not a section", file=file,
                                      field=str(dotted))
+                if parts[depth + 1].isdigit():
+                    raise InputError(f"cannot set '{dotted}': there is no list '{'.'.join(parts[:depth + 1])}' "
+                                     f"to index; set the whole list, e.g. {'.'.join(parts[:depth + 1])}=[...]",
+                                     file=file, field=str(dotted))
                 section = LineDict()
                 section.line = OVERRIDE_LINE
                 node[part] = section
