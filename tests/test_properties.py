@@ -22,8 +22,9 @@ from simtrain.simulate import memory, simulate
 GOOD = Path(__file__).resolve().parent / "bad_inputs" / "good"
 HW = GOOD / "hw.yaml"          # tiny test node: 80 GiB, 100 TFLOPS bf16, 4 GPUs per node, single switch
 BASE_TEXT = (GOOD / "base.yaml").read_text(encoding="utf-8")
-FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# No example database: nothing is written into the checkout; a failure prints its example to reproduce.
+FAST = settings(max_examples=60, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def _divisors(n: int) -> list[int]:
@@ -133,7 +134,7 @@ def test_invariants_of_every_simulated_step(raw):
     assert result.peak_memory_bytes_max >= bound * (1 - 1e-12)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_more_microbatches_never_lower_compute_time(raw):
     """Doubling the micro-batches (same micro-batch size) never lowers any stage's compute busy time."""

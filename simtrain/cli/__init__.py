@@ -38,10 +38,10 @@ def _register() -> None:
 def main(argv: list[str] | None = None) -> None:
     """Entry point: exit 0 on success, 2 with one ``error: file:line: field: message`` line for bad
     input (and refused oversize runs), 1 with one line for a bug (``--debug`` shows its traceback)."""
-    _register()
     args = sys.argv[1:] if argv is None else argv
     debug = "--debug" in args
     try:
+        _register()
         cli.main(args=args, prog_name="simtrain", standalone_mode=False)
     except InputError as err:
         if debug:
