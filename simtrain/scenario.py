@@ -342,11 +342,15 @@ def _check_rules(s: Scenario, raw: dict) -> list[str]:
         fail("training.global_batch", f"{tr.global_batch} is not divisible by micro_batch x dp = "
              f"{tr.micro_batch} x {par.dp} = {tr.micro_batch * par.dp}")
     mb = s.microbatches
-    schedule_ops = 2 * mb * vstages   # every micro-batch runs forward and backward on every (virtual) stage
+    # every micro-batch runs forward and backward on every (virtual) stage, in full fidelity once per replica
+    replicas = par.dp if s.simulation.fidelity == "full" else 1
+    schedule_ops = 2 * mb * vstages * replicas
     if schedule_ops > s.simulation.max_events:
-        fail("training.global_batch", f"{mb:,} micro-batches x {vstages} stages need at least {schedule_ops:,} "
-             f"simulated forward/backward operations, more than simulation.max_events={s.simulation.max_events:,}; "
-             "use a larger micro_batch or raise simulation.max_events", SimulationLimitError)
+        copies = f" x {replicas:,} replicas (fidelity: full)" if replicas > 1 else ""
+        fail("training.global_batch", f"{mb:,} micro-batches x {vstages} stages{copies} need at least "
+             f"{schedule_ops:,} simulated forward/backward operations, more than simulation.max_events="
+             f"{s.simulation.max_events:,}; use a larger micro_batch" + (", fidelity: folded" if copies else "")
+             + " or raise simulation.max_events", SimulationLimitError)
     if par.schedule == "interleaved-1f1b" and mb % par.pp:
         fail("parallel.schedule", f"interleaved-1f1b needs the micro-batch count ({mb}) to be a multiple of pp={par.pp}")
     for i, st in enumerate(s.simulation.stragglers):

@@ -6,6 +6,8 @@ instead of being left to exhaust memory or time.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -46,16 +48,18 @@ def huge(tmp_path) -> Path:
     return path
 
 
-def test_full_fidelity_on_100k_gpus_is_refused_quickly(huge, capsys):
+def test_full_fidelity_on_100k_gpus_is_refused_quickly(huge, simtrain_exe):
     """`simtrain run` of a full-fidelity 100,000-GPU step exits 2 within seconds, naming the event
-    estimate, the bound and folded mode as the way out."""
+    estimate, the bound and folded mode as the way out. (A subprocess with a timeout: if the bound
+    ever stopped working, this test fails instead of simulating for hours.)"""
     start = time.monotonic()
-    code, _, err = run_cli(["run", str(huge)], capsys)
+    proc = subprocess.run([*simtrain_exe, "run", str(huge)], capture_output=True, text=True, timeout=60)
     elapsed = time.monotonic() - start
-    assert code == 2, err
+    err = proc.stderr
+    assert proc.returncode == 2, err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
-    # at least one event per pipeline lane: 3,125 replicas x 4 stages = 12,500 lanes, each running
-    # 8 forwards and 8 backwards -> more than 12,500 x 16 = 200,000 events
+    # at least one event per operation of every lane: 3,125 replicas x 4 stages = 12,500 lanes, each
+    # running 8 forwards and 8 backwards -> at least 12,500 x 16 = 200,000 events
     assert "simulation.max_events" in err and "simulated events" in err
     estimate = int(err.split("needs about ")[1].split(" ")[0].replace(",", ""))
     assert estimate >= 12_500 * 16
@@ -63,12 +67,23 @@ def test_full_fidelity_on_100k_gpus_is_refused_quickly(huge, capsys):
     assert elapsed < 15, f"refusal took {elapsed:.1f} s"
 
 
+_PYTHON_API = """
+import sys
+from simtrain.scenario import load_scenario
+from simtrain.simulate import simulate
+try:
+    simulate(load_scenario(sys.argv[1]))
+except Exception as err:
+    print(" ".join(cls.__name__ for cls in type(err).__mro__))
+"""
+
+
 def test_the_limit_is_an_input_error_in_python(huge):
     """From Python the refusal is a SimulationLimitError, which is an InputError."""
-    scenario = load_scenario(huge)
-    with pytest.raises(SimulationLimitError) as exc:
-        simulate(scenario)
-    assert isinstance(exc.value, InputError)
+    proc = subprocess.run([sys.executable, "-c", _PYTHON_API, str(huge)], capture_output=True, text=True, timeout=60)
+    classes = proc.stdout.split()
+    assert classes[:2] == ["SimulationLimitError", "InputError"], proc.stdout + proc.stderr
+    assert issubclass(SimulationLimitError, InputError)
 
 
 def test_folded_mode_is_the_way_out(huge):
@@ -121,12 +136,14 @@ def test_too_many_gpus_are_refused_before_any_graph_is_built(capsys):
 
 def test_refusal_time_grows_at_most_linearly_with_gpus(tmp_path):
     """Refusing 100,000 GPUs takes no more than ~4x as long as refusing 25,600 (nothing O(GPUs^2) is
-    built before the check); 8x allows for timer noise, a quadratic step would be 16x."""
+    built before the check); 8x allows for timer noise, a quadratic step would be 16x. The bound of
+    300,000 events lets both pass the check at load (at most 2 x 8 x 4 x 3,125 = 200,000 operations)
+    so that both are refused by the engine's estimate, after the plan is built."""
     def refusal_seconds(nodes: int) -> float:
         dp = nodes * 8 // 32
         scenario = load_scenario(tmp_path / "huge.yaml", {"nodes": nodes, "parallel.dp": dp,
                                                           "training.global_batch": dp * 8,
-                                                          "simulation.max_events": 1000})
+                                                          "simulation.max_events": 300_000})
         start = time.monotonic()
         with pytest.raises(SimulationLimitError):
             simulate(scenario)
