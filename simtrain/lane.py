@@ -1,0 +1,65 @@
+"""The engine's state: lanes, rendezvous of collectives, the timeline it leaves behind."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import simpy
+
+#: Record fields: lane, stream, kind, start, end, micro-batch, virtual stage, first layer, last layer+1, bytes
+Record = tuple
+
+
+class CountingEnvironment(simpy.Environment):
+    """A simpy environment that counts the events it schedules (for reports and benchmarks)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scheduled = 0
+
+    def schedule(self, event, priority=1, delay=0):
+        self.scheduled += 1
+        super().schedule(event, priority, delay)
+
+
+@dataclass(eq=False)
+class Lane:
+    index: int
+    dp: int | None            # None: folded, stands for every DP replica
+    rank: int                 # pipeline rank
+    slowdown: float = 1.0
+    rng: object | None = None          # numpy.random.Generator when jitter is on
+    chains: dict = field(default_factory=dict)
+    counters: dict = field(default_factory=dict)
+    comm_busy: int = 0
+    comm_factors: dict = field(default_factory=dict)   # overlap slowdown -> collectives in flight
+    busy: dict = field(default_factory=lambda: {"compute": 0.0, "tp": 0.0, "pp": 0.0, "dp": 0.0})
+    exposed: dict = field(default_factory=lambda: {"tp": 0.0, "pp": 0.0, "dp": 0.0})
+    bubble: float = 0.0
+    end: float = 0.0
+    act_now: float = 0.0
+    act_peak: float = 0.0
+    mem_events: list = field(default_factory=list)
+    buf_now: float = 0.0          # ZeRO-3 gathered weights and unsharded gradients awaiting their reduce-scatter
+    buf_peak: float = 0.0
+    buf_events: list = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class Rendezvous:
+    needed: int
+    arrived: int = 0
+    started: simpy.Event | None = None
+    done: simpy.Event | None = None
+    start_time: float = 0.0
+
+
+@dataclass
+class Timeline:
+    """What the engine leaves behind: records of every operation and per-lane totals."""
+
+    step_time: float
+    lanes: list[Lane]
+    records: list[Record]
+    events: int
+    full: bool
