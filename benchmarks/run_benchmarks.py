@@ -62,7 +62,7 @@ def child(case: str) -> dict:
     if mode == "search":
         from simtrain.search import search
     else:
-        from simtrain.simulate import simulate
+        from simtrain.simulation import simulate
     t1 = time.perf_counter()
     rss_import = _rss_mb()
     scenario = simtrain.load_scenario(path)
@@ -86,7 +86,7 @@ def child(case: str) -> dict:
 def effects() -> dict:
     """Step times of the straggler and degraded-link scenarios against their healthy baselines."""
     import simtrain
-    from simtrain.simulate import simulate
+    from simtrain.simulation import simulate
     from simtrain.variation import sample_step_times
 
     strag = simtrain.load_scenario(REPO / "scenarios" / "straggler.yaml")
@@ -131,14 +131,14 @@ def import_times(repeats: int) -> dict:
         return cumulative
 
     best = min((once("import simtrain") for _ in range(repeats)), key=lambda c: c["simtrain"])
-    run = min((once("import simtrain, simtrain.simulate") for _ in range(repeats)),
-              key=lambda c: c["simtrain"] + c.get("simtrain.simulate", 0))
+    run = min((once("import simtrain, simtrain.simulation") for _ in range(repeats)),
+              key=lambda c: c["simtrain"] + c.get("simtrain.simulation", 0))
     parts = {name: run[name] for name in ("numpy", "networkx", "pydantic", "simpy", "yaml", "simtrain.engine")
              if name in run}
     t = []
     for _ in range(repeats):    # the whole process, interpreter start-up included, as a user sees it
         start = time.perf_counter()
-        _sub(["-c", "import simtrain; from simtrain.simulate import simulate; "
+        _sub(["-c", "import simtrain; from simtrain.simulation import simulate; "
                     "simulate(simtrain.load_scenario('scenarios/pp4_dp4.yaml'))"])
         t.append(time.perf_counter() - start)
     startup = []
@@ -147,7 +147,7 @@ def import_times(repeats: int) -> dict:
         _sub(["-c", "pass"])
         startup.append(time.perf_counter() - start)
     return {"import_simtrain_s": best["simtrain"] / 1e6,
-            "import_for_a_run_s": (run["simtrain"] + run.get("simtrain.simulate", 0)) / 1e6,
+            "import_for_a_run_s": (run["simtrain"] + run.get("simtrain.simulation", 0)) / 1e6,
             "parts_s": {k: v / 1e6 for k, v in parts.items()}, "process_small_run_s": min(t),
             "interpreter_startup_s": min(startup), "pandas_or_plotly": [m for m in ("pandas", "plotly") if m in run]}
 
@@ -193,16 +193,22 @@ def case_table(results: dict) -> list[str]:
 
 
 def target_table(results: dict, imports: dict) -> list[str]:
-    lines = ["| target | limit | measured | met |", "|---|---:|---:|---|"]
+    lines = ["| target | limit | best | worst of the repeats | met (best / worst) |", "|---|---:|---:|---:|---|"]
+
+    def met(value: float, limit: float) -> str:
+        return "yes" if value < limit else "**no**"
+
     for case, (what, limit) in TARGETS.items():
         r = results.get(case)
         if r is None:
-            lines.append(f"| {what} | {limit:g} s | not run | - |")
+            lines.append(f"| {what} | {limit:g} s | not run | | - |")
             continue
-        value = r["wall_s"] if case in ("a", "e") else r["load_s"] + r["run_s"]
-        lines.append(f"| {what} | {limit:g} s | {_f(value)} s | {'yes' if value < limit else '**no**'} |")
-    lines.append(f"| `simtrain run`-like process, pp4_dp4, interpreter start-up included | 0.5 s | "
-                 f"{_f(imports['process_small_run_s'])} s | {'yes' if imports['process_small_run_s'] < 0.5 else '**no**'} |")
+        skip = 0.0 if case in ("a", "e") else r["import_s"]     # the worst run's import is not kept: use the best's
+        value, worst = r["wall_s"] - skip, max(r["walls_s"]) - skip
+        lines.append(f"| {what} | {limit:g} s | {_f(value)} s | {_f(worst)} s | {met(value, limit)} / {met(worst, limit)} |")
+    proc = imports["process_small_run_s"]
+    lines.append(f"| `simtrain run`-like process, pp4_dp4, interpreter start-up included | 0.5 s | {_f(proc)} s | | "
+                 f"{met(proc, 0.5)} |")
     big, small = results.get("c"), results.get("g")
     if big and small:
         grow_big = big["peak_rss_mb"] - big["rss_after_import_mb"]
@@ -210,7 +216,7 @@ def target_table(results: dict, imports: dict) -> list[str]:
         ok = big["peak_rss_mb"] <= 1.25 * small["peak_rss_mb"]
         lines.append(f"| folded peak RSS independent of GPU count (16,384 vs 1,024 GPUs, same PP and micro-batches) "
                      f"| <= 1.25x | {big['peak_rss_mb']:.0f} vs {small['peak_rss_mb']:.0f} MB (growth after import: "
-                     f"{grow_big:.0f} vs {grow_small:.0f} MB) | {'yes' if ok else '**no**'} |")
+                     f"{grow_big:.0f} vs {grow_small:.0f} MB) | | {'yes' if ok else '**no**'} |")
     return lines
 
 
@@ -255,7 +261,7 @@ def render(m: dict, results: dict, imports: dict, eff: dict, quick: bool) -> tup
         notes.append(f"Search (e) runs its screening and simulations on a pool of `nproc` worker processes (their "
                      f"memory is not in the RSS column); {search['counts']}; best layout {search['best']}.")
     imp = [f"`python -X importtime -c 'import simtrain'`: {_f(imports['import_simtrain_s'])} s; with the engine "
-           f"(`simtrain.simulate`, needed for a run): {_f(imports['import_for_a_run_s'])} s. Largest parts: "
+           f"(`simtrain.simulation`, needed for a run): {_f(imports['import_for_a_run_s'])} s. Largest parts: "
            + ", ".join(f"{k} {_f(v)} s" for k, v in sorted(imports["parts_s"].items(), key=lambda kv: -kv[1]))
            + f". pandas/plotly imported: {imports['pandas_or_plotly'] or 'no'}."]
     body = ["## Cases", "", *case_table(results), *notes, "", "## Targets (2-core machine)", "",
@@ -302,6 +308,8 @@ def main() -> None:
     results_md, section = render(info, results, imports, eff, args.quick)
     print(results_md)
     write_atomic(HERE / "RESULTS.md", results_md)
+    write_atomic(HERE / "results.json", json.dumps({"machine": info, "cases": results, "imports": imports,
+                                                   "effects": eff}, indent=1, sort_keys=True) + "\n")
     if not args.quick:
         write_atomic(HERE / "README_SECTION.md", section)
 

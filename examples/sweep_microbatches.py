@@ -19,7 +19,7 @@ from pathlib import Path
 
 import simtrain
 from simtrain.charts import sweep_figure, write_figure
-from simtrain.sweep import sweep
+from simtrain.sweeps import sweep
 
 SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "pp4_dp4.yaml"
 COUNTS = [4, 8, 16, 32, 64]          # micro-batches per step per pipeline

@@ -8,6 +8,8 @@ The Python API that notebooks use (the CLI is a thin shell over it)::
     table = simtrain.sweep(sc, {"parallel.pp": [2, 4, 8]})   # a pandas DataFrame
 
 Heavy modules (plotly, pandas, the engine) load on first use, so ``import simtrain`` stays fast.
+The functions keep their names for good: the modules behind them are called differently
+(``simtrain.simulation``, ``simtrain.sweeps``), so importing them never shadows a function.
 """
 
 from __future__ import annotations
@@ -18,25 +20,27 @@ from simtrain.errors import InputError
 from simtrain.scenario import Scenario, load_scenario, scenario_from_dict
 
 __version__ = "0.1.0"
-__all__ = ["InputError", "Scenario", "load_scenario", "scenario_from_dict", "simulate", "memory", "sweep"]
+__all__ = ["InputError", "Scenario", "load_scenario", "scenario_from_dict", "simulate", "memory_only", "sweep"]
 
 
 def simulate(scenario: Scenario, **kwargs: Any):
-    """Simulate one optimizer step; see :func:`simtrain.simulate.simulate`."""
-    from simtrain.simulate import simulate as _simulate
+    """Simulate one optimizer step; see :func:`simtrain.simulation.simulate`."""
+    from simtrain.simulation import simulate as _simulate
 
     return _simulate(scenario, **kwargs)
 
 
-def memory(scenario: Scenario):
-    """The memory ledger without a simulation; see :func:`simtrain.simulate.memory`."""
-    from simtrain.simulate import memory as _memory
+def memory_only(scenario: Scenario):
+    """The memory ledger without a simulation (``simtrain memory``); see :func:`simtrain.simulation.memory`.
+
+    (Not called ``memory``: that is the name of the memory-model module.)"""
+    from simtrain.simulation import memory as _memory
 
     return _memory(scenario)
 
 
 def sweep(scenario: Scenario, grid: dict[str, list], **kwargs: Any):
-    """Simulate every point of ``grid``; see :func:`simtrain.sweep.sweep`."""
-    from simtrain.sweep import sweep as _sweep
+    """Simulate every point of ``grid``; see :func:`simtrain.sweeps.sweep`."""
+    from simtrain.sweeps import sweep as _sweep
 
     return _sweep(scenario, grid, **kwargs)

@@ -1,6 +1,6 @@
 """Sweep plots: a metric against one swept parameter, and a heatmap over two.
 
-Both take the DataFrame of :func:`simtrain.sweep` (one row per point: the swept
+Both take the DataFrame of :func:`simtrain.sweeps` (one row per point: the swept
 keys as columns, then step_time_s, tokens_per_s, mfu, bubble_fraction,
 peak_memory_bytes_max, fits_in_memory, error) and return a plotly Figure, for
 notebooks and for ``simtrain sweep --plot``. Points whose ``error`` is set are

@@ -35,7 +35,7 @@ def layout_text(s: Scenario) -> str:
 
 def compare(scenarios: list[Scenario], tokens: float = DEFAULT_TOKENS) -> list[dict[str, Any]]:
     """One row per scenario (SI units; None where the hardware file gives no price or power)."""
-    from simtrain.simulate import simulate
+    from simtrain.simulation import simulate
 
     rows = []
     for s in scenarios:

@@ -70,7 +70,7 @@ def _alone(plan: Plan, phases) -> float:
 
 def _full(s: Scenario) -> bool:
     """The engine's fidelity for this scenario (simulate() switches to full for asymmetric runs)."""
-    from simtrain.simulate import needs_full
+    from simtrain.simulation import needs_full
 
     return s.simulation.fidelity == "full" or (needs_full(s) and s.parallel.dp > 1)
 

@@ -12,7 +12,7 @@
    throughput is below the K-th best simulated so far: a skipped layout cannot be
    in the top K, so the answer equals simulating every candidate (a test checks it).
 
-Screening and simulation run on the sweep's executors (:mod:`simtrain.sweep`).
+Screening and simulation run on the sweep's executors (:mod:`simtrain.sweeps`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 
 from simtrain.errors import InputError
 from simtrain.scenario import Scenario
-from simtrain.sweep import ScenarioPayload, error_text, open_executor, progress_bar, run_tasks
+from simtrain.sweeps import ScenarioPayload, error_text, open_executor, progress_bar, run_tasks
 from simtrain.units import format_time
 
 #: layout field -> scenario key
@@ -100,7 +100,7 @@ def screen(payload: ScenarioPayload, base: dict[str, Any], layouts: list[dict[st
     """Validate, check memory and estimate each layout (runs in a worker); never raises. Status:
     'invalid' (rejected by the scenario rules), 'oom', 'fits' (then estimated) or 'failed'."""
     from simtrain.estimate import estimate
-    from simtrain.simulate import memory
+    from simtrain.simulation import memory
 
     scenario = payload.build()
     out = []
@@ -124,7 +124,7 @@ def screen(payload: ScenarioPayload, base: dict[str, Any], layouts: list[dict[st
 
 def simulate_layout(payload: ScenarioPayload, base: dict[str, Any], layout: dict[str, Any]) -> dict[str, Any]:
     """Simulate one layout (runs in a worker); never raises."""
-    from simtrain.simulate import simulate
+    from simtrain.simulation import simulate
 
     try:
         r = simulate(payload.build().with_overrides({**base, **_overrides(layout)}))

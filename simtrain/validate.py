@@ -90,7 +90,7 @@ def _config(sc: dict) -> str:
 
 
 def run_case(case: dict, base_dir: Path) -> CaseResult:
-    from simtrain.simulate import simulate
+    from simtrain.simulation import simulate
 
     sc = dict(case["scenario"])
     sc.setdefault("name", case["id"])

@@ -9,7 +9,7 @@ from simtrain.scenario import Scenario
 
 def sample_step_times(scenario: Scenario, samples: int) -> dict[str, float]:
     """Simulate ``samples`` seeds (seed, seed+1, ...) and return mean, P50 and P95 step time in seconds."""
-    from simtrain.simulate import simulate
+    from simtrain.simulation import simulate
 
     base = scenario.simulation.seed
     times = np.array([simulate(scenario, seed=base + i).step_time_s for i in range(samples)])

@@ -136,12 +136,12 @@ def test_the_issue_example_reads_as_written(capsys):
 
 def test_internal_error_is_one_line_and_debug_shows_traceback(monkeypatch, capsys):
     """A real bug exits 1 with one 'internal error' line; with --debug the exception propagates (traceback)."""
-    import simtrain.simulate
+    import simtrain.simulation
 
     def broken(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(simtrain.simulate, "simulate", broken)
+    monkeypatch.setattr(simtrain.simulation, "simulate", broken)
     code, _, err = run_cli(["run", str(BASE)], capsys)
     assert code == 1
     assert err.strip().splitlines() == ["internal error: RuntimeError: boom (this is a simtrain bug; rerun with "
@@ -221,7 +221,7 @@ def test_scenario_names_are_escaped_in_html(tmp_path):
     """A scenario named '<script>alert(1)</script>' appears escaped in the Gantt and memory charts."""
     charts = pytest.importorskip("simtrain.charts")
     from simtrain.scenario import load_scenario
-    from simtrain.simulate import simulate
+    from simtrain.simulation import simulate
 
     name = "<script>alert(1)</script>"
     result = simulate(load_scenario(BASE, {"name": name}))

@@ -24,7 +24,7 @@ from simtrain.charts import (gantt_figure, heatmap_figure, memory_figure, plot_s
 from simtrain.cli import main
 from simtrain.errors import InputError
 from simtrain.scenario import load_scenario
-from simtrain.simulate import simulate
+from simtrain.simulation import simulate
 
 DATA = Path(__file__).parent / "data"
 ROOT = Path(__file__).parent.parent

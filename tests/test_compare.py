@@ -8,7 +8,7 @@ import yaml
 
 from simtrain.compare import compare, compare_text, warnings_for
 from simtrain.scenario import load_scenario
-from simtrain.simulate import simulate
+from simtrain.simulation import simulate
 
 from conftest import DATA, REPO, gpt_model, make_scenario, run_cli
 

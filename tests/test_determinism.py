@@ -18,7 +18,7 @@ import pytest
 
 from simtrain.io import dumps_json
 from simtrain.scenario import load_scenario, parse_set
-from simtrain.simulate import simulate
+from simtrain.simulation import simulate
 
 SCENARIO = Path(__file__).resolve().parent / "bad_inputs" / "good" / "base.yaml"
 SETS = ["nodes=2", "gpus_per_node=4", "parallel.dp=4", "training.global_batch=16", "simulation.fidelity=full",
@@ -75,7 +75,7 @@ def test_spawned_worker_matches_direct_run():
 
 def test_sweep_workers_match_direct_runs():
     """simtrain.sweep(..., workers=2) gives exactly (bit for bit) the metrics of direct runs of each point."""
-    sweep_module = pytest.importorskip("simtrain.sweep")
+    sweep_module = pytest.importorskip("simtrain.sweeps")
     scenario = load_scenario(SCENARIO, parse_set(SETS))
     grid = {"simulation.seed": [1, 2], "training.micro_batch": [1, 2]}
     table = sweep_module.sweep(scenario, grid, workers=2, progress=False)

@@ -23,7 +23,7 @@ import pytest
 from simtrain.io import dumps_json
 from simtrain.plan import build_plan
 from simtrain.scenario import load_scenario
-from simtrain.simulate import memory, simulate
+from simtrain.simulation import memory, simulate
 
 from conftest import DATA, REPO, gpt_model, hardware_variant, make_scenario
 
@@ -200,7 +200,7 @@ def test_same_input_same_json():
 def test_json_independent_of_hash_seed():
     """The JSON report does not depend on PYTHONHASHSEED (separate interpreters)."""
     code = ("import sys; from simtrain.io import dumps_json; from simtrain.scenario import load_scenario; "
-            "from simtrain.simulate import simulate; "
+            "from simtrain.simulation import simulate; "
             "sys.stdout.write(dumps_json(simulate(load_scenario(sys.argv[1])).to_dict()))")
     outs = []
     for seed in ("0", "4242"):

@@ -8,7 +8,7 @@ import pytest
 from simtrain.estimate import estimate
 from simtrain.plan import build_plan
 from simtrain.scenario import load_scenario
-from simtrain.simulate import simulate
+from simtrain.simulation import simulate
 
 from conftest import DATA, REPO, gpt_model, make_scenario
 

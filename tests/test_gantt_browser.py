@@ -20,7 +20,7 @@ import pytest
 
 from simtrain.charts import gantt_figure, write_outputs
 from simtrain.scenario import load_scenario
-from simtrain.simulate import simulate
+from simtrain.simulation import simulate
 
 DATA = Path(__file__).parent / "data"
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")

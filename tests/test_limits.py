@@ -15,7 +15,7 @@ import pytest
 
 from simtrain.errors import InputError, SimulationLimitError
 from simtrain.scenario import load_scenario, parse_set
-from simtrain.simulate import simulate
+from simtrain.simulation import simulate
 
 from conftest import run_cli
 
@@ -70,7 +70,7 @@ def test_full_fidelity_on_100k_gpus_is_refused_quickly(huge, simtrain_exe):
 _PYTHON_API = """
 import sys
 from simtrain.scenario import load_scenario
-from simtrain.simulate import simulate
+from simtrain.simulation import simulate
 try:
     simulate(load_scenario(sys.argv[1]))
 except Exception as err:

@@ -7,7 +7,7 @@ import pytest
 
 from simtrain.errors import InputError
 from simtrain.search import enumerate_layouts, gpu_overrides, search, why_slower
-from simtrain.sweep import read_table
+from simtrain.sweeps import read_table
 
 from conftest import DATA, gpt_model, hardware_variant, make_scenario, run_cli
 
@@ -44,7 +44,7 @@ def small_case(tmp_path):
 
 def test_search_agrees_with_brute_force(small_case):
     """The top 3 by tokens/s equal those of simulating every layout that fits (memory model)."""
-    from simtrain.simulate import memory, simulate
+    from simtrain.simulation import memory, simulate
 
     result = search(small_case, top=3, workers=1, progress=False)
     scored = []

@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 
 import simtrain
-from simtrain.simulate import simulate
-from simtrain.sweep import COLUMNS, ScenarioPayload, read_table, sweep, sweep_to_file
+from simtrain.simulation import simulate
+from simtrain.sweeps import COLUMNS, ScenarioPayload, read_table, sweep, sweep_to_file
 
 from conftest import make_scenario, run_cli
 
@@ -73,7 +73,7 @@ def test_invalid_points_never_abort_the_sweep(pipe):
 
 def test_unexpected_exceptions_become_errors(pipe, monkeypatch):
     """Any exception in a point (not only bad input) is reported in its row as 'Type: message'."""
-    import simtrain.simulate as sim_module
+    import simtrain.simulation as sim_module
 
     real = sim_module.simulate
 
@@ -135,14 +135,11 @@ def test_bad_grids_are_input_errors(pipe):
         sweep(pipe, {"parallel.pp": "2,4"}, workers=1)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: simtrain/__init__.py's lazy wrappers share their names with the "
-                                       "submodules simtrain.sweep / simtrain.simulate; the first call imports the "
-                                       "submodule, which rebinds the package attribute, so a second "
-                                       "simtrain.sweep(...) call raises TypeError: 'module' object is not callable")
 def test_package_level_sweep_can_be_called_twice(pipe):
-    """simtrain.sweep(...) works on every call from a notebook, not only the first."""
+    """simtrain.sweep(...) and simtrain.simulate(...) work on every call from a notebook, not only the first."""
     simtrain.sweep(pipe, {"training.global_batch": [4]}, workers=1, progress=False)
     simtrain.sweep(pipe, {"training.global_batch": [4]}, workers=1, progress=False)
+    assert simtrain.simulate(pipe).step_time_s == simtrain.simulate(pipe).step_time_s > 0
 
 
 # --- files ---------------------------------------------------------------------------------------
@@ -167,7 +164,7 @@ def test_resume_runs_only_missing_points(pipe, tmp_path, ext, monkeypatch):
                   progress=False)
     full = sweep_to_file(pipe, GRID, tmp_path / f"ref.{ext}", workers=1, progress=False)
     ran = []
-    import simtrain.sweep as sweep_module
+    import simtrain.sweeps as sweep_module
 
     real = sweep_module.run_points
 

@@ -15,7 +15,7 @@ import pytest
 
 from simtrain.charts import write_outputs
 from simtrain.scenario import load_scenario
-from simtrain.simulate import simulate
+from simtrain.simulation import simulate
 from simtrain.trace import trace_events
 
 DATA = Path(__file__).parent / "data"

@@ -19,7 +19,7 @@ from simtrain.errors import SimulationLimitError
 from simtrain.io import dumps_json
 from simtrain.plan import build_plan
 from simtrain.scenario import load_scenario
-from simtrain.simulate import simulate
+from simtrain.simulation import simulate
 
 SLOW = 1.3
 

@@ -22,7 +22,7 @@ def _load(scenario: str, sets: tuple[str, ...], full: bool = False):
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="write the JSON report here")
 def memory(scenario: str, sets: tuple[str, ...], json_path: str | None) -> None:
     """Does SCENARIO fit in GPU memory, and what eats the memory?"""
-    from simtrain.simulate import memory as memory_of
+    from simtrain.simulation import memory as memory_of
     from simtrain.textreport import memory_text
 
     result = memory_of(_load(scenario, sets))
@@ -44,7 +44,7 @@ def memory(scenario: str, sets: tuple[str, ...], json_path: str | None) -> None:
 def run(scenario: str, sets: tuple[str, ...], json_path: str | None, gantt_path: str | None,
         memory_path: str | None, trace_path: str | None, full: bool, samples: int) -> None:
     """Simulate one optimizer step of SCENARIO and report it."""
-    from simtrain.simulate import simulate
+    from simtrain.simulation import simulate
     from simtrain.textreport import run_text
 
     sc = _load(scenario, sets, full)

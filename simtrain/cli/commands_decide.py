@@ -1,5 +1,5 @@
 """`simtrain sweep`, `simtrain search` and `simtrain compare`: thin shells over
-:mod:`simtrain.sweep`, :mod:`simtrain.search` and :mod:`simtrain.compare`."""
+:mod:`simtrain.sweeps`, :mod:`simtrain.search` and :mod:`simtrain.compare`."""
 
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ def _sweep_summary(df, keys: list[str]) -> str:
 def sweep(scenario: str, grids: tuple[str, ...], out: str, resume: bool, workers: int | None,
           plot_path: str | None, sets: tuple[str, ...], progress: bool | None) -> None:
     """Simulate SCENARIO at every point of a grid and write one row per point."""
-    from simtrain.sweep import sweep_to_file, table_format
+    from simtrain.sweeps import sweep_to_file, table_format
 
     grid = parse_grid(grids)
     table_format(out)
@@ -111,7 +111,7 @@ def search(scenario: str, gpus: int | None, top: int, out: str | None, workers: 
     """Find the fastest parallel layouts of SCENARIO's model, hardware and global batch."""
     from simtrain.search import search as run_search
     from simtrain.search import search_text
-    from simtrain.sweep import table_format, write_table
+    from simtrain.sweeps import table_format, write_table
 
     if out:
         table_format(out)

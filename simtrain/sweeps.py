@@ -77,7 +77,7 @@ def grid_points(grid: dict[str, list]) -> list[dict[str, Any]]:
 
 def evaluate_point(payload: ScenarioPayload, overrides: dict[str, Any]) -> dict[str, Any]:
     """Simulate one point; never raises (the message goes to ``error``). Runs in a worker."""
-    from simtrain.simulate import simulate
+    from simtrain.simulation import simulate
 
     row: dict[str, Any] = {k: None for k in METRICS}
     try:
