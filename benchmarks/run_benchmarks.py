@@ -116,6 +116,7 @@ def run_case(case: str, repeats: int) -> dict:
     best = min(runs, key=lambda r: r["wall_s"])
     best["repeats"] = repeats
     best["walls_s"] = [r["wall_s"] for r in runs]
+    best["load_and_run_s"] = [r["load_s"] + r["run_s"] for r in runs]
     return best
 
 
@@ -203,8 +204,8 @@ def target_table(results: dict, imports: dict) -> list[str]:
         if r is None:
             lines.append(f"| {what} | {limit:g} s | not run | | - |")
             continue
-        skip = 0.0 if case in ("a", "e") else r["import_s"]     # the worst run's import is not kept: use the best's
-        value, worst = r["wall_s"] - skip, max(r["walls_s"]) - skip
+        runs = r["walls_s"] if case in ("a", "e") else r["load_and_run_s"]
+        value, worst = min(runs), max(runs)
         lines.append(f"| {what} | {limit:g} s | {_f(value)} s | {_f(worst)} s | {met(value, limit)} / {met(worst, limit)} |")
     proc = imports["process_small_run_s"]
     lines.append(f"| `simtrain run`-like process, pp4_dp4, interpreter start-up included | 0.5 s | {_f(proc)} s | | "
