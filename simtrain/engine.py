@@ -20,6 +20,7 @@ from simtrain.errors import SimulationLimitError
 from simtrain.fluid import FluidNetwork
 from simtrain.lane import CountingEnvironment, Lane, Record, Timeline  # noqa: F401  (Record, Timeline re-exported)
 from simtrain.plan import ChunkPlan, Plan
+from simtrain.yamlio import locate
 
 
 def estimate_events(plan: Plan, full: bool) -> int:
@@ -29,7 +30,9 @@ def estimate_events(plan: Plan, full: bool) -> int:
     ops = sum(len(ops) for ops in plan.schedule) / max(par.pp, 1)
     per_op = 4
     if par.zero >= 3 and par.dp > 1:
-        per_op += 4 * max(c.layers for c in plan.chunks)
+        # per layer: a gather (process start, rendezvous, phase timeouts, flow end, done) and two to
+        # four compute/TP timeouts, plus the reduce-scatter in the backward: about 12
+        per_op += 12 * max(c.layers for c in plan.chunks)
     return int(lanes * ops * per_op + lanes * 64)
 
 
@@ -93,10 +96,11 @@ class Engine(CommMixin):
     def run(self) -> Timeline:
         est = estimate_events(self.plan, self.full)
         if est > self.sim.max_events:
+            line, note = locate(self.sc.raw, "simulation.max_events")
             raise SimulationLimitError(
                 f"this run needs about {est:,} simulated events, more than simulation.max_events="
-                f"{self.sim.max_events:,}; use simulation.fidelity: folded (one lane per stage) or raise the limit",
-                field="simulation.max_events")
+                f"{self.sim.max_events:,}; use simulation.fidelity: folded (one lane per stage) or raise the "
+                f"limit{note}", file=self.sc.file, line=line, field="simulation.max_events")
         self.lanes = self._make_lanes()
         for lane in self.lanes:
             self.env.process(self._lane(lane))

@@ -109,9 +109,7 @@ def test_raising_the_limit_lets_a_run_through():
 
 @pytest.mark.parametrize("sets", [
     [], ["simulation.fidelity=full"], ["training.global_batch=64", "simulation.fidelity=full"],
-    pytest.param(["parallel.zero=3"], marks=pytest.mark.xfail(strict=True, reason=(
-        "bug: engine.estimate_events counts 4 events per layer for ZeRO-3 gathers, the engine schedules "
-        "more (851 events against an estimate of 320 here)"))),
+    ["parallel.zero=3"],
 ])
 def test_estimate_is_not_an_underestimate(sets):
     """The engine's estimate is at least half the events it then schedules, so the bound means something."""
