@@ -6,6 +6,11 @@ of every transfer in flight. Rates are recomputed whenever a transfer starts
 or finishes, so a collective slows while another crosses the same NIC and
 speeds up again when it ends. (Equal share at the bottleneck is a simple,
 conservative stand-in for max-min fairness.)
+
+Only the transfers that share a link with the one that started or finished
+change rate, so only they are re-rated: the cost of an event grows with the
+traffic it meets, not with everything in flight. Flows are kept in insertion-ordered dicts
+(never sets) so that equal inputs replay in the same order: reports stay byte-identical.
 """
 
 from __future__ import annotations
@@ -22,10 +27,12 @@ _EPS = 1e-12
 
 @dataclass(eq=False)
 class _Flow:
-    remaining: float
+    remaining: float          # bytes left at time `stamp`
     links: tuple
     done: simpy.Event
     rate: float = 0.0
+    stamp: float = 0.0
+    finish: float = 0.0       # when it ends at its current rate
 
 
 @dataclass(eq=False)
@@ -33,8 +40,8 @@ class FluidNetwork:
     env: simpy.Environment
     capacity: dict                       # link -> bytes/s (after efficiency and degradation)
     load: dict = field(default_factory=lambda: defaultdict(int))
-    active: list = field(default_factory=list)
-    _stamp: float = 0.0
+    on_link: dict = field(default_factory=lambda: defaultdict(dict))   # link -> {flow: None}, ordered
+    active: dict = field(default_factory=dict)                          # {flow: None}, ordered
     _generation: int = 0
 
     def run_phase(self, phase: Phase):
@@ -42,45 +49,52 @@ class FluidNetwork:
         if phase.latency > 0:
             yield self.env.timeout(phase.latency)
         if phase.flow_bytes > 0:
-            flow = _Flow(phase.flow_bytes, phase.links, self.env.event())
-            self._advance()
-            self.active.append(flow)
+            flow = _Flow(phase.flow_bytes, phase.links, self.env.event(), stamp=self.env.now)
+            self.active[flow] = None
             for link, count in flow.links:
                 self.load[link] += count
-            self._rerate()
+                self.on_link[link][flow] = None
+            self._rerate(self._sharing(flow))
             yield flow.done
 
-    def _advance(self) -> None:
-        now = self.env.now
-        dt = now - self._stamp
-        if dt > 0:
-            for flow in self.active:
-                flow.remaining -= flow.rate * dt
-        self._stamp = now
+    def _sharing(self, flow: _Flow) -> dict:
+        """The flows in flight that cross at least one of ``flow``'s links (``flow`` included if active)."""
+        out: dict = {}
+        for link, _ in flow.links:
+            out.update(self.on_link[link])
+        return out
 
-    def _rerate(self) -> None:
+    def _rerate(self, flows) -> None:
+        now = self.env.now
         cap, load = self.capacity, self.load
-        soonest = None
-        for flow in self.active:
-            flow.rate = min(cap[link] / load[link] for link, _ in flow.links)
-            t = max(flow.remaining, 0.0) / flow.rate
-            soonest = t if soonest is None or t < soonest else soonest
+        for f in flows:
+            f.remaining -= f.rate * (now - f.stamp)
+            f.stamp = now
+            f.rate = min(cap[link] / load[link] for link, _ in f.links)
+            f.finish = now + max(f.remaining, 0.0) / f.rate
+        self._schedule()
+
+    def _schedule(self) -> None:
         self._generation += 1
-        if soonest is not None:
+        if self.active:
+            soonest = min(f.finish for f in self.active)
             gen = self._generation
-            timer = self.env.timeout(soonest)
+            timer = self.env.timeout(max(soonest - self.env.now, 0.0))
             timer.callbacks.append(lambda _e, g=gen: self._wake(g))
 
     def _wake(self, generation: int) -> None:
         if generation != self._generation:
             return
-        self._advance()
-        finished = [f for f in self.active if f.remaining <= _EPS * max(1.0, f.rate)]
+        now = self.env.now
+        finished = [f for f in self.active if f.finish <= now * (1 + _EPS) + _EPS]
         if not finished:   # floating point: finish the closest one
-            finished = [min(self.active, key=lambda f: f.remaining / f.rate)]
+            finished = [min(self.active, key=lambda f: f.finish)]
+        touched: dict = {}
         for flow in finished:
-            self.active.remove(flow)
+            del self.active[flow]
             for link, count in flow.links:
                 self.load[link] -= count
+                del self.on_link[link][flow]
+            touched.update(self._sharing(flow))
             flow.done.succeed()
-        self._rerate()
+        self._rerate(f for f in touched if f in self.active)
