@@ -9,6 +9,7 @@ Every number in a bundled file carries a ``source:``.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -33,7 +34,12 @@ def bundled_hardware_dir() -> Path:
 
 
 def bundled_hardware_names() -> list[str]:
-    return sorted(p.stem for p in bundled_hardware_dir().glob("*.yaml"))
+    return list(_bundled_names(bundled_hardware_dir()))
+
+
+@lru_cache(maxsize=4)
+def _bundled_names(folder: Path) -> tuple[str, ...]:
+    return tuple(sorted(p.stem for p in folder.glob("*.yaml")))
 
 
 class GpuSpec(Closed):
@@ -233,9 +239,17 @@ def load_hardware(ref: Any, *, base_dir: Path, file: str | None, field: str = "h
     else:
         raise InputError(f"unknown hardware '{ref}'{suggest(ref, names)} ({allowed(names)}; or a path to a YAML file)",
                          file=file, field=field)
+    stat = Path(path).stat()
+    return _parse_hardware(str(path), stat.st_mtime_ns, stat.st_size), str(path)
+
+
+@lru_cache(maxsize=64)
+def _parse_hardware(path: str, _mtime_ns: int, _size: int) -> HardwareSpec:
+    """Parse and validate a hardware file, once per file version (specs are immutable): sweeps and
+    searches build thousands of scenarios on the same hardware."""
     data = load_yaml(path)
-    shown = display_path(path)
+    shown = display_path(Path(path))
     if not isinstance(data, dict):
         raise InputError("a hardware file must hold a mapping (name, gpu, intra_node, ...)", file=shown,
                          line=getattr(data, "line", 1))
-    return validate(HardwareSpec, data, file=shown), str(path)
+    return validate(HardwareSpec, data, file=shown)

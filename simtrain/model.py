@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from functools import cached_property
+from functools import cached_property, lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -108,10 +108,21 @@ class ModelSpec(Closed):
 # --- loading -----------------------------------------------------------
 
 def preset_names() -> list[str]:
-    return sorted(p.name[:-5] for p in resources.files("simtrain.presets").iterdir() if p.name.endswith(".yaml"))
+    return list(_preset_names())
 
 
+@lru_cache(maxsize=1)
+def _preset_names() -> tuple[str, ...]:
+    return tuple(sorted(p.name[:-5] for p in resources.files("simtrain.presets").iterdir() if p.name.endswith(".yaml")))
+
+
+@lru_cache(maxsize=32)
 def _load_preset(name: str) -> ModelSpec:
+    """A bundled preset, parsed once (specs are immutable)."""
+    return _load_preset_uncached(name)
+
+
+def _load_preset_uncached(name: str) -> ModelSpec:
     path = resources.files("simtrain.presets") / f"{name}.yaml"
     data = load_yaml(str(path))
     data.pop("source", None)
