@@ -101,7 +101,10 @@ def shown_lanes(timeline: dict) -> tuple[list[LaneInfo], str]:
     if not timeline.get("full"):
         return all_lanes, "folded: each stage stands for all its DP replicas"
     replicas = len({ln.dp for ln in all_lanes})
-    return [ln for ln in all_lanes if ln.dp == 0], f"full fidelity: DP replica 0 of {replicas} shown"
+    # the replica that finishes last sets the step: show it (a straggler or a slow link lives there)
+    slowest = max(all_lanes, key=lambda ln: (ln.end, -ln.index)).dp
+    return ([ln for ln in all_lanes if ln.dp == slowest],
+            f"full fidelity: DP replica {slowest} of {replicas} shown (the one that finishes last)")
 
 
 def tolerance(step_time: float) -> float:

@@ -112,14 +112,13 @@ def collective_shape(kind: str, groups: list[list[int]], cluster: Cluster, every
     local = max(len(v) for v in per_node.values())
     if len(per_node) == 1 or local == 1 or any(len(v) != local for v in per_node.values()):
         return [_ring_shape(kind, groups, cluster, every)]
-    intra = [[r for r in g if cluster.node_of(r) == node] for g in groups
-             for node in sorted({cluster.node_of(r) for r in g})]
-    inter = []
-    for g in groups:
-        by_node = defaultdict(list)
+    intra, inter = [], []
+    for g in groups:   # each group's members by node, once (linear in the group size)
+        by_node: dict[int, list[int]] = defaultdict(list)
         for r in g:
             by_node[cluster.node_of(r)].append(r)
         nodes = sorted(by_node)
+        intra.extend(by_node[nd] for nd in nodes)
         inter.extend([[by_node[nd][k] for nd in nodes] for k in range(local)])
     if kind == "all_reduce":
         return [_ring_shape("reduce_scatter", intra, cluster, every),

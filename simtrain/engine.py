@@ -90,7 +90,8 @@ class Engine(CommMixin):
                     import numpy as np   # only variation needs numpy: keep the common path light
 
                     rng = np.random.default_rng([self.seed, idx])
-                lanes.append(Lane(index=idx, dp=d, rank=r, slowdown=slow, rng=rng))
+                lanes.append(Lane(index=idx, dp=d, rank=r, slowdown=slow, rng=rng,
+                                  tp_scale=self.plan.tp_scale(r, d)))
         return lanes
 
     def run(self) -> Timeline:
@@ -134,7 +135,7 @@ class Engine(CommMixin):
         total = 0.0
         if self.layer_detail:
             for stream, kind, sec, layer in segments:
-                sec = sec * f if stream == "compute" else sec
+                sec = sec * f if stream == "compute" else sec * lane.tp_scale
                 lo, hi = (layer, layer + 1) if layer is not None else (-1, -1)
                 self._record(lane, stream, kind, t + total, t + total + sec, mb, v, lo, hi)
                 if stream == "tp":
@@ -143,7 +144,7 @@ class Engine(CommMixin):
         else:
             sums: dict = {}
             for stream, kind, sec, layer in segments:
-                sec = sec * f if stream == "compute" else sec
+                sec = sec * f if stream == "compute" else sec * lane.tp_scale
                 sums[(stream, kind)] = sums.get((stream, kind), 0.0) + sec
             for (stream, kind), sec in sums.items():
                 self._record(lane, stream, kind, t + total, t + total + sec, mb, v)
@@ -159,6 +160,7 @@ class Engine(CommMixin):
             if lane.comm_busy:
                 sec *= max(f for f, n in lane.comm_factors.items() if n > 0)
         elif stream == "tp":
+            sec *= lane.tp_scale
             lane.exposed["tp"] += sec
         if sec <= 0:
             return

@@ -28,6 +28,7 @@ class Lane:
     dp: int | None            # None: folded, stands for every DP replica
     rank: int                 # pipeline rank
     slowdown: float = 1.0
+    tp_scale: float = 1.0     # this replica's TP collectives vs the symmetric figure (degraded links)
     rng: object | None = None          # numpy.random.Generator when jitter is on
     chains: dict = field(default_factory=dict)
     counters: dict = field(default_factory=dict)

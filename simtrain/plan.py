@@ -81,11 +81,13 @@ class Plan:
 
     def dp_phases(self, collective: str, nbytes: float, pp_rank: int, every: bool = False) -> list[Phase]:
         """A DP/ZeRO collective of one stage: the tp DP groups of that stage run it together."""
-        key = ("dp", collective, pp_rank, every)
-        shape = self.phases.get(key)
+        pl = self.placement
+        cluster = self.scenario.cluster
+        key = ("dp", collective, pl.dp, pl.tp, pl.pp, pp_rank, every)   # the groups follow from the layout
+        shape = cluster.shapes.get(key)
         if shape is None:
-            shape = collective_shape(collective, self._groups("dp", pp_rank, None), self.scenario.cluster, every)
-            self.phases[key] = shape
+            shape = collective_shape(collective, self._groups("dp", pp_rank, None), cluster, every)
+            cluster.shapes[key] = shape
         return [s.phase(nbytes) for s in shape] if nbytes > 0 else []
 
     def pp_phase(self, nbytes: float, src_rank: int, dst_rank: int, dp_index: int | None) -> Phase:
@@ -102,6 +104,17 @@ class Plan:
             self.phases[key] = hit
         return hit
 
+    def tp_scale(self, pp_rank: int, dp_index: int | None) -> float:
+        """How much slower one replica's TP collectives run than the symmetric (folded) figure the
+        chunks carry: 1 unless degraded links break the symmetry (full fidelity only)."""
+        if dp_index is None or self.placement.tp == 1 or not self.scenario.simulation.degraded_links:
+            return 1.0
+        tr, m = self.scenario.training, self.scenario.model
+        nbytes = tr.micro_batch * tr.seq_len * m.hidden * self.dtype_bytes
+        base = _tp_time(self.scenario, self.placement, nbytes, pp_rank)
+        own = _tp_time(self.scenario, self.placement, nbytes, pp_rank, dp_index)
+        return own / base if base > 0 else 1.0
+
     @cached_property
     def pp_bytes(self) -> float:
         """b x s x h activations in 16-bit, split over the TP ranks (Megatron scatter/gather)."""
@@ -109,17 +122,28 @@ class Plan:
         return tr.micro_batch * tr.seq_len * m.hidden * self.dtype_bytes / self.placement.tp
 
 
-def _tp_time(scenario: Scenario, placement: Placement, nbytes: float, pp_rank: int) -> float:
+def _tp_time(scenario: Scenario, placement: Placement, nbytes: float, pp_rank: int,
+             dp_index: int | None = None) -> float:
     """Seconds of the TP collectives of one layer pass: 2 all-reduces of the activations
     (Megatron: one after attention, one after the MLP), or with sequence parallelism
-    2 all-gathers + 2 reduce-scatters of the same size (Korthikanti et al. 2022, Sec. 4.2.2)."""
+    2 all-gathers + 2 reduce-scatters of the same size (Korthikanti et al. 2022, Sec. 4.2.2).
+    ``dp_index`` None: all replicas' TP groups at once (folded); an index: that replica's group alone,
+    its slowest flow setting the pace (full fidelity, degraded links)."""
     if placement.tp == 1:
         return 0.0
     cluster = scenario.cluster
-    groups = [placement.tp_group(d, pp_rank) for d in range(placement.dp)]
     kinds = ("all_gather", "reduce_scatter") if scenario.parallel.sequence_parallel else ("all_reduce",)
-    one = sum(phase_time_alone(shape.phase(nbytes), cluster)
-              for kind in kinds for shape in collective_shape(kind, groups, cluster))
+    scale = {(d.a, d.b): d.factor for d in scenario.simulation.degraded_links}
+    one = 0.0
+    for kind in kinds:
+        key = ("tp", kind, placement.dp, placement.tp, placement.pp, pp_rank, dp_index)
+        shapes = cluster.shapes.get(key)
+        if shapes is None:
+            dps = range(placement.dp) if dp_index is None else [dp_index]
+            groups = [placement.tp_group(d, pp_rank) for d in dps]
+            shapes = collective_shape(kind, groups, cluster, every=dp_index is not None)
+            cluster.shapes[key] = shapes
+        one += sum(phase_time_alone(shape.phase(nbytes), cluster, scale) for shape in shapes)
     return 2.0 * one
 
 

@@ -38,6 +38,7 @@ class Cluster:
     gpus_per_node: int
     _routes: dict = field(default_factory=dict, repr=False)
     _attrs: dict = field(default_factory=dict, repr=False)
+    shapes: dict = field(default_factory=dict, repr=False)   # ring shapes by (kind, layout, rank, every)
 
     @property
     def gpus(self) -> int:
@@ -249,9 +250,26 @@ def _build_explicit(spec: HardwareSpec) -> "nx.DiGraph":
 
 
 def build_cluster(spec: HardwareSpec, *, nodes: int | None = None, gpus_per_node: int | None = None) -> Cluster:
-    """The cluster for ``spec``, with the scenario's optional size overrides."""
+    """The cluster for ``spec``, with the scenario's optional size overrides.
+
+    Clusters are shared between scenarios on the same (immutable) spec and size, so that a sweep or
+    a search computes each route and ring shape once, not once per candidate layout."""
     if spec.explicit:
         node_ids = {d.node for d in spec.devices}
         per = max(sum(1 for d in spec.devices if d.node == n) for n in node_ids)
-        return Cluster(spec, len(node_ids), per)
-    return Cluster(spec, nodes or spec.nodes, gpus_per_node or spec.gpus_per_node)
+        return _shared_cluster(spec, len(node_ids), per)
+    return _shared_cluster(spec, nodes or spec.nodes, gpus_per_node or spec.gpus_per_node)
+
+
+_SHARED: dict = {}   # (id(spec), nodes, gpus_per_node) -> Cluster; at most 8, oldest dropped first
+
+
+def _shared_cluster(spec: HardwareSpec, nodes: int, gpus_per_node: int) -> Cluster:
+    key = (id(spec), nodes, gpus_per_node)
+    hit = _SHARED.get(key)
+    if hit is None or hit.spec is not spec:     # `is` guards against a reused id of a dead spec
+        hit = Cluster(spec, nodes, gpus_per_node)
+        _SHARED[key] = hit
+        while len(_SHARED) > 8:
+            _SHARED.pop(next(iter(_SHARED)))
+    return hit
