@@ -28,9 +28,8 @@ def bundled_hardware_dir() -> Path:
     """Where the bundled hardware files live: the checkout, else the installed package."""
     if _REPO_HARDWARE.is_dir():
         return _REPO_HARDWARE
-    from importlib import resources
-
-    return Path(str(resources.files("simtrain.hardware_data")))
+    # an installed wheel carries hardware/ as simtrain/hardware_data (pyproject package-dir)
+    return Path(__file__).resolve().parent / "hardware_data"
 
 
 def bundled_hardware_names() -> list[str]:
