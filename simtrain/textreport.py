@@ -47,7 +47,6 @@ def memory_text(result: Result) -> str:
 def run_text(result: Result) -> str:
     c = result.config
     par = c.get("parallel", {})
-    gpu_peak_note = ""
     lines = [
         f"{result.scenario}: {result.gpus} x {c.get('gpu')} ({c.get('hardware')}), model {c.get('model')} "
         f"({result.params_total / 1e9:.2f} B), dp={par.get('dp')} tp={par.get('tp')} pp={par.get('pp')}"
@@ -55,7 +54,7 @@ def run_text(result: Result) -> str:
         "",
         f"step time        {format_time(result.step_time_s)}",
         f"tokens/s         {result.tokens_per_s:,.0f}  ({result.tokens_per_s / result.gpus:,.0f} per GPU)",
-        f"MFU / HFU        {_pct(result.mfu)} / {_pct(result.hfu)}{gpu_peak_note}",
+        f"MFU / HFU        {_pct(result.mfu)} / {_pct(result.hfu)}",
         f"pipeline bubble  {_pct(result.bubble_fraction)}  ({result.microbatches} micro-batches, "
         f"{par.get('pp')} stages)",
         "exposed comm     " + ", ".join(f"{k.upper()} {format_time(v)}" for k, v in result.exposed_comm_s.items()),
