@@ -119,7 +119,8 @@ class CommMixin:
                                 layer, layer + 1)
 
     def _backward_with_buckets(self, lane: Lane, c: ChunkPlan, mb: int, grad_kind: str):
-        """The last backward of a chunk: gradients leave in buckets as layers finish (DDP overlap)."""
+        """A backward whose gradients leave in buckets as its layers finish: the last backward of a chunk
+        (DDP / ZeRO-1 overlap) or, with ZeRO-2, every backward."""
         bucket = self.sim.dp_bucket_size
         pending = 0.0
         v = c.vstage
