@@ -150,10 +150,15 @@ class CommMixin:
         if c.grad_bytes_edge <= 0:
             return
         phases = self.plan.dp_phases("all_gather", c.grad_bytes_edge, lane.rank, self.full)
+        self._buffer(lane, c.grad_bytes_edge)     # held until the op ends (released by _release_edge)
         done = self._collective(lane, "dp", "zero3_all_gather", phases, c.grad_bytes_edge, mb, c.vstage)
         t0 = self.env.now
         yield done
         lane.exposed["dp"] += self.env.now - t0
+
+    def _release_edge(self, lane: Lane, c: ChunkPlan) -> None:
+        if c.grad_bytes_edge > 0:
+            self._buffer(lane, -c.grad_bytes_edge)
 
     def _zero3_forward(self, lane: Lane, c: ChunkPlan, mb: int):
         v = c.vstage
@@ -176,6 +181,7 @@ class CommMixin:
             self._buffer(lane, -c.zero3_layer_bytes)   # resharded after its forward
         if c.has_head:
             yield from self._segment(lane, "compute", "forward", c.head_fwd, mb, v, None)
+        self._release_edge(lane, c)
 
     def _zero3_backward(self, lane: Lane, c: ChunkPlan, mb: int):
         v = c.vstage
@@ -202,6 +208,7 @@ class CommMixin:
             done.callbacks.append(lambda _e, n=c.grad_bytes_layer: self._buffer(lane, -n))
         if c.has_embedding:
             yield from self._segment(lane, "compute", "backward", c.embed_bwd, mb, v, None)
+        self._release_edge(lane, c)
         if c.grad_bytes_edge > 0:
             edge = self.plan.dp_phases("reduce_scatter", c.grad_bytes_edge, lane.rank, self.full)
             self._collective(lane, "rs", "zero3_reduce_scatter", edge, c.grad_bytes_edge, mb, v)

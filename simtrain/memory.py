@@ -205,7 +205,14 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
                             m.mlp_matrices * m.hidden * m.ffn_hidden) / par.tp + 2 * m.norm_params
         # two layers' full weights (current + prefetched) and one layer's unsharded gradient
         # awaiting its reduce-scatter; the engine tracks the same buffers over time
-        detail["zero3_gather_buffers"] = per_layer_params * (2 * state.weights + state.grads) if layers else 0.0
+        # plus, on the first and last stage, the embedding / output-layer weights gathered for the whole op
+        edge_params = 0
+        if pp_rank == 0:
+            edge_params += m.vocab * m.hidden // par.tp + m.position_embeddings * m.hidden
+        if pp_rank == par.pp - 1:
+            edge_params += (m.vocab * m.hidden // par.tp if (not m.tied_embeddings or par.pp > 1) else 0) + m.norm_params
+        detail["zero3_gather_buffers"] = (per_layer_params * (2 * state.weights + state.grads) if layers else 0.0) \
+            + edge_params * state.weights
     ov = hw.memory_overheads
     detail["cuda_context"] = ov.cuda_context
     detail["workspace"] = ov.workspace
