@@ -86,7 +86,7 @@ def test_good_base_runs(capsys):
     assert "step time" in out
 
 
-@pytest.mark.parametrize("case", _cases())
+@pytest.mark.parametrize("case", list(_cases()))
 def test_bad_input_gives_one_located_line(case, tmp_path, capsys):
     """A bad file exits 2 with exactly one line 'error: file:line: field: message' and no traceback."""
     entry = EXPECTED[case]
