@@ -147,13 +147,19 @@ def stage_layers(scenario: Scenario, pp_rank: int) -> list[int]:
     return [c * pp + pp_rank for c in range(vpp)]
 
 
+def layer_params_per_rank(model, tp: int) -> int:
+    """Weights of one layer on one TP rank, without biases: its share of the matrices and both norms
+    (replicated). What DP buckets carry and ZeRO-3 gathers per layer."""
+    return model.matmul_params_per_layer // tp + 2 * model.norm_params
+
+
 def local_params(scenario: Scenario, pp_rank: int) -> tuple[int, int]:
     """(parameters held by one TP rank of this pipeline rank, its transformer layers)."""
     m, par = scenario.model, scenario.parallel
     t = par.tp
     layers = sum(scenario.layers_per_stage[v] for v in stage_layers(scenario, pp_rank))
     h, kv, f = m.hidden, m.kv_width, m.ffn_hidden
-    matrices = (h * (h + 2 * kv) + h * h + m.mlp_matrices * h * f) // t
+    matrices = m.matmul_params_per_layer // t
     # column-parallel biases split by t, row-parallel ones (attention output, fc2) replicated
     biases = ((h + 2 * kv + f * (m.mlp_matrices - 1)) // t + 2 * h) if m.bias else 0
     per_layer = matrices + biases + 2 * m.norm_params
@@ -201,8 +207,7 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
     detail = {}
     if par.zero >= 3 and dp > 1:
         # current + prefetched layer gathered in full (FSDP/ZeRO-3 prefetch of one layer)
-        per_layer_params = (m.hidden * (m.hidden + 2 * m.kv_width) + m.hidden ** 2 +
-                            m.mlp_matrices * m.hidden * m.ffn_hidden) / par.tp + 2 * m.norm_params
+        per_layer_params = layer_params_per_rank(m, par.tp)
         # two layers' full weights (current + prefetched) and one layer's unsharded gradient
         # awaiting its reduce-scatter; the engine tracks the same buffers over time
         # plus, on the first and last stage, the embedding / output-layer weights gathered for the whole op

@@ -82,14 +82,18 @@ class ModelSpec(Closed):
     def norm_params(self) -> int:
         return self.hidden * (2 if self.norm_kind == "layernorm" else 1)
 
+    @property
+    def matmul_params_per_layer(self) -> int:
+        """Weights of one block's matrix multiplies: QKV, attention output, the MLP matrices."""
+        h, f, kv = self.hidden, self.ffn_hidden, self.kv_width
+        return h * (h + 2 * kv) + h * h + self.mlp_matrices * h * f
+
     @cached_property
     def params_per_layer(self) -> int:
         """Weights of one block: attention, MLP, two norms (and biases if any)."""
         h, f, kv = self.hidden, self.ffn_hidden, self.kv_width
-        attn = h * (h + 2 * kv) + h * h
-        mlp = self.mlp_matrices * h * f
         biases = (h + 2 * kv) + h + (f * (self.mlp_matrices - 1)) + h if self.bias else 0
-        return attn + mlp + 2 * self.norm_params + biases
+        return self.matmul_params_per_layer + 2 * self.norm_params + biases
 
     @property
     def embedding_params(self) -> int:

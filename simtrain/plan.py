@@ -14,7 +14,7 @@ from functools import cached_property
 
 from simtrain import costs
 from simtrain.collectives import Phase, collective_shape, p2p_phase, phase_time_alone
-from simtrain.memory import StageMemory, stage_memory, state_bytes_per_param
+from simtrain.memory import StageMemory, layer_params_per_rank, stage_memory, state_bytes_per_param
 from simtrain.placement import Placement, placement_of
 from simtrain.scenario import Scenario
 from simtrain.schedules import Op, build_schedule
@@ -164,8 +164,8 @@ def build_plan(scenario: Scenario) -> Plan:
     mems = tuple(stage_memory(scenario, r) for r in range(par.pp))
     tp_cost = [_tp_time(scenario, placement, act_full, r) for r in range(par.pp)]
 
-    h, kv, f = m.hidden, m.kv_width, m.ffn_hidden
-    per_layer_local = (h * (h + 2 * kv) + h * h + m.mlp_matrices * h * f) // par.tp + 2 * m.norm_params
+    h = m.hidden
+    per_layer_local = layer_params_per_rank(m, par.tp)
     vstages = scenario.virtual_stages
     chunks = []
     lo = 0
@@ -210,8 +210,7 @@ def model_flops_per_token(scenario: Scenario) -> float:
     multiplies: every layer's QKV, output, MLP matrices and the output projection (vocab x h).
     Norm weights and biases do no matrix multiply and are left out."""
     m = scenario.model
-    h, kv, f = m.hidden, m.kv_width, m.ffn_hidden
-    n_matmul = m.layers * (h * (h + 2 * kv) + h * h + m.mlp_matrices * h * f) + m.vocab * h
+    n_matmul = m.layers * m.matmul_params_per_layer + m.vocab * m.hidden
     return 6.0 * n_matmul + 12.0 * m.layers * m.hidden * scenario.training.seq_len
 
 
