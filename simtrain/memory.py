@@ -153,6 +153,23 @@ def layer_params_per_rank(model, tp: int) -> int:
     return model.matmul_params_per_layer // tp + 2 * model.norm_params
 
 
+def edge_params(model, tp: int, pp: int, *, first: bool, last: bool) -> int:
+    """Embedding / output-layer parameters one TP rank holds on the first and/or last (virtual) stage.
+
+    First: the vocab-parallel embedding (Megatron splits it by t) and any learned position table.
+    Last: the final norm and the output layer, split by t; with tied embeddings and pp > 1 Megatron
+    keeps a copy of the embedding on the last stage, so only pp = 1 saves it."""
+    h = model.hidden
+    count = 0
+    if first:
+        count += model.vocab * h // tp + model.position_embeddings * h
+    if last:
+        count += model.norm_params
+        if not model.tied_embeddings or pp > 1:
+            count += model.vocab * h // tp
+    return count
+
+
 def local_params(scenario: Scenario, pp_rank: int) -> tuple[int, int]:
     """(parameters held by one TP rank of this pipeline rank, its transformer layers)."""
     m, par = scenario.model, scenario.parallel
@@ -164,13 +181,7 @@ def local_params(scenario: Scenario, pp_rank: int) -> tuple[int, int]:
     biases = ((h + 2 * kv + f * (m.mlp_matrices - 1)) // t + 2 * h) if m.bias else 0
     per_layer = matrices + biases + 2 * m.norm_params
     count = layers * per_layer
-    if pp_rank == 0:
-        count += m.vocab * h // t + m.position_embeddings * h   # vocab-parallel embedding (Megatron)
-    if pp_rank == par.pp - 1:
-        count += m.norm_params
-        if not m.tied_embeddings or par.pp > 1:
-            # untied output layer; with tied embeddings and pp > 1 Megatron keeps a copy on the last stage
-            count += m.vocab * h // t
+    count += edge_params(m, t, par.pp, first=pp_rank == 0, last=pp_rank == par.pp - 1)
     return count, layers
 
 
@@ -211,13 +222,9 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
         # two layers' full weights (current + prefetched) and one layer's unsharded gradient
         # awaiting its reduce-scatter; the engine tracks the same buffers over time
         # plus, on the first and last stage, the embedding / output-layer weights gathered for the whole op
-        edge_params = 0
-        if pp_rank == 0:
-            edge_params += m.vocab * m.hidden // par.tp + m.position_embeddings * m.hidden
-        if pp_rank == par.pp - 1:
-            edge_params += (m.vocab * m.hidden // par.tp if (not m.tied_embeddings or par.pp > 1) else 0) + m.norm_params
+        edge = edge_params(m, par.tp, par.pp, first=pp_rank == 0, last=pp_rank == par.pp - 1)
         detail["zero3_gather_buffers"] = (per_layer_params * (2 * state.weights + state.grads) if layers else 0.0) \
-            + edge_params * state.weights
+            + edge * state.weights
     ov = hw.memory_overheads
     detail["cuda_context"] = ov.cuda_context
     detail["workspace"] = ov.workspace

@@ -14,7 +14,7 @@ from functools import cached_property
 
 from simtrain import costs
 from simtrain.collectives import Phase, collective_shape, p2p_phase, phase_time_alone
-from simtrain.memory import StageMemory, layer_params_per_rank, stage_memory, state_bytes_per_param
+from simtrain.memory import StageMemory, edge_params, layer_params_per_rank, stage_memory, state_bytes_per_param
 from simtrain.placement import Placement, placement_of
 from simtrain.scenario import Scenario
 from simtrain.schedules import Op, build_schedule
@@ -164,7 +164,6 @@ def build_plan(scenario: Scenario) -> Plan:
     mems = tuple(stage_memory(scenario, r) for r in range(par.pp))
     tp_cost = [_tp_time(scenario, placement, act_full, r) for r in range(par.pp)]
 
-    h = m.hidden
     per_layer_local = layer_params_per_rank(m, par.tp)
     vstages = scenario.virtual_stages
     chunks = []
@@ -175,12 +174,7 @@ def build_plan(scenario: Scenario) -> Plan:
         rank_layers = mems[rank].layers
         share = n_layers / rank_layers if rank_layers else 1.0
         act = mems[rank].activation_per_microbatch * share
-        edge_grad = 0.0
-        if first:
-            edge_grad += (m.vocab * h // par.tp + m.position_embeddings * h) * state.grads
-        if last:
-            untied_or_pp = (not m.tied_embeddings) or par.pp > 1
-            edge_grad += ((m.vocab * h // par.tp) if untied_or_pp else 0) * state.grads + m.norm_params * state.grads
+        edge_grad = edge_params(m, par.tp, par.pp, first=first, last=last) * state.grads
         tp_fwd = tp_cost[rank]
         tp_bwd = tp_cost[rank] * (2.0 if tr.recompute == "full" else 1.0)
         chunks.append(ChunkPlan(

@@ -56,7 +56,7 @@ def _devices(s: Scenario, per_stage: list[dict], busy: dict | None = None) -> tu
     if s.gpus <= DEVICE_LIST_LIMIT:
         for rank in range(s.gpus):
             c = pl.coord(rank)
-            extra = busy.get((c.dp, c.pp)) or busy.get((None, c.pp)) if busy else None
+            extra = (busy.get((c.dp, c.pp)) or busy.get((None, c.pp))) if busy else None
             mem = extra[3] if extra else per_stage[c.pp]
             out.append(DeviceResult(rank=rank, node=pl.node(rank), dp=c.dp, tp=c.tp, pp=c.pp,
                                     peak_memory_bytes=sum(mem.values()), memory=mem,
