@@ -74,6 +74,7 @@ class Engine(CommMixin):
         self.layer_detail = est_records <= detail_limit
         self.events = 0
         self._factor_cache: dict = {}
+        self._segments: dict = {}        # per-chunk segment lists, read-only once built
 
     def _make_lanes(self) -> list[Lane]:
         lanes = []
@@ -170,6 +171,14 @@ class Engine(CommMixin):
         self._record(lane, stream, kind, start, self.env.now, mb, v, lo, hi)
 
     def _forward_segments(self, c: ChunkPlan) -> list:
+        """A chunk's forward as (stream, kind, seconds, layer) segments; built once per chunk."""
+        key = ("F", c.vstage)
+        hit = self._segments.get(key)
+        if hit is None:
+            hit = self._segments[key] = self._build_forward_segments(c)
+        return hit
+
+    def _build_forward_segments(self, c: ChunkPlan) -> list:
         segs = []
         if c.has_embedding:
             segs.append(("compute", "forward", c.embed_fwd, None))
@@ -181,7 +190,14 @@ class Engine(CommMixin):
         return segs
 
     def _backward_layers(self, c: ChunkPlan) -> list:
-        """Per layer (in backward order): its segments."""
+        """Per layer (in backward order): its segments; built once per chunk."""
+        key = ("B", c.vstage)
+        hit = self._segments.get(key)
+        if hit is None:
+            hit = self._segments[key] = self._build_backward_layers(c)
+        return hit
+
+    def _build_backward_layers(self, c: ChunkPlan) -> list:
         out = []
         for i in reversed(range(c.layers)):
             layer = c.layer_lo + i
@@ -192,6 +208,19 @@ class Engine(CommMixin):
             segs.append(("tp", "tp_comm", c.tp_bwd_layer, layer))
             out.append((layer, segs))
         return out
+
+    def _backward_segments(self, c: ChunkPlan) -> list:
+        """A chunk's whole backward (output layer, layers in reverse, embedding) as one segment list."""
+        key = ("Bflat", c.vstage)
+        hit = self._segments.get(key)
+        if hit is None:
+            hit = [("compute", "backward", c.head_bwd, None)] if c.has_head else []
+            for _layer, layer_segs in self._backward_layers(c):
+                hit.extend(layer_segs)
+            if c.has_embedding:
+                hit.append(("compute", "backward", c.embed_bwd, None))
+            self._segments[key] = hit
+        return hit
 
     def _lane(self, lane: Lane):
         env, plan = self.env, self.plan
@@ -227,12 +256,7 @@ class Engine(CommMixin):
                     # micro-batch's backward (DeepSpeed does the same); DDP/ZeRO-1 sync once per step
                     yield from self._backward_with_buckets(lane, c, op.mb, grad_kind)
                 else:
-                    segs = [("compute", "backward", c.head_bwd, None)] if c.has_head else []
-                    for _layer, layer_segs in self._backward_layers(c):
-                        segs.extend(layer_segs)
-                    if c.has_embedding:
-                        segs.append(("compute", "backward", c.embed_bwd, None))
-                    yield from self._coarse(lane, segs, op.mb, v)
+                    yield from self._coarse(lane, self._backward_segments(c), op.mb, v)
                 self._free(lane, c.act_bytes)
                 if v > 0:
                     self._send(lane, "B", op.mb, v, v - 1)
