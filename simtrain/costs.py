@@ -44,6 +44,7 @@ class Device:
     gpu: GpuSpec
     compute: ComputeModel
     dtype: str
+    attention_speed: float = 1.0   # the scenario's flash kernel relative to the hardware's FlashAttention-2 curve
 
     @property
     def peak(self) -> float:
@@ -80,7 +81,7 @@ class Device:
     def attention_efficiency(self, seq: int) -> float:
         half = self.compute.attention_half_seq
         best = self.compute.attention_efficiency
-        return best if half <= 0 else best * seq / (seq + half)
+        return self.attention_speed * (best if half <= 0 else best * seq / (seq + half))
 
     def attention_time(self, flops: float, seq: int) -> float:
         return flops / (self.peak * self.attention_efficiency(seq)) + self.compute.kernel_overhead

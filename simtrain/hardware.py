@@ -130,9 +130,16 @@ class ComputeModel(Closed):
     attention_efficiency: Fraction = Field(1.0, description="flash attention fwd+bwd fraction of peak, long sequences")
     attention_half_seq: Number = Field(0.0, description="sequence length at which flash attention reaches half its "
                                                         "best efficiency; 0 = flat")
+    attention_kernels: dict[Literal["flash1", "flash3"], PositiveNumber] = Field(
+        default_factory=dict, description="other flash-attention kernels this GPU runs, as their speed relative "
+                                          "to the FlashAttention-2 figures above (absent = not available)")
     memory_efficiency: Fraction = Field(1.0, description="fraction of HBM bandwidth streaming kernels reach")
     kernel_overhead: Seconds = Field(0.0, description="per-kernel launch/gap")
     overlap_slowdown: PositiveNumber = Field(1.0, description="compute slows by this factor while a collective runs")
+
+    def attention_speed(self, kernel: str) -> float:
+        """Speed of a flash-attention kernel relative to the FlashAttention-2 curve (1.0 for flash2 / none)."""
+        return self.attention_kernels.get(kernel, 1.0) if kernel in ("flash1", "flash3") else 1.0
 
 
 class MemoryOverheads(Closed):

@@ -149,14 +149,15 @@ def _tp_time(scenario: Scenario, placement: Placement, nbytes: float, pp_rank: i
 
 def build_plan(scenario: Scenario) -> Plan:
     par, tr, m, hw = scenario.parallel, scenario.training, scenario.model, scenario.hardware
-    dev = costs.Device(gpu=hw.gpu, compute=hw.compute, dtype=tr.precision)
+    dev = costs.Device(gpu=hw.gpu, compute=hw.compute, dtype=tr.precision,
+                       attention_speed=hw.compute.attention_speed(tr.attention_kernel))
     placement = placement_of(scenario)
     mb = scenario.microbatches
     tokens = tr.micro_batch * tr.seq_len
     shape = costs.LayerShape(tokens=tokens, seq=tr.seq_len, batch=tr.micro_batch, hidden=m.hidden,
                              ffn=m.ffn_hidden, heads=m.heads, kv_width=m.kv_width, mlp_matrices=m.mlp_matrices,
                              tp=par.tp, sequence_parallel=par.sequence_parallel and par.tp > 1,
-                             flash=tr.flash_attention)
+                             flash=tr.attention_kernel != "none")
     lc = costs.layer_cost(shape, dev, tr.recompute)
     edge = costs.edge_cost(tokens, m.hidden, m.vocab, par.tp, dev)
     state = state_bytes_per_param(tr.precision, tr.optimizer)

@@ -12,10 +12,10 @@ import copy
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import Field, PositiveInt
+from pydantic import BeforeValidator, Field, PositiveInt
 
 from simtrain.errors import InputError, SimulationLimitError, allowed, display_path, suggest
 from simtrain.hardware import HardwareSpec, load_hardware
@@ -26,6 +26,17 @@ from simtrain.topology import Cluster, build_cluster
 from simtrain.yamlio import OVERRIDE_LINE, LineDict, line_of, load_yaml, locate
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
+ATTENTION_KERNELS = ("flash1", "flash2", "flash3")
+
+
+def _attention_kernel(value: object) -> object:
+    """training.flash_attention: a bool, or the name of a flash-attention kernel."""
+    if isinstance(value, bool) or value in ATTENTION_KERNELS:
+        return value
+    raise ValueError(f"{value!r} is not one of true, false, {', '.join(ATTENTION_KERNELS)}")
+
+
+FlashAttention = Annotated[bool | Literal["flash1", "flash2", "flash3"], BeforeValidator(_attention_kernel)]
 
 
 class Training(Closed):
@@ -37,7 +48,17 @@ class Training(Closed):
     precision: Literal["bf16", "fp16", "fp32"] = "bf16"
     optimizer: Literal["adam", "adafactor", "sgd"] = "adam"
     recompute: Literal["none", "selective", "full"] = "none"
-    flash_attention: bool = True
+    flash_attention: FlashAttention = Field(
+        True, description="fused attention kernel: true = flash2 (FlashAttention-2, the kernel the hardware file's "
+                          "attention figures describe), flash1 (FlashAttention-1 class), flash3 (FlashAttention-3, "
+                          "Hopper), false = attention as GEMMs plus a memory-bound softmax")
+
+    @property
+    def attention_kernel(self) -> str:
+        """'none', 'flash1', 'flash2' or 'flash3'."""
+        if self.flash_attention is True:
+            return "flash2"
+        return self.flash_attention or "none"
 
 
 class Parallel(Closed):
@@ -336,6 +357,12 @@ def _check_rules(s: Scenario, raw: dict) -> list[str]:
     elif m.layers % vstages:
         fail("parallel.pp", f"layers={m.layers} is not divisible by pp x vpp = {vstages} "
              "(give parallel.layers_per_stage for an uneven split)")
+    kernel = tr.attention_kernel
+    if kernel in ("flash1", "flash3") and kernel not in s.hardware.compute.attention_kernels:
+        runs = ["true", "false", "flash2"] + sorted(s.hardware.compute.attention_kernels)
+        fail("training.flash_attention", f"'{kernel}' is not available on {s.hardware.gpu.name}: "
+             f"{display_path(s.hardware_file)} lists no compute.attention_kernels.{kernel} (allowed here: "
+             f"{', '.join(runs)})")
     if tr.micro_batch > tr.global_batch:
         fail("training.micro_batch", f"{tr.micro_batch} is larger than global_batch={tr.global_batch}")
     if tr.global_batch % (tr.micro_batch * par.dp):

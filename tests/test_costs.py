@@ -87,6 +87,19 @@ def test_flash_attention_executes_half_the_causal_flops():
     assert costs.attention_flops(sh) == pytest.approx(4 * 4096**2 * 4096)
 
 
+def test_other_flash_kernels_scale_the_flashattention2_curve():
+    """A FlashAttention-1-class kernel at 0.55 of FlashAttention-2 (Dao 2023 abstract: 40% vs 73% of peak)
+    takes 1/0.55 of the time; the kernel's factor comes from the hardware file, the scenario picks it."""
+    compute = ComputeModel(attention_efficiency=0.6, attention_half_seq=1024, attention_kernels={"flash1": 0.55})
+    assert compute.attention_speed("flash1") == 0.55
+    assert compute.attention_speed("flash2") == 1.0 and compute.attention_speed("none") == 1.0
+    gpu = GpuSpec(name="test", memory="80 GB", memory_bandwidth=HBM, peak_flops={"bf16": PEAK})
+    fa1 = costs.Device(gpu=gpu, compute=compute, dtype="bf16", attention_speed=compute.attention_speed("flash1"))
+    executed = 4 * 1 * 1024**2 * 4096 / 2   # causal forward, b=1, s=1024, h=4096
+    # hand: 0.6 x 1024 / (1024 + 1024) = 0.3 of peak for FlashAttention-2; x 0.55 = 0.165 for flash1
+    assert fa1.attention_time(executed, 1024) == pytest.approx(executed / (100e12 * 0.165), rel=1e-12)
+
+
 def test_full_recompute_repeats_the_forward_and_selective_only_attention():
     """Full recompute adds one forward; selective adds only the attention core (Korthikanti et al. 2022)."""
     sh = gpt_shape(flash=True)

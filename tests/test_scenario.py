@@ -177,3 +177,22 @@ def test_bundled_article_layout_has_16_accumulation_steps(repo):
     s = load_scenario(path)
     assert (s.gpus, s.parallel.dp, s.parallel.pp, s.parallel.tp) == (64, 8, 4, 2)
     assert (s.training.global_batch, s.training.micro_batch, s.microbatches) == (512, 4, 16)
+
+
+@pytest.mark.parametrize("kernel, speed", [("flash1", 0.55), ("flash3", 1.66)])
+def test_flash_kernel_choice_changes_only_the_attention_time(repo, kernel, speed):
+    """training.flash_attention names the kernel; its speed relative to FlashAttention-2 comes from the
+    hardware file (dgx-h100: flash1 0.55 = 40/73 from Dao 2023's abstract, flash3 1.66 from Shah et al. 2024's
+    forward/backward ranges). Hand calculation of the forward attention time, llama2-13b (h = 5120), s = 4096,
+    b = 1, causal: 4 b s^2 h / 2 FLOP at 989.5 TFLOP/s x 0.32 x s / (s + 600) for FlashAttention-2."""
+    from simtrain.plan import build_plan
+
+    path = repo / "scenarios" / "pp4_dp4.yaml"
+    base = load_scenario(path)
+    other = load_scenario(path, overrides={"training.flash_attention": kernel})
+    assert base.training.attention_kernel == "flash2" and other.training.attention_kernel == kernel
+    executed = 4 * 4096**2 * 5120 / 2
+    fa2 = executed / (989.5e12 * 0.32 * 4096 / (4096 + 600))
+    expected_diff = fa2 / speed - fa2
+    diff = build_plan(other).chunks[0].fwd_layer - build_plan(base).chunks[0].fwd_layer
+    assert diff == pytest.approx(expected_diff, rel=1e-9)
