@@ -118,8 +118,29 @@ def run_case(case: dict, base_dir: Path) -> CaseResult:
     return CaseResult(predicted_step_time_s=step, error=step / target - 1.0, predicted=predicted, **common)
 
 
+def bundled_case_files() -> dict[str, Path]:
+    """The bundled cases files by name: ``cases`` (the dev set the targets apply to) and the companions."""
+    folder = bundled_cases_path().parent
+    return {p.stem: p for p in sorted(folder.glob("*.yaml"))}
+
+
+def resolve_cases(path: str | Path | None) -> Path:
+    """A cases file path, or the name of a bundled one (``llm_foundry_a100``) when no such file exists."""
+    if not path:
+        return bundled_cases_path()
+    given = Path(path)
+    if not given.exists() and given.parent == Path(".") and given.suffix in ("", ".yaml"):
+        bundled = bundled_case_files().get(given.stem)
+        if bundled is not None:
+            return bundled
+        if given.suffix == "":
+            raise InputError(f"cases file '{path}' does not exist and is not a bundled cases file (bundled: "
+                             f"{', '.join(bundled_case_files())})")
+    return given
+
+
 def load_cases(path: str | Path | None = None) -> tuple[list[dict], Path]:
-    path = Path(path) if path else bundled_cases_path()
+    path = resolve_cases(path)
     data = load_yaml(path)
     if not isinstance(data, list):
         raise InputError("a cases file is a YAML list of cases (id, scenario, measured, target_step_time_s)",

@@ -79,3 +79,18 @@ def test_cli_json(tmp_path):
     assert data["cases"][0]["id"] == "narayanan21_t1_1.7B"
     assert "assumed by the case" in proc.stdout
     assert data["targets"]["mean"] == 0.05
+
+
+def test_bundled_cases_files_by_name(tmp_path, monkeypatch):
+    """`simtrain validate llm_foundry_a100` names a bundled file; an unknown bare name is an input error that
+    lists the bundled ones; an existing path is used as given."""
+    from simtrain.errors import InputError
+
+    monkeypatch.chdir(tmp_path)
+    assert v.resolve_cases("llm_foundry_a100").name == "llm_foundry_a100.yaml"
+    assert v.resolve_cases(None) == v.bundled_cases_path()
+    with pytest.raises(InputError, match="bundled: cases, llm_foundry_a100"):
+        v.resolve_cases("no_such_cases")
+    own = tmp_path / "llm_foundry_a100.yaml"
+    own.write_text("[]\n")
+    assert v.resolve_cases("llm_foundry_a100.yaml") == own.relative_to(tmp_path)

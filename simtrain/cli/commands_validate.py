@@ -20,7 +20,10 @@ def _pct(x: float | None) -> str:
 @click.option("--only", help="run only cases whose id contains this text")
 @click.option("--check", is_flag=True, help="exit 1 if the gated cases miss the targets (mean 5%, worst 10%)")
 def validate(cases: str | None, json_path: str | None, only: str | None, check: bool) -> None:
-    """Compare predicted and measured step times on published runs (bundled cases by default)."""
+    """Compare predicted and measured step times on published runs.
+
+    CASES is a cases file, or the name of a bundled one: cases (the default, the dev set the targets apply
+    to) or llm_foundry_a100 (the A100 companion of its MosaicML H100 runs)."""
     from simtrain import validate as v
 
     bar = None
