@@ -337,12 +337,24 @@ class RowFile:
 
             frame = pd.DataFrame([json.loads(line) for line in lines], columns=self.columns)
             buf = io.BytesIO()
-            frame.to_parquet(buf, index=False)
+            parquet_safe(frame).to_parquet(buf, index=False)
             write_atomic(self.path, buf.getvalue())
             self.stream.unlink(missing_ok=True)
             return
         header = _line({c: c for c in self.columns}, self.columns, "csv") if self.fmt == "csv" else ""
         write_atomic(self.path, header + "".join(lines))
+
+
+def parquet_safe(frame):
+    """Parquet columns hold one type: a column whose values mix types (a swept key with values true and
+    flash1, say) is written as text, 'True' and 'flash1'; missing values stay missing."""
+    frame = frame.copy()
+    for col in frame.columns:
+        if frame[col].dtype == object:
+            kinds = {type(x) for x in frame[col] if x is not None}
+            if len(kinds) > 1:
+                frame[col] = [None if x is None else str(x) for x in frame[col]]
+    return frame
 
 
 def read_table(path: str | Path):
@@ -365,7 +377,7 @@ def write_table(frame, path: str | Path) -> Path:
     fmt = table_format(path)
     if fmt == "parquet":
         buf = io.BytesIO()
-        frame.to_parquet(buf, index=False)
+        parquet_safe(frame).to_parquet(buf, index=False)
         return write_atomic(path, buf.getvalue())
     columns = [str(c) for c in frame.columns]
     rows = frame.to_dict(orient="records")

@@ -156,6 +156,16 @@ def test_file_round_trip(pipe, tmp_path, ext):
     assert not (tmp_path / f"out.{ext}.partial.jsonl").exists()
 
 
+def test_parquet_writes_a_mixed_type_key_as_text(pipe, tmp_path):
+    """Parquet columns hold one type: true and flash2 (the same kernel) come back as 'True' and 'flash2',
+    with equal step times."""
+    path = tmp_path / "out.parquet"
+    written = sweep_to_file(pipe, {"training.flash_attention": [True, "flash2"]}, path, workers=1, progress=False)
+    back = read_table(path)
+    assert back["training.flash_attention"].tolist() == ["True", "flash2"]
+    assert back["step_time_s"][0] == back["step_time_s"][1] == written["step_time_s"][0]
+
+
 @pytest.mark.parametrize("ext", ["csv", "jsonl", "parquet"])
 def test_resume_runs_only_missing_points(pipe, tmp_path, ext, monkeypatch):
     """--resume keeps the rows in the file and simulates only the grid points it lacks."""
