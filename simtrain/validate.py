@@ -86,7 +86,15 @@ def _config(sc: dict) -> str:
     model = m if isinstance(m, str) else f"L{m.get('layers')} h{m.get('hidden')}"
     return (f"{sc.get('hardware')} x{sc.get('nodes', 1)} {model} s{t.get('seq_len')} gb{t.get('global_batch')} "
             f"mb{t.get('micro_batch')} dp{p.get('dp', 1)} tp{p.get('tp', 1)} pp{p.get('pp', 1)}"
-            f"{'v' + str(p.get('vpp')) if p.get('vpp', 1) > 1 else ''} z{p.get('zero', 0)} rc={t.get('recompute')}")
+            f"{'v' + str(p.get('vpp')) if p.get('vpp', 1) > 1 else ''} z{p.get('zero', 0)} rc={t.get('recompute')}"
+            + _attention(t.get("flash_attention", True)))
+
+
+def _attention(flash: object) -> str:
+    """' attn=flash1' etc. when a case does not run the default kernel (FlashAttention-2)."""
+    if flash is True or flash == "flash2":
+        return ""
+    return " attn=none" if flash is False else f" attn={flash}"
 
 
 def run_case(case: dict, base_dir: Path) -> CaseResult:

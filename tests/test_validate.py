@@ -94,3 +94,12 @@ def test_bundled_cases_files_by_name(tmp_path, monkeypatch):
     own = tmp_path / "llm_foundry_a100.yaml"
     own.write_text("[]\n")
     assert v.resolve_cases("llm_foundry_a100.yaml") == own.relative_to(tmp_path)
+
+
+def test_configuration_names_a_non_default_attention_kernel(results):
+    """The printed configuration says which attention kernel a case runs when it is not FlashAttention-2:
+    the MosaicML cases run flash1 (their MPT yamls: attn_impl triton), the 2021 Megatron runs no flash."""
+    by_id = {r.id: r for r in results}
+    assert by_id["mosaic_h100_80gb_13b_s2048_8gpu_33"].config.endswith(" attn=flash1")
+    assert by_id["narayanan21_t1_1.7B"].config.endswith(" attn=none")
+    assert "attn=" not in by_id["torchtitan_h100_t1_8B_0"].config
