@@ -170,13 +170,16 @@ class Engine(CommMixin):
         yield self.env.timeout(sec)
         self._record(lane, stream, kind, start, self.env.now, mb, v, lo, hi)
 
-    def _forward_segments(self, c: ChunkPlan) -> list:
-        """A chunk's forward as (stream, kind, seconds, layer) segments; built once per chunk."""
-        key = ("F", c.vstage)
+    def _once(self, key: tuple, build, c: ChunkPlan) -> list:
+        """``build(c)``, computed once per chunk and kept in ``self._segments``."""
         hit = self._segments.get(key)
         if hit is None:
-            hit = self._segments[key] = self._build_forward_segments(c)
+            hit = self._segments[key] = build(c)
         return hit
+
+    def _forward_segments(self, c: ChunkPlan) -> list:
+        """A chunk's forward as (stream, kind, seconds, layer) segments; built once per chunk."""
+        return self._once(("F", c.vstage), self._build_forward_segments, c)
 
     def _build_forward_segments(self, c: ChunkPlan) -> list:
         segs = []
@@ -191,11 +194,7 @@ class Engine(CommMixin):
 
     def _backward_layers(self, c: ChunkPlan) -> list:
         """Per layer (in backward order): its segments; built once per chunk."""
-        key = ("B", c.vstage)
-        hit = self._segments.get(key)
-        if hit is None:
-            hit = self._segments[key] = self._build_backward_layers(c)
-        return hit
+        return self._once(("B", c.vstage), self._build_backward_layers, c)
 
     def _build_backward_layers(self, c: ChunkPlan) -> list:
         out = []
