@@ -139,7 +139,7 @@ class ComputeModel(Closed):
 
     def attention_speed(self, kernel: str) -> float:
         """Speed of a flash-attention kernel relative to the FlashAttention-2 curve (1.0 for flash2 / none)."""
-        return self.attention_kernels.get(kernel, 1.0) if kernel in ("flash1", "flash3") else 1.0
+        return self.attention_kernels.get(kernel, 1.0)
 
 
 class MemoryOverheads(Closed):
