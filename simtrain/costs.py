@@ -194,16 +194,31 @@ class EdgeCost:
     head_model_flops: float
 
 
-def edge_cost(tokens: int, hidden: int, vocab: int, tp: int, dev: Device) -> EdgeCost:
+#: bytes through HBM per logit of the cross-entropy loss, forward and backward, by implementation
+#: (``e`` = 16-bit element size). ``eager``: PyTorch's composite path in fp32 (autocast runs log_softmax
+#: and nll_loss in float32; Megatron-LM and torchtitan upcast the logits with ``.float()``): forward casts
+#: the logits (read e, write 4) and runs log_softmax (read 4, write 4); the loss itself gathers one value
+#: per row. Backward: the nll gradient (write 4), log_softmax backward (read 4 + 4, write 4), the cast back
+#: (read 4, write e). ``fused``: one kernel reads the 16-bit logits in the forward; the backward reads them
+#: again and writes their gradient (flash-attn's ``losses.cross_entropy``, llm-foundry's default
+#: ``loss_fn: fused_crossentropy``).
+CROSS_ENTROPY_BYTES = {
+    "eager": (lambda e: e + 4 + 4 + 4, lambda e: 4 + 12 + 4 + e, 3, 3),
+    "fused": (lambda e: e, lambda e: 2 * e, 1, 1),
+}
+
+
+def edge_cost(tokens: int, hidden: int, vocab: int, tp: int, dev: Device,
+              cross_entropy: str = "eager") -> EdgeCost:
     elem = dev.element_bytes
     embed_f = dev.memory_time(2 * tokens * hidden * elem, kernels=2)
     embed_b = dev.memory_time(3 * tokens * hidden * elem, kernels=2)   # scatter-add into the table gradient
     v = vocab / tp
     logits = dev.gemm_time(tokens, v, hidden)
-    # cross entropy in fp32 over the logits: read logits, write fp32 softmax, reduce (3 passes)
-    loss = dev.memory_time(tokens * v * (elem + 4 + 4), kernels=4)
+    fwd_bytes, bwd_bytes, fwd_kernels, bwd_kernels = CROSS_ENTROPY_BYTES[cross_entropy]
+    loss = dev.memory_time(tokens * v * fwd_bytes(elem), kernels=fwd_kernels)
     head_b = dev.gemm_time(tokens, hidden, v) + dev.gemm_time(hidden, v, tokens) + \
-        dev.memory_time(tokens * v * (4 + elem), kernels=2)
+        dev.memory_time(tokens * v * bwd_bytes(elem), kernels=bwd_kernels)
     return EdgeCost(embed_forward=embed_f, embed_backward=embed_b, head_forward=logits + loss,
                     head_backward=head_b, head_model_flops=2.0 * tokens * v * hidden)
 

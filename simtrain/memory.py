@@ -205,8 +205,10 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
     if pp_rank == 0:
         per_mb += s * b * h / (t if sp else 1)   # embedding dropout mask (1 byte), Korthikanti Sec. 4.3
     if pp_rank == par.pp - 1:
-        # final norm input + output-layer input (16-bit) and fp32 logits for the loss: 4sbh + 4sbv/t
-        per_mb += (4.0 * s * b * h / (t if sp else 1) + 4.0 * s * b * m.vocab / t) * scale
+        # final norm input + output-layer input (16-bit) and what the loss keeps for its backward: the fp32
+        # log-softmax output with the eager loss (4sbv/t), the 16-bit logits with the fused one (2sbv/t)
+        logit_bytes = 4.0 if tr.cross_entropy == "eager" else 2.0
+        per_mb += (4.0 * s * b * h / (t if sp else 1) + logit_bytes * s * b * m.vocab / t) * scale
     inflight = inflight_microbatches(par.schedule, scenario.microbatches, par.pp, pp_rank, par.vpp)
     activations = per_mb * inflight
     if tr.recompute == "full":

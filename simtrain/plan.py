@@ -159,7 +159,7 @@ def build_plan(scenario: Scenario) -> Plan:
                              tp=par.tp, sequence_parallel=par.sequence_parallel and par.tp > 1,
                              flash=tr.attention_kernel != "none")
     lc = costs.layer_cost(shape, dev, tr.recompute)
-    edge = costs.edge_cost(tokens, m.hidden, m.vocab, par.tp, dev)
+    edge = costs.edge_cost(tokens, m.hidden, m.vocab, par.tp, dev, tr.cross_entropy)
     state = state_bytes_per_param(tr.precision, tr.optimizer)
     act_full = tokens * m.hidden * dev.element_bytes
     mems = tuple(stage_memory(scenario, r) for r in range(par.pp))

@@ -87,7 +87,8 @@ def _config(sc: dict) -> str:
     return (f"{sc.get('hardware')} x{sc.get('nodes', 1)} {model} s{t.get('seq_len')} gb{t.get('global_batch')} "
             f"mb{t.get('micro_batch')} dp{p.get('dp', 1)} tp{p.get('tp', 1)} pp{p.get('pp', 1)}"
             f"{'v' + str(p.get('vpp')) if p.get('vpp', 1) > 1 else ''} z{p.get('zero', 0)} rc={t.get('recompute')}"
-            + _attention(t.get("flash_attention", True)))
+            + _attention(t.get("flash_attention", True))
+            + (f" ce={t['cross_entropy']}" if t.get("cross_entropy", "eager") != "eager" else ""))
 
 
 def _attention(flash: object) -> str:

@@ -131,3 +131,21 @@ def test_mfu_flops_per_token_match_narayanan_eq3_without_recompute():
     l, h, s, v = 96, 12288, 2048, 50257
     eq3 = 72 * l * h**2 * (1 + s / (6 * h) + v / (12 * l * h))
     assert model_flops_per_token(sc) == pytest.approx(eq3, rel=1e-12)
+
+
+@pytest.mark.parametrize("kernel, fwd_bytes, bwd_bytes", [
+    # eager fp32 path: cast (2 + 4), log_softmax (4 + 4) | nll grad 4, log_softmax backward 4 + 4 + 4, cast back 4 + 2
+    ("eager", 14, 22),
+    # fused kernel: read the bf16 logits | read them again, write their bf16 gradient
+    ("fused", 2, 4),
+])
+def test_cross_entropy_moves_the_bytes_of_its_kernels(kernel, fwd_bytes, bwd_bytes):
+    """The loss is memory-bound over tokens x vocab logits; the output GEMM and its two backward GEMMs are
+    2 x tokens x vocab x hidden FLOP each. Numbers chosen so every term is a round figure (no overheads)."""
+    dev = device(gemm_efficiency=0.5, memory_efficiency=1.0)
+    tokens, hidden, vocab = 4096, 8192, 32768
+    gemm = 2 * tokens * vocab * hidden / (100e12 * 0.5)       # 4.398e-2 s
+    logits = tokens * vocab                                   # 1.342e8 logits
+    edge = costs.edge_cost(tokens, hidden, vocab, 1, dev, kernel)
+    assert edge.head_forward == pytest.approx(gemm + logits * fwd_bytes / 1e12, rel=1e-9)
+    assert edge.head_backward == pytest.approx(2 * gemm + logits * bwd_bytes / 1e12, rel=1e-9)

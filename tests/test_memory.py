@@ -237,3 +237,19 @@ def test_not_fitting_is_an_answer(tmp_path, capsys):
     # unsharded Adam state: 12 x 13.0e9 = 156 GB, the largest part of a 208 GB static ledger
     assert "optimizer" in out and "NOT FIT" in out.upper()
     assert d["advice"], "a non-fitting report says what would relieve it"
+
+
+def test_fused_loss_keeps_16bit_logits_instead_of_fp32_log_softmax():
+    """The last stage keeps 4·s·b·V/t bytes for the eager loss (its fp32 log_softmax output) and 2·s·b·V/t for
+    the fused kernel (the bf16 logits): the difference is 2·s·b·V/t = 2 x 4096 x 1 x 32000 = 262,144,000 B
+    for llama2-13b at t = 1, one micro-batch in flight (p = 1)."""
+    from simtrain import scenario_from_dict
+    from simtrain.memory import stage_memory
+
+    base = {"name": "ce", "hardware": "dgx-h100", "model": "llama2-13b",
+            "training": {"seq_len": 4096, "global_batch": 8, "micro_batch": 1},
+            "parallel": {"dp": 8, "zero": 3}}
+    eager = stage_memory(scenario_from_dict(base), 0)
+    fused_dict = {**base, "training": {**base["training"], "cross_entropy": "fused"}}
+    fused = stage_memory(scenario_from_dict(fused_dict), 0)
+    assert eager.activations - fused.activations == 2 * 4096 * 1 * 32000

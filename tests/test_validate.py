@@ -96,10 +96,13 @@ def test_bundled_cases_files_by_name(tmp_path, monkeypatch):
     assert v.resolve_cases("llm_foundry_a100.yaml") == own.relative_to(tmp_path)
 
 
-def test_configuration_names_a_non_default_attention_kernel(results):
-    """The printed configuration says which attention kernel a case runs when it is not FlashAttention-2:
-    the MosaicML cases run flash1 (their MPT yamls: attn_impl triton), the 2021 Megatron runs no flash."""
+def test_configuration_names_non_default_kernels(results):
+    """The printed configuration says which attention kernel a case runs when it is not FlashAttention-2
+    and which loss kernel when it is not the eager one: the MosaicML cases run flash1 (their MPT yamls:
+    attn_impl triton) and the fused cross entropy (llm-foundry's default loss_fn), the 2021 Megatron runs
+    no flash and the eager loss."""
     by_id = {r.id: r for r in results}
-    assert by_id["mosaic_h100_80gb_13b_s2048_8gpu_33"].config.endswith(" attn=flash1")
+    assert by_id["mosaic_h100_80gb_13b_s2048_8gpu_33"].config.endswith(" attn=flash1 ce=fused")
     assert by_id["narayanan21_t1_1.7B"].config.endswith(" attn=none")
     assert "attn=" not in by_id["torchtitan_h100_t1_8B_0"].config
+    assert "ce=" not in by_id["torchtitan_h100_t1_8B_0"].config
