@@ -124,19 +124,38 @@ class Engine(CommMixin):
             self.records.append((lane.index, stream, kind, start, end, mb, vstage, lo, hi, nbytes))
             lane.busy[stream] += end - start
 
-    def _coarse(self, lane: Lane, segments: list, mb: int, v: int):
-        """Run a list of (stream, kind, seconds, layer) as one timeout; per-layer records if detailed.
+    def _compute(self, lane: Lane, work: float):
+        """Advance ``work`` seconds of compute. While collectives run on the lane, compute progresses at
+        1/f of its speed, f = the largest overlap slowdown among them (issue 6, overlap realism): the
+        slowdown lasts as long as the overlap, not the whole op. Every collective that starts or ends
+        during the op re-rates it."""
+        env = self.env
+        while work > 1e-15:
+            f = max((x for x, n in lane.comm_factors.items() if n > 0), default=1.0)
+            change = lane.comm_change
+            if change is None:
+                change = lane.comm_change = env.event()
+            t0 = env.now
+            timer = env.timeout(work * f)
+            yield timer | change
+            if timer.processed or env.now - t0 >= work * f:
+                return
+            work -= (env.now - t0) / f
 
-        Compute is slowed by the overlap factor when a collective is in flight as the op starts
-        (as in ``_segment``; a collective that ends part-way still counts for the whole op)."""
+    def _coarse(self, lane: Lane, segments: list, mb: int, v: int):
+        """Run a list of (stream, kind, seconds, layer) as one op: its compute, then its TP communication
+        (exposed); per-layer records if detailed. Compute segments are stretched alike by the overlap
+        slowdown the op met (``_compute``)."""
         f = self._factor(lane)
-        if lane.comm_busy:
-            f *= max(x for x, n in lane.comm_factors.items() if n > 0)
         t = self.env.now
+        work = sum(sec for stream, _k, sec, _l in segments if stream == "compute") * f
+        if work > 0:
+            yield from self._compute(lane, work)
+        stretch = f * ((self.env.now - t) / work if work > 0 else 1.0)
         total = 0.0
         if self.layer_detail:
             for stream, kind, sec, layer in segments:
-                sec = sec * f if stream == "compute" else sec * lane.tp_scale
+                sec = sec * stretch if stream == "compute" else sec * lane.tp_scale
                 lo, hi = (layer, layer + 1) if layer is not None else (-1, -1)
                 self._record(lane, stream, kind, t + total, t + total + sec, mb, v, lo, hi)
                 if stream == "tp":
@@ -145,29 +164,29 @@ class Engine(CommMixin):
         else:
             sums: dict = {}
             for stream, kind, sec, layer in segments:
-                sec = sec * f if stream == "compute" else sec * lane.tp_scale
+                sec = sec * stretch if stream == "compute" else sec * lane.tp_scale
                 sums[(stream, kind)] = sums.get((stream, kind), 0.0) + sec
             for (stream, kind), sec in sums.items():
                 self._record(lane, stream, kind, t + total, t + total + sec, mb, v)
                 if stream == "tp":
                     lane.exposed["tp"] += sec
                 total += sec
-        if total > 0:
-            yield self.env.timeout(total)
+        rest = t + total - self.env.now      # the TP communication, after the compute
+        if rest > 0:
+            yield self.env.timeout(rest)
 
     def _segment(self, lane: Lane, stream: str, kind: str, sec: float, mb: int, v: int, layer):
-        if stream == "compute":
-            sec *= self._factor(lane)
-            if lane.comm_busy:
-                sec *= max(f for f, n in lane.comm_factors.items() if n > 0)
-        elif stream == "tp":
-            sec *= lane.tp_scale
-            lane.exposed["tp"] += sec
-        if sec <= 0:
-            return
-        lo, hi = (layer, layer + 1) if layer is not None else (-1, -1)
         start = self.env.now
-        yield self.env.timeout(sec)
+        if stream == "compute":
+            yield from self._compute(lane, sec * self._factor(lane))
+        else:
+            if stream == "tp":
+                sec *= lane.tp_scale
+                lane.exposed["tp"] += sec
+            if sec <= 0:
+                return
+            yield self.env.timeout(sec)
+        lo, hi = (layer, layer + 1) if layer is not None else (-1, -1)
         self._record(lane, stream, kind, start, self.env.now, mb, v, lo, hi)
 
     def _once(self, key: tuple, build, c: ChunkPlan) -> list:

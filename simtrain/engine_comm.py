@@ -33,8 +33,6 @@ class CommMixin:
         lane.counters[chain] = count + 1
         key = (chain, lane.rank, count)
         factor = self._overlap_factor(phases)
-        lane.comm_busy += 1   # queued or running: the lane's comm stream is busy until it is done
-        lane.comm_factors[factor] = lane.comm_factors.get(factor, 0) + 1
 
         def proc():
             if prev is not None and not prev.processed:
@@ -49,9 +47,9 @@ class CommMixin:
                 rv.started.succeed()
                 env.process(self._run_phases(phases, rv.done))
             yield rv.started
+            _comm_running(lane, factor, +1)   # compute slows from now on (issue 6, overlap realism)
             yield rv.done
-            lane.comm_busy -= 1
-            lane.comm_factors[factor] -= 1
+            _comm_running(lane, factor, -1)
             self._record(lane, "dp", kind, rv.start_time, env.now, mb, vstage, lo, hi, nbytes)
             done.succeed()
 
@@ -191,18 +189,26 @@ class CommMixin:
         if c.has_head:
             yield from self._segment(lane, "compute", "backward", c.head_bwd, mb, v, None)
         layers = self._backward_layers(c)
-        pending = [self._gather(lane, gather, c, mb, layers[0][0])] if layers else []
+        # when the next layer's weights are gathered (FSDP's BackwardPrefetch): "pre" as this layer's
+        # gradient computation starts, "post" once it is done, "none" when the next layer starts
+        prefetch = self.sc.parallel.backward_prefetch
+        ready = self._gather(lane, gather, c, mb, layers[0][0]) if layers else None
         for j, (layer, segs) in enumerate(layers):
-            ready = pending.pop(0)
-            if j + 1 < len(layers):
-                pending.append(self._gather(lane, gather, c, mb, layers[j + 1][0]))
+            if ready is None:
+                ready = self._gather(lane, gather, c, mb, layer)
+            nxt = layers[j + 1][0] if j + 1 < len(layers) else None
             if not ready.processed:
                 t0 = self.env.now
                 yield ready
                 lane.exposed["dp"] += self.env.now - t0
+            ready = None
+            if nxt is not None and prefetch == "pre":
+                ready = self._gather(lane, gather, c, mb, nxt)
             for stream, kind, sec, lyr in segs:
                 yield from self._segment(lane, stream, kind, sec, mb, v, lyr)
             self._buffer(lane, c.grad_bytes_layer - c.zero3_layer_bytes)   # weights resharded, gradient unsharded
+            if nxt is not None and prefetch == "post":
+                ready = self._gather(lane, gather, c, mb, nxt)
             done = self._collective(lane, "rs", "zero3_reduce_scatter", scatter, c.grad_bytes_layer, mb, v, layer,
                                     layer + 1)
             done.callbacks.append(lambda _e, n=c.grad_bytes_layer: self._buffer(lane, -n))
@@ -212,6 +218,14 @@ class CommMixin:
         if c.grad_bytes_edge > 0:
             edge = self.plan.dp_phases("reduce_scatter", c.grad_bytes_edge, lane.rank, self.full)
             self._collective(lane, "rs", "zero3_reduce_scatter", edge, c.grad_bytes_edge, mb, v)
+
+
+def _comm_running(lane, factor: float, delta: int) -> None:
+    """A collective starts (+1) or ends (-1) on the lane: count it and wake the compute op in progress."""
+    lane.comm_factors[factor] = lane.comm_factors.get(factor, 0) + delta
+    change, lane.comm_change = lane.comm_change, None
+    if change is not None:
+        change.succeed()
 
 
 def _buckets(total: float, size: float) -> list[float]:

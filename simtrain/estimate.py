@@ -24,7 +24,7 @@ must do in sequence, with network phases timed alone (the fluid network only eve
 shares links, never speeds a flow up), so ``lower_bound_s`` never exceeds the
 simulated step time. The estimate adds what the bound leaves out: DP/ZeRO
 gradient buckets overlapping the last backward (every backward with ZeRO-2) and
-the compute slowdown while they run, ZeRO-3 per-layer gathers.
+the compute slowdown while they run (only while they run), ZeRO-3 per-layer gathers.
 
 On a single stage (pp = dp = tp = 1) the engine adds nothing to the plan's costs:
 the estimate, the bound and the simulation agree (a test says so).
@@ -85,6 +85,17 @@ def _dp_time(plan: Plan, kind: str, nbytes: float, rank: int, full: bool) -> flo
     return _alone(plan, plan.dp_phases(kind, nbytes, rank, full)) if nbytes > 0 else 0.0
 
 
+def _slowed(t: float, work: float, busy_until: float, slowdown: float) -> float:
+    """When ``work`` seconds of compute started at ``t`` end, if collectives run until ``busy_until``:
+    compute progresses at 1/slowdown while they run (the engine's ``_compute``)."""
+    overlap = busy_until - t
+    if overlap <= 0:
+        return t + work
+    if work * slowdown <= overlap:
+        return t + work * slowdown
+    return busy_until + work - overlap / slowdown
+
+
 def _bucketed_backward(c: ChunkPlan, bucket: float, comm, slowdown: float) -> tuple[float, float, float]:
     """The engine's last backward of a chunk with DDP buckets (``Engine._backward_with_buckets``),
     timed with each bucket alone on a FIFO queue: (op seconds with the overlap slowdown,
@@ -93,7 +104,7 @@ def _bucketed_backward(c: ChunkPlan, bucket: float, comm, slowdown: float) -> tu
 
     def seg(sec: float, compute: bool = True) -> None:
         nonlocal t
-        t += sec * (slowdown if compute and free > t else 1.0)
+        t = _slowed(t, sec, free, slowdown) if compute else t + sec
 
     def launch(nbytes: float) -> None:
         nonlocal free, last
@@ -120,25 +131,48 @@ def _bucketed_backward(c: ChunkPlan, bucket: float, comm, slowdown: float) -> tu
     return t, max(0.0, free - t), last
 
 
-def _zero3_op(c: ChunkPlan, forward: bool, gather: float, scatter: float, slowdown: float) -> tuple[float, float]:
+def _shared(start: float, a: float, b: float) -> tuple[float, float]:
+    """Ends of two transfers of ``a`` and ``b`` seconds (alone) that start together on the same links:
+    each runs at half rate while both are in flight."""
+    both = min(a, b)
+    return start + 2 * both + (a - both), start + 2 * both + (b - both)
+
+
+def _zero3_op(c: ChunkPlan, forward: bool, gather: float, scatter: float, slowdown: float,
+              prefetch: str = "pre", share: bool = True) -> tuple[float, float]:
     """One ZeRO-3 forward or backward of a chunk: each layer's weights gathered one layer ahead
-    (FIFO), gradients reduce-scattered after each layer; compute runs slower while either is in flight.
+    (FIFO; in the backward as ``prefetch`` says: "pre" as a layer's compute starts, otherwise once it
+    ends), gradients reduce-scattered after each layer, sharing the links with a gather in flight when
+    ``share`` (one ring inside a node: across nodes the gather's network stage comes first and the
+    reduce-scatter's last, so they barely meet); compute runs slower while either is in flight.
     Returns (op seconds, of which waiting for gathers)."""
     waited = 0.0
+    ahead = forward or prefetch == "pre"
     t = c.embed_fwd if forward else c.head_bwd
     head = c.head_fwd if forward else c.embed_bwd
     done = gq = t + gather               # layer 0's weights; gq: when the gather queue is free
     rq = 0.0                             # when the reduce-scatter queue is free
+
+    def prefetch_next(now: float) -> None:
+        nonlocal gq, rq
+        start = max(now, gq)
+        if share and rq > start:         # a reduce-scatter still running: the two share the links
+            gq, rq = _shared(start, gather, rq - start)
+        else:
+            gq = start + gather
+
     for i in range(c.layers):
-        if i + 1 < c.layers:
-            gq = max(t, gq) + gather     # prefetch the next layer
         waited += max(0.0, done - t)
         t = max(t, done)
+        if ahead and i + 1 < c.layers:
+            prefetch_next(t)
         for work in ((c.fwd_layer,) if forward else (c.recompute_layer, c.bwd_layer)):
-            t += work * (slowdown if gq > t or rq > t else 1.0)     # each kernel: is a collective in flight?
+            t = _slowed(t, work, max(gq, rq), slowdown)       # slower while a collective is in flight
         t += c.tp_fwd_layer if forward else c.tp_bwd_layer
         if not forward:
             rq = max(t, rq) + scatter
+        if not ahead and i + 1 < c.layers:
+            prefetch_next(t)             # the next layer's weights, after this layer's gradients
         done = gq
     return t + head, waited
 
@@ -179,15 +213,17 @@ def estimate(scenario: Scenario, plan: Plan | None = None) -> EstimateResult:
             edge = _dp_time(plan, "all_gather", c.grad_bytes_edge, c.rank, full)   # embedding / output layer
             f_lb[-1] += g + edge
             b_lb[-1] += g + edge
-            (tf, wf), (tb, wb) = (_zero3_op(c, True, g, r, slow[c.rank]), _zero3_op(c, False, g, r, slow[c.rank]))
+            (tf, wf), (tb, wb) = (_zero3_op(c, True, g, r, slow[c.rank]),
+                                  _zero3_op(c, False, g, r, slow[c.rank], par.backward_prefetch,
+                                            share=not _dp_crosses_nodes(plan, c.rank)))
             f_est.append(tf + edge)
             b_est.append(tb + edge)
             zero3_wait.append(wf + wb + 2 * edge)
         elif zero == 2:
             op_time, past, _ = _bucketed_backward(c, sim.dp_bucket_size, comm(c.rank), slow[c.rank])
             b_est.append(op_time)
-            # buckets still in flight when the next operation starts slow all of it (the engine's rule)
-            f_est.append(c.forward_time * (slow[c.rank] if past > 0 else 1.0))
+            # buckets still in flight when the next operation starts slow it while they run
+            f_est.append(_slowed(0.0, c.forward_time, past, slow[c.rank]))
         else:
             f_est.append(c.forward_time)
             b_est.append(c.backward_time)

@@ -32,8 +32,8 @@ class Lane:
     rng: object | None = None          # numpy.random.Generator when jitter is on
     chains: dict = field(default_factory=dict)
     counters: dict = field(default_factory=dict)
-    comm_busy: int = 0
-    comm_factors: dict = field(default_factory=dict)   # overlap slowdown -> collectives in flight
+    comm_factors: dict = field(default_factory=dict)   # overlap slowdown -> collectives running now
+    comm_change: simpy.Event | None = None   # fires when a collective starts or ends on this lane
     busy: dict = field(default_factory=lambda: {"compute": 0.0, "tp": 0.0, "pp": 0.0, "dp": 0.0})
     exposed: dict = field(default_factory=lambda: {"tp": 0.0, "pp": 0.0, "dp": 0.0})
     bubble: float = 0.0

@@ -73,6 +73,10 @@ class Parallel(Closed):
     vpp: PositiveInt = Field(1, description="model chunks per pipeline rank (interleaved schedule)")
     schedule: Literal["gpipe", "1f1b", "interleaved-1f1b"] = "1f1b"
     zero: Literal[0, 1, 2, 3] = 0
+    backward_prefetch: Literal["pre", "post", "none"] = Field(
+        "pre", description="ZeRO-3 only: when the backward gathers the next layer's weights (FSDP's BackwardPrefetch): "
+                           "pre = before this layer's gradient computation (overlaps it), post = after it, "
+                           "none = when the next layer starts")
     sequence_parallel: bool = False
     layers_per_stage: list[int] | None = Field(None, description="uneven split, one entry per (virtual) stage")
 

@@ -86,7 +86,8 @@ def _config(sc: dict) -> str:
     model = m if isinstance(m, str) else f"L{m.get('layers')} h{m.get('hidden')}"
     return (f"{sc.get('hardware')} x{sc.get('nodes', 1)} {model} s{t.get('seq_len')} gb{t.get('global_batch')} "
             f"mb{t.get('micro_batch')} dp{p.get('dp', 1)} tp{p.get('tp', 1)} pp{p.get('pp', 1)}"
-            f"{'v' + str(p.get('vpp')) if p.get('vpp', 1) > 1 else ''} z{p.get('zero', 0)} rc={t.get('recompute')}"
+            f"{'v' + str(p.get('vpp')) if p.get('vpp', 1) > 1 else ''} z{p.get('zero', 0)}"
+            f"{'/' + p['backward_prefetch'] if p.get('backward_prefetch', 'pre') != 'pre' else ''} rc={t.get('recompute')}"
             + _attention(t.get("flash_attention", True))
             + (f" ce={t['cross_entropy']}" if t.get("cross_entropy", "eager") != "eager" else ""))
 

@@ -165,6 +165,45 @@ def test_dp_without_overlap_exposes_everything(tmp_path):
     assert simulate(s).exposed_comm_s["dp"] == pytest.approx(total / bw, rel=1e-3)
 
 
+def test_overlap_slowdown_lasts_only_while_the_collective_runs(tmp_path):
+    """Compute slows by f only while a collective runs (issue 6, overlap realism). In the last backward each
+    layer's bucket all-reduce (t_ar = t_b / 2) overlaps the next layer's backward: that layer progresses
+    t_ar / f during the all-reduce and finishes t_b - t_ar / f later, so it takes t_b + t_ar (1 - 1/f).
+    L - 1 layers meet a bucket: step(f) - step(1) = (L - 1) t_ar (1 - 1/f). (Slowing the whole op would
+    give (L - 1) t_b (f - 1), three times as much here.)"""
+    f = 1.5
+    base = dict(model=DP_MODEL, training={"seq_len": 512, "global_batch": 8}, parallel={"dp": 2})
+    c = build_plan(make_scenario(**base)).chunks[0]
+    t_b, bucket = c.bwd_layer, c.grad_bytes_layer
+    t_ar = 0.5 * t_b
+    steps = []
+    for slowdown in (1, f):
+        hw = hardware_variant(tmp_path, {"intra_node.bandwidth": bucket / t_ar,
+                                         "compute.overlap_slowdown": slowdown}, name=f"ov{slowdown}")
+        s = make_scenario(hardware=hw, simulation={"dp_bucket_size": bucket}, **base)
+        steps.append(simulate(s).step_time_s)
+    assert steps[1] - steps[0] == pytest.approx((c.layers - 1) * t_ar * (1 - 1 / f), rel=1e-6)
+
+
+def test_backward_prefetch_post_waits_for_each_gather(tmp_path):
+    """ZeRO-3 backward, FSDP's BackwardPrefetch (torch/distributed/fsdp/api.py): "pre" gathers the next
+    layer's weights while this layer's gradients are computed (hidden when the gather is shorter); "post"
+    gathers them after, together with this layer's gradient reduce-scatter of the same size, so both share
+    the links and the gather takes 2g. Every layer but the first then waits 2g: step(post) - step(pre)
+    = (L - 1) 2g, with g = (S/2) / B on a ring of 2 (S = the layer's 16-bit weights)."""
+    base = dict(model=DP_MODEL, training={"seq_len": 512, "global_batch": 2}, parallel={"dp": 2, "zero": 3})
+    c = build_plan(make_scenario(**base)).chunks[0]
+    g = 0.1 * c.bwd_layer
+    bandwidth = c.zero3_layer_bytes / 2 / g          # a ring of 2 moves S/2 per flow: time (S/2) / B = g
+    hw = hardware_variant(tmp_path, {"intra_node.bandwidth": bandwidth}, name="z3")
+    steps = {}
+    for mode in ("pre", "post"):
+        s = make_scenario(hardware=hw, **{**base, "parallel": {**base["parallel"], "backward_prefetch": mode}})
+        steps[mode] = simulate(s).step_time_s
+    assert c.grad_bytes_layer == c.zero3_layer_bytes
+    assert steps["post"] - steps["pre"] == pytest.approx((c.layers - 1) * 2 * g, rel=1e-6)
+
+
 # --- monotonicity and determinism ------------------------------------------------------------------
 
 LAYOUTS = [

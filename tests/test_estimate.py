@@ -60,7 +60,9 @@ def test_lower_bound_never_exceeds_simulation(parallel, extra):
     assert estimate(sc).lower_bound_s <= sim
 
 
-@pytest.mark.parametrize("overrides", [{}, {"parallel.zero": 3}, {"parallel.pp": 2, "parallel.dp": 8},
+@pytest.mark.parametrize("overrides", [{}, {"parallel.zero": 3},
+                                       {"parallel.zero": 3, "parallel.backward_prefetch": "post"},
+                                       {"parallel.pp": 2, "parallel.dp": 8},
                                        {"parallel.vpp": 2, "parallel.schedule": "interleaved-1f1b"},
                                        {"parallel.tp": 2, "parallel.dp": 2, "parallel.sequence_parallel": True}])
 def test_bound_and_estimate_on_the_reference_layout(overrides):
