@@ -73,6 +73,14 @@ class Device:
         t_mem = nbytes / (self.gpu.memory_bandwidth * self.compute.memory_efficiency)
         return max(t_math, t_mem) + self.compute.kernel_overhead
 
+    def norm_time(self, nbytes: float, backward: bool, kernels: int) -> float:
+        """Layer-norm kernels: bytes over HBM at the norm's own measured fraction of the bandwidth."""
+        c = self.compute
+        eff = c.norm_backward_efficiency if backward else c.norm_forward_efficiency
+        if eff is None:
+            return self.memory_time(nbytes, kernels)
+        return nbytes / (self.gpu.memory_bandwidth * eff) + kernels * c.kernel_overhead
+
     def memory_time(self, nbytes: float, kernels: int = 1) -> float:
         """Memory-bound kernels moving ``nbytes`` through HBM."""
         return nbytes / (self.gpu.memory_bandwidth * self.compute.memory_efficiency) + \
@@ -158,15 +166,17 @@ def layer_cost(sh: LayerShape, dev: Device, recompute: str) -> LayerCost:
         fwd_attn = 2 * dev.gemm_time(b * heads_local * s, s, head_dim) + \
             dev.memory_time(score_elems * dev.element_bytes * 3 + score_elems, kernels=3)  # softmax + dropout
         bwd_attn = 2 * fwd_attn
-    # element-wise work per layer forward, bytes through HBM (16-bit):
-    # two norms (read+write 2x sbh), two residual adds (2 reads + 1 write of sbh), two dropouts
-    # (read, write, mask), the activation function over the MLP width.
+    # element-wise work per layer forward, bytes through HBM (16-bit): two residual adds (2 reads + 1 write
+    # of sbh), two dropouts (read, write, mask), the activation function over the MLP width; the backward
+    # moves twice as much. The two norms are timed on their own: forward reads and writes sbh, backward
+    # reads the input and the output gradient and writes the input gradient (3 sbh), each at the norm
+    # kernel's measured fraction of the bandwidth.
     split = t if sh.sequence_parallel else 1
     elem = dev.element_bytes
-    ew_bytes = (2 * 2 + 2 * 3 + 2 * 2.5) * sh.tokens * h * elem / split + \
-        (2 if sh.mlp_matrices == 2 else 3) * sh.tokens * sh.ffn / t * elem
-    fwd_ew = dev.memory_time(ew_bytes, kernels=8)
-    bwd_ew = dev.memory_time(2 * ew_bytes, kernels=12)
+    sbh = sh.tokens * h * elem / split
+    ew_bytes = (2 * 3 + 2 * 2.5) * sbh + (2 if sh.mlp_matrices == 2 else 3) * sh.tokens * sh.ffn / t * elem
+    fwd_ew = dev.memory_time(ew_bytes, kernels=6) + dev.norm_time(2 * 2 * sbh, backward=False, kernels=2)
+    bwd_ew = dev.memory_time(2 * ew_bytes, kernels=8) + dev.norm_time(2 * 3 * sbh, backward=True, kernels=4)
 
     forward = fwd_gemm + fwd_attn + fwd_ew
     backward = bwd_gemm + bwd_attn + bwd_ew

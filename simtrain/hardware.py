@@ -134,6 +134,12 @@ class ComputeModel(Closed):
         default_factory=dict, description="other flash-attention kernels this GPU runs, as their speed relative "
                                           "to the FlashAttention-2 figures above (absent = not available)")
     memory_efficiency: Fraction = Field(1.0, description="fraction of HBM bandwidth streaming kernels reach")
+    norm_forward_efficiency: Fraction | None = Field(
+        None, description="fraction of HBM bandwidth the framework's layer-norm forward kernel reaches "
+                          "(absent = memory_efficiency)")
+    norm_backward_efficiency: Fraction | None = Field(
+        None, description="fraction of HBM bandwidth the layer-norm backward (input and weight gradients) reaches "
+                          "(absent = memory_efficiency)")
     kernel_overhead: Seconds = Field(0.0, description="per-kernel launch/gap")
     overlap_slowdown: PositiveNumber = Field(1.0, description="compute slows by this factor while a collective runs")
 

@@ -149,3 +149,19 @@ def test_cross_entropy_moves_the_bytes_of_its_kernels(kernel, fwd_bytes, bwd_byt
     edge = costs.edge_cost(tokens, hidden, vocab, 1, dev, kernel)
     assert edge.head_forward == pytest.approx(gemm + logits * fwd_bytes / 1e12, rel=1e-9)
     assert edge.head_backward == pytest.approx(2 * gemm + logits * bwd_bytes / 1e12, rel=1e-9)
+
+
+def test_norms_move_their_bytes_at_their_own_fraction_of_the_bandwidth():
+    """The two layer norms move 2·2·T·h·e bytes forward and 2·3·T·h·e backward (read x and dy, write dx) at the
+    hardware file's norm efficiencies; the rest of the element-wise work stays at memory_efficiency. Memory-bound
+    work is the only thing that differs between the two devices (GEMMs and attention are identical), so the
+    layer times differ by exactly the norms' time at the two rates. T·h·e = 2048 x 12288 x 2 = 50,331,648 B."""
+    sh = gpt_shape(flash=True)
+    plain = device(memory_efficiency=0.8)
+    norms = device(memory_efficiency=0.8, norm_forward_efficiency=0.5, norm_backward_efficiency=0.25)
+    the = sh.tokens * sh.hidden * 2
+    fwd_extra = 4 * the / (1e12 * 0.5) - 4 * the / (1e12 * 0.8)         # 402.7 us - 251.7 us
+    bwd_extra = 6 * the / (1e12 * 0.25) - 6 * the / (1e12 * 0.8)        # 1208.0 us - 377.5 us
+    a, b = costs.layer_cost(sh, plain, "none"), costs.layer_cost(sh, norms, "none")
+    assert b.forward - a.forward == pytest.approx(fwd_extra, rel=1e-9)
+    assert b.backward - a.backward == pytest.approx(bwd_extra, rel=1e-9)
