@@ -111,6 +111,7 @@ class LayerShape:
     sequence_parallel: bool
     flash: bool
     causal: bool = True
+    dropout: bool = True   # False: p = 0, no dropout kernels (PyTorch returns the input unchanged)
 
 
 @dataclass(frozen=True)
@@ -164,7 +165,8 @@ def layer_cost(sh: LayerShape, dev: Device, recompute: str) -> LayerCost:
         head_dim = h / sh.heads
         score_elems = heads_local * s * s * b
         fwd_attn = 2 * dev.gemm_time(b * heads_local * s, s, head_dim) + \
-            dev.memory_time(score_elems * dev.element_bytes * 3 + score_elems, kernels=3)  # softmax + dropout
+            (dev.memory_time(score_elems * dev.element_bytes * 3 + score_elems, kernels=3) if sh.dropout
+             else dev.memory_time(score_elems * dev.element_bytes * 2, kernels=2))   # softmax (+ dropout)
         bwd_attn = 2 * fwd_attn
     # element-wise work per layer forward, bytes through HBM (16-bit): two residual adds (2 reads + 1 write
     # of sbh), two dropouts (read, write, mask), the activation function over the MLP width; the backward
@@ -174,9 +176,12 @@ def layer_cost(sh: LayerShape, dev: Device, recompute: str) -> LayerCost:
     split = t if sh.sequence_parallel else 1
     elem = dev.element_bytes
     sbh = sh.tokens * h * elem / split
-    ew_bytes = (2 * 3 + 2 * 2.5) * sbh + (2 if sh.mlp_matrices == 2 else 3) * sh.tokens * sh.ffn / t * elem
-    fwd_ew = dev.memory_time(ew_bytes, kernels=6) + dev.norm_time(2 * 2 * sbh, backward=False, kernels=2)
-    bwd_ew = dev.memory_time(2 * ew_bytes, kernels=8) + dev.norm_time(2 * 3 * sbh, backward=True, kernels=4)
+    drop = 2 * 2.5 if sh.dropout else 0.0
+    ew_bytes = (2 * 3 + drop) * sbh + (2 if sh.mlp_matrices == 2 else 3) * sh.tokens * sh.ffn / t * elem
+    ew_kernels = 6 if sh.dropout else 4
+    fwd_ew = dev.memory_time(ew_bytes, kernels=ew_kernels) + dev.norm_time(2 * 2 * sbh, backward=False, kernels=2)
+    bwd_ew = dev.memory_time(2 * ew_bytes, kernels=ew_kernels + 2) + \
+        dev.norm_time(2 * 3 * sbh, backward=True, kernels=4)
 
     forward = fwd_gemm + fwd_attn + fwd_ew
     backward = bwd_gemm + bwd_attn + bwd_ew

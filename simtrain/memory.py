@@ -44,7 +44,8 @@ def state_bytes_per_param(precision: str, optimizer: str) -> StateBytes:
 
 def activation_bytes_per_layer(s: int, b: int, h: int, a: int, *, ffn: int | None = None, kv: int | None = None,
                                mlp: str = "gelu", t: int = 1, sequence_parallel: bool = False,
-                               attention_scores: bool = True, recompute: str = "none") -> float:
+                               attention_scores: bool = True, recompute: str = "none",
+                               dropout: bool = True) -> float:
     """Activation bytes one transformer layer keeps for the backward, for one micro-batch.
 
     Korthikanti et al. 2022, Sec. 4.1-4.2 (s: sequence, b: micro-batch, h: hidden, a: heads, t: TP):
@@ -58,16 +59,18 @@ def activation_bytes_per_layer(s: int, b: int, h: int, a: int, *, ffn: int | Non
       replicated: 2sbh QKV input + 2sbh MLP input + 4sbh two norm inputs + 2sbh two dropout masks = 10sbh
       split by t: 2sbh Q + 4sb*kv K,V + 2sbh attention-output input + MLP (gelu 4sbf, swiglu 6sbf)
                   + 5as^2b scores (when kept)
+    Without dropout (``dropout=False``: p = 0, PyTorch then launches no dropout kernel) the two 1-byte masks
+    (2sbh) go, and kept scores are 2as^2b (the softmax output alone).
     """
     ffn = 4 * h if ffn is None else ffn
     kv = h if kv is None else kv
     if recompute == "full":
         return 2.0 * s * b * h / (t if sequence_parallel else 1)
-    replicated = 10.0 * s * b * h
+    replicated = (10.0 if dropout else 8.0) * s * b * h
     mlp_terms = (6.0 if mlp == "swiglu" else 4.0) * s * b * ffn
     split = 2.0 * s * b * h + 4.0 * s * b * kv + 2.0 * s * b * h + mlp_terms
     if attention_scores and recompute == "none":
-        split += 5.0 * a * s * s * b
+        split += (5.0 if dropout else 2.0) * a * s * s * b
     if sequence_parallel:
         return (replicated + split) / t
     return replicated + split / t
@@ -200,9 +203,9 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
     scale = 2.0 if tr.precision == "fp32" else 1.0   # fp32 training: every term doubled (masks too, conservatively)
     per_layer = activation_bytes_per_layer(
         s, b, h, a, ffn=m.ffn_hidden, kv=m.kv_width, mlp=m.mlp, t=t, sequence_parallel=sp,
-        attention_scores=not tr.flash_attention, recompute=tr.recompute) * scale
+        attention_scores=not tr.flash_attention, recompute=tr.recompute, dropout=tr.dropout) * scale
     per_mb = per_layer * layers
-    if pp_rank == 0:
+    if pp_rank == 0 and tr.dropout:
         per_mb += s * b * h / (t if sp else 1)   # embedding dropout mask (1 byte), Korthikanti Sec. 4.3
     if pp_rank == par.pp - 1:
         # final norm input + output-layer input (16-bit) and what the loss keeps for its backward: the fp32
@@ -215,7 +218,7 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
         # the layer being recomputed materialises its full activations once (Korthikanti Table 2 note)
         activations += activation_bytes_per_layer(
             s, b, h, a, ffn=m.ffn_hidden, kv=m.kv_width, mlp=m.mlp, t=t, sequence_parallel=sp,
-            attention_scores=not tr.flash_attention) * scale
+            attention_scores=not tr.flash_attention, dropout=tr.dropout) * scale
 
     detail = {}
     if par.zero >= 3 and dp > 1:

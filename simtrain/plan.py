@@ -157,7 +157,7 @@ def build_plan(scenario: Scenario) -> Plan:
     shape = costs.LayerShape(tokens=tokens, seq=tr.seq_len, batch=tr.micro_batch, hidden=m.hidden,
                              ffn=m.ffn_hidden, heads=m.heads, kv_width=m.kv_width, mlp_matrices=m.mlp_matrices,
                              tp=par.tp, sequence_parallel=par.sequence_parallel and par.tp > 1,
-                             flash=tr.attention_kernel != "none")
+                             flash=tr.attention_kernel != "none", dropout=tr.dropout)
     lc = costs.layer_cost(shape, dev, tr.recompute)
     edge = costs.edge_cost(tokens, m.hidden, m.vocab, par.tp, dev, tr.cross_entropy)
     state = state_bytes_per_param(tr.precision, tr.optimizer)

@@ -52,6 +52,9 @@ class Training(Closed):
         True, description="fused attention kernel: true = flash2 (FlashAttention-2, the kernel the hardware file's "
                           "attention figures describe), flash1 (FlashAttention-1 class), flash3 (FlashAttention-3, "
                           "Hopper), false = attention as GEMMs plus a memory-bound softmax")
+    dropout: bool = Field(
+        True, description="dropout layers run (Megatron-LM's GPT default); false = p = 0, as in Llama and MPT: no dropout "
+                          "kernels and no masks kept")
     cross_entropy: Literal["eager", "fused"] = Field(
         "eager", description="loss kernel: eager = PyTorch's fp32 log_softmax + nll_loss (Megatron-LM, torchtitan), "
                              "fused = one kernel over the 16-bit logits (flash-attn's cross entropy, llm-foundry)")

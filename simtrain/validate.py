@@ -89,7 +89,8 @@ def _config(sc: dict) -> str:
             f"{'v' + str(p.get('vpp')) if p.get('vpp', 1) > 1 else ''} z{p.get('zero', 0)}"
             f"{'/' + p['backward_prefetch'] if p.get('backward_prefetch', 'pre') != 'pre' else ''} rc={t.get('recompute')}"
             + _attention(t.get("flash_attention", True))
-            + (f" ce={t['cross_entropy']}" if t.get("cross_entropy", "eager") != "eager" else ""))
+            + (f" ce={t['cross_entropy']}" if t.get("cross_entropy", "eager") != "eager" else "")
+            + (" nodrop" if t.get("dropout", True) is False else ""))
 
 
 def _attention(flash: object) -> str:

@@ -165,3 +165,16 @@ def test_norms_move_their_bytes_at_their_own_fraction_of_the_bandwidth():
     a, b = costs.layer_cost(sh, plain, "none"), costs.layer_cost(sh, norms, "none")
     assert b.forward - a.forward == pytest.approx(fwd_extra, rel=1e-9)
     assert b.backward - a.backward == pytest.approx(bwd_extra, rel=1e-9)
+
+
+def test_no_dropout_drops_its_bytes_and_kernels():
+    """Without dropout the two dropouts' 2 x 2.5 sbh bytes (read, write, 1-byte mask) leave the forward and twice
+    that the backward, with their launch gaps (2 forward, 2 backward). sbh = 2048 x 12288 x 2 = 50,331,648 B."""
+    import dataclasses
+    sh = gpt_shape(flash=True)
+    dev = device(memory_efficiency=0.8, kernel_overhead=1e-6)
+    sbh = sh.tokens * sh.hidden * 2
+    with_d = costs.layer_cost(sh, dev, "none")
+    without = costs.layer_cost(dataclasses.replace(sh, dropout=False), dev, "none")
+    assert with_d.forward - without.forward == pytest.approx(5 * sbh / (1e12 * 0.8) + 2e-6, rel=1e-9)
+    assert with_d.backward - without.backward == pytest.approx(10 * sbh / (1e12 * 0.8) + 2e-6, rel=1e-9)

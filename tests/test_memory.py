@@ -114,6 +114,15 @@ def test_activations_without_attention_scores(how):
     assert _act(t=1, **kw) == pytest.approx(SBH * 34, rel=1e-12)
 
 
+def test_activations_without_dropout():
+    """Without dropout (p = 0: PyTorch's dropout returns its input, no mask is made) Korthikanti's terms lose the
+    two 1-byte masks, 2sbh of the replicated 10sbh, and the scores keep only the softmax output, 2as^2b of 5as^2b:
+    sbh(32 + 2as/h) with no parallelism, sbh(8 + 24/t + 2as/(ht)) with TP alone."""
+    assert _act(t=1, dropout=False) == pytest.approx(SBH * (32 + 2 * A * S / H), rel=1e-12)
+    assert _act(t=T, dropout=False) == pytest.approx(SBH * (8 + 24 / T + 2 * A * S / (H * T)), rel=1e-12)
+    assert _act(t=T, dropout=False, attention_scores=False) == pytest.approx(SBH * (8 + 24 / T), rel=1e-12)
+
+
 def test_activations_full_recompute():
     """Korthikanti Table 2: full recompute keeps only each layer's input, 2sbh."""
     assert _act(t=T, recompute="full") == pytest.approx(2 * SBH, rel=1e-12)
