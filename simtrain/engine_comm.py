@@ -209,7 +209,9 @@ class CommMixin:
             self._buffer(lane, c.grad_bytes_layer - c.zero3_layer_bytes)   # weights resharded, gradient unsharded
             if nxt is not None and prefetch == "post":
                 ready = self._gather(lane, gather, c, mb, nxt)
-            done = self._collective(lane, "rs", "zero3_reduce_scatter", scatter, c.grad_bytes_layer, mb, v, layer,
+            # on the gathers' stream: PyTorch runs a process group's collectives on one NCCL stream, in the
+            # order they are issued (FSDP gathers and reduce-scatters over the same group)
+            done = self._collective(lane, "dp", "zero3_reduce_scatter", scatter, c.grad_bytes_layer, mb, v, layer,
                                     layer + 1)
             done.callbacks.append(lambda _e, n=c.grad_bytes_layer: self._buffer(lane, -n))
         if c.has_embedding:
@@ -217,7 +219,7 @@ class CommMixin:
         self._release_edge(lane, c)
         if c.grad_bytes_edge > 0:
             edge = self.plan.dp_phases("reduce_scatter", c.grad_bytes_edge, lane.rank, self.full)
-            self._collective(lane, "rs", "zero3_reduce_scatter", edge, c.grad_bytes_edge, mb, v)
+            self._collective(lane, "dp", "zero3_reduce_scatter", edge, c.grad_bytes_edge, mb, v)
 
 
 def _comm_running(lane, factor: float, delta: int) -> None:

@@ -131,49 +131,29 @@ def _bucketed_backward(c: ChunkPlan, bucket: float, comm, slowdown: float) -> tu
     return t, max(0.0, free - t), last
 
 
-def _shared(start: float, a: float, b: float) -> tuple[float, float]:
-    """Ends of two transfers of ``a`` and ``b`` seconds (alone) that start together on the same links:
-    each runs at half rate while both are in flight."""
-    both = min(a, b)
-    return start + 2 * both + (a - both), start + 2 * both + (b - both)
-
-
 def _zero3_op(c: ChunkPlan, forward: bool, gather: float, scatter: float, slowdown: float,
-              prefetch: str = "pre", share: bool = True) -> tuple[float, float]:
-    """One ZeRO-3 forward or backward of a chunk: each layer's weights gathered one layer ahead
-    (FIFO; in the backward as ``prefetch`` says: "pre" as a layer's compute starts, otherwise once it
-    ends), gradients reduce-scattered after each layer, sharing the links with a gather in flight when
-    ``share`` (one ring inside a node: across nodes the gather's network stage comes first and the
-    reduce-scatter's last, so they barely meet); compute runs slower while either is in flight.
-    Returns (op seconds, of which waiting for gathers)."""
+              prefetch: str = "pre") -> tuple[float, float]:
+    """One ZeRO-3 forward or backward of a chunk: each layer's weights gathered one layer ahead (in the
+    backward as ``prefetch`` says: "pre" as a layer's compute starts, otherwise once it ends), gradients
+    reduce-scattered after each layer, all on one FIFO queue (the engine's single DP stream); compute runs
+    slower while the queue is busy. Returns (op seconds, of which waiting for gathers)."""
     waited = 0.0
     ahead = forward or prefetch == "pre"
     t = c.embed_fwd if forward else c.head_bwd
     head = c.head_fwd if forward else c.embed_bwd
-    done = gq = t + gather               # layer 0's weights; gq: when the gather queue is free
-    rq = 0.0                             # when the reduce-scatter queue is free
-
-    def prefetch_next(now: float) -> None:
-        nonlocal gq, rq
-        start = max(now, gq)
-        if share and rq > start:         # a reduce-scatter still running: the two share the links
-            gq, rq = _shared(start, gather, rq - start)
-        else:
-            gq = start + gather
-
+    done = q = t + gather                # layer 0's weights; q: when the collective queue is free
     for i in range(c.layers):
         waited += max(0.0, done - t)
         t = max(t, done)
         if ahead and i + 1 < c.layers:
-            prefetch_next(t)
+            q = done = max(t, q) + gather          # prefetch the next layer
         for work in ((c.fwd_layer,) if forward else (c.recompute_layer, c.bwd_layer)):
-            t = _slowed(t, work, max(gq, rq), slowdown)       # slower while a collective is in flight
+            t = _slowed(t, work, q, slowdown)      # slower while a collective is in flight
         t += c.tp_fwd_layer if forward else c.tp_bwd_layer
-        if not forward:
-            rq = max(t, rq) + scatter
         if not ahead and i + 1 < c.layers:
-            prefetch_next(t)             # the next layer's weights, after this layer's gradients
-        done = gq
+            q = done = max(t, q) + gather          # the next layer's weights, after this layer's gradients
+        if not forward:
+            q = max(t, q) + scatter
     return t + head, waited
 
 
@@ -214,8 +194,7 @@ def estimate(scenario: Scenario, plan: Plan | None = None) -> EstimateResult:
             f_lb[-1] += g + edge
             b_lb[-1] += g + edge
             (tf, wf), (tb, wb) = (_zero3_op(c, True, g, r, slow[c.rank]),
-                                  _zero3_op(c, False, g, r, slow[c.rank], par.backward_prefetch,
-                                            share=not _dp_crosses_nodes(plan, c.rank)))
+                                  _zero3_op(c, False, g, r, slow[c.rank], par.backward_prefetch))
             f_est.append(tf + edge)
             b_est.append(tb + edge)
             zero3_wait.append(wf + wb + 2 * edge)

@@ -187,10 +187,10 @@ def test_overlap_slowdown_lasts_only_while_the_collective_runs(tmp_path):
 
 def test_backward_prefetch_post_waits_for_each_gather(tmp_path):
     """ZeRO-3 backward, FSDP's BackwardPrefetch (torch/distributed/fsdp/api.py): "pre" gathers the next
-    layer's weights while this layer's gradients are computed (hidden when the gather is shorter); "post"
-    gathers them after, together with this layer's gradient reduce-scatter of the same size, so both share
-    the links and the gather takes 2g. Every layer but the first then waits 2g: step(post) - step(pre)
-    = (L - 1) 2g, with g = (S/2) / B on a ring of 2 (S = the layer's 16-bit weights)."""
+    layer's weights while this layer's gradients are computed (hidden when the gather, even queued behind the
+    previous layer's reduce-scatter, is shorter); "post" gathers them once this layer's gradients are done,
+    before their reduce-scatter on the same stream, so every layer but the first waits one gather g:
+    step(post) - step(pre) = (L - 1) g, with g = (S/2) / B on a ring of 2 (S = the layer's 16-bit weights)."""
     base = dict(model=DP_MODEL, training={"seq_len": 512, "global_batch": 2}, parallel={"dp": 2, "zero": 3})
     c = build_plan(make_scenario(**base)).chunks[0]
     g = 0.1 * c.bwd_layer
@@ -201,7 +201,7 @@ def test_backward_prefetch_post_waits_for_each_gather(tmp_path):
         s = make_scenario(hardware=hw, **{**base, "parallel": {**base["parallel"], "backward_prefetch": mode}})
         steps[mode] = simulate(s).step_time_s
     assert c.grad_bytes_layer == c.zero3_layer_bytes
-    assert steps["post"] - steps["pre"] == pytest.approx((c.layers - 1) * 2 * g, rel=1e-6)
+    assert steps["post"] - steps["pre"] == pytest.approx((c.layers - 1) * g, rel=1e-6)
 
 
 # --- monotonicity and determinism ------------------------------------------------------------------
