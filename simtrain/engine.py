@@ -288,10 +288,9 @@ class Engine(CommMixin):
                 for nbytes in _buckets(total, self.sim.dp_bucket_size):
                     self._collective(lane, "dp", "dp_" + grad_kind, plan.dp_phases(grad_kind, nbytes, lane.rank, self.full),
                                      nbytes, vstage=c.vstage)
-        for chain in ("dp", "rs"):
-            tail = lane.chains.get(chain)
-            if tail is not None and not tail.processed:
-                yield tail
+        tail = lane.chains.get("dp")   # every DP/ZeRO collective runs on the lane's one DP stream
+        if tail is not None and not tail.processed:
+            yield tail
         lane.exposed["dp"] += env.now - t_compute_end
         yield from self._segment(lane, "compute", "optimizer", plan.optimizer_time[lane.rank], -1, -1, None)
         if dp_sync and self.zero in (1, 2):

@@ -24,7 +24,7 @@ class CommMixin:
 
     def _collective(self, lane: Lane, chain: str, kind: str, phases: list, nbytes: float,
                     mb: int = -1, vstage: int = -1, lo: int = -1, hi: int = -1) -> simpy.Event:
-        """Queue a DP/ZeRO collective on one of the lane's FIFO comm streams; returns its done event."""
+        """Queue a DP/ZeRO collective on the lane's FIFO stream ``chain``; returns its done event."""
         env = self.env
         prev = lane.chains.get(chain)
         done = env.event()
