@@ -144,19 +144,19 @@ class CommMixin:
             launch(pending)
 
     def _gather_edge(self, lane: Lane, c: ChunkPlan, mb: int):
-        """ZeRO-3: the embedding / output-layer weights are gathered like a layer's (16-bit, like the grads)."""
-        if c.grad_bytes_edge <= 0:
+        """ZeRO-3: the embedding / output-layer weights are gathered like a layer's (in the weights' dtype)."""
+        if c.zero3_edge_bytes <= 0:
             return
-        phases = self.plan.dp_phases("all_gather", c.grad_bytes_edge, lane.rank, self.full)
-        self._buffer(lane, c.grad_bytes_edge)     # held until the op ends (released by _release_edge)
-        done = self._collective(lane, "dp", "zero3_all_gather", phases, c.grad_bytes_edge, mb, c.vstage)
+        phases = self.plan.dp_phases("all_gather", c.zero3_edge_bytes, lane.rank, self.full)
+        self._buffer(lane, c.zero3_edge_bytes)     # held until the op ends (released by _release_edge)
+        done = self._collective(lane, "dp", "zero3_all_gather", phases, c.zero3_edge_bytes, mb, c.vstage)
         t0 = self.env.now
         yield done
         lane.exposed["dp"] += self.env.now - t0
 
     def _release_edge(self, lane: Lane, c: ChunkPlan) -> None:
-        if c.grad_bytes_edge > 0:
-            self._buffer(lane, -c.grad_bytes_edge)
+        if c.zero3_edge_bytes > 0:
+            self._buffer(lane, -c.zero3_edge_bytes)
 
     def _zero3_forward(self, lane: Lane, c: ChunkPlan, mb: int):
         v = c.vstage

@@ -25,7 +25,10 @@ class StateBytes:
     optimizer: float
 
 
-def state_bytes_per_param(precision: str, optimizer: str) -> StateBytes:
+GRAD_DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0}
+
+
+def state_bytes_per_param(precision: str, optimizer: str, grad_dtype: str = "auto") -> StateBytes:
     """Bytes per parameter before ZeRO sharding.
 
     - Adam, mixed precision: 2 + 2 + 12 = 16 (ZeRO paper Sec. 3.1, K = 12: fp32 master, momentum, variance).
@@ -34,12 +37,15 @@ def state_bytes_per_param(precision: str, optimizer: str) -> StateBytes:
     - Adafactor (Shazeer & Stern 2018, Sec. 3-4): no first moment by default and a factored second
       moment of O(rows + cols) per matrix, counted as 0 bytes per parameter here (it is < 0.1% for
       d >= 1024), plus the fp32 master (4) in mixed precision. Reference article rule 3.
+    Gradients take the bytes of ``grad_dtype`` (``auto``: the weights'): bf16 weights with fp32 gradients
+    make Adam 2 + 4 + 12 = 18 bytes (Megatron-LM README, distributed optimizer table: "bf16 param, fp32 grads: 18").
     """
     mixed = precision in ("bf16", "fp16")
     w = 2.0 if mixed else 4.0
     master = 4.0 if mixed else 0.0
     moments = {"adam": 8.0, "sgd": 4.0, "adafactor": 0.0}[optimizer]
-    return StateBytes(weights=w, grads=w, optimizer=master + moments)
+    g = w if grad_dtype == "auto" else GRAD_DTYPE_BYTES[grad_dtype]
+    return StateBytes(weights=w, grads=g, optimizer=master + moments)
 
 
 def activation_bytes_per_layer(s: int, b: int, h: int, a: int, *, ffn: int | None = None, kv: int | None = None,
@@ -191,7 +197,7 @@ def local_params(scenario: Scenario, pp_rank: int) -> tuple[int, int]:
 def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
     par, tr, m = scenario.parallel, scenario.training, scenario.model
     hw = scenario.hardware
-    state = state_bytes_per_param(tr.precision, tr.optimizer)
+    state = state_bytes_per_param(tr.precision, tr.optimizer, tr.grad_dtype)
     n, layers = local_params(scenario, pp_rank)
     dp = par.dp
     weights = n * state.weights / (dp if par.zero >= 3 else 1)

@@ -44,6 +44,7 @@ class ChunkPlan:
     grad_bytes_layer: float   # gradient bytes of one layer (per TP rank) for DP buckets
     grad_bytes_edge: float    # embedding / output-layer gradient bytes held by this chunk
     zero3_layer_bytes: float  # full (unsharded) 16-bit weights of one layer, per TP rank
+    zero3_edge_bytes: float = 0.0  # full embedding / output-layer weights held by this chunk (ZeRO-3 gathers)
 
     @property
     def forward_time(self) -> float:
@@ -160,7 +161,7 @@ def build_plan(scenario: Scenario) -> Plan:
                              flash=tr.attention_kernel != "none", dropout=tr.dropout)
     lc = costs.layer_cost(shape, dev, tr.recompute)
     edge = costs.edge_cost(tokens, m.hidden, m.vocab, par.tp, dev, tr.cross_entropy)
-    state = state_bytes_per_param(tr.precision, tr.optimizer)
+    state = state_bytes_per_param(tr.precision, tr.optimizer, tr.grad_dtype)
     act_full = tokens * m.hidden * dev.element_bytes
     mems = tuple(stage_memory(scenario, r) for r in range(par.pp))
     tp_cost = [_tp_time(scenario, placement, act_full, r) for r in range(par.pp)]
@@ -175,7 +176,8 @@ def build_plan(scenario: Scenario) -> Plan:
         rank_layers = mems[rank].layers
         share = n_layers / rank_layers if rank_layers else 1.0
         act = mems[rank].activation_per_microbatch * share
-        edge_grad = edge_params(m, par.tp, par.pp, first=first, last=last) * state.grads
+        n_edge = edge_params(m, par.tp, par.pp, first=first, last=last)
+        edge_grad = n_edge * state.grads
         tp_fwd = tp_cost[rank]
         tp_bwd = tp_cost[rank] * (2.0 if tr.recompute == "full" else 1.0)
         chunks.append(ChunkPlan(
@@ -185,7 +187,7 @@ def build_plan(scenario: Scenario) -> Plan:
             embed_fwd=edge.embed_forward if first else 0.0, embed_bwd=edge.embed_backward if first else 0.0,
             head_fwd=edge.head_forward if last else 0.0, head_bwd=edge.head_backward if last else 0.0,
             act_bytes=act, grad_bytes_layer=per_layer_local * state.grads, grad_bytes_edge=edge_grad,
-            zero3_layer_bytes=per_layer_local * state.weights))
+            zero3_layer_bytes=per_layer_local * state.weights, zero3_edge_bytes=n_edge * state.weights))
         lo += n_layers
 
     opt = tuple(costs.optimizer_time(mems[r].params_local / (par.dp if par.zero >= 1 else 1), tr.optimizer, dev)

@@ -55,6 +55,9 @@ class Training(Closed):
     dropout: bool = Field(
         True, description="dropout layers run (Megatron-LM's GPT default); false = p = 0, as in Llama and MPT: no dropout "
                           "kernels and no masks kept")
+    grad_dtype: Literal["auto", "fp32", "bf16", "fp16"] = Field(
+        "auto", description="dtype gradients are kept and reduced in: auto = the training precision; fp32 = Megatron-LM's "
+                            "bf16 default (fp32 main grads) and FSDP's reduce_dtype=float32 (Composer DEFAULT, torchtitan)")
     cross_entropy: Literal["eager", "fused"] = Field(
         "eager", description="loss kernel: eager = PyTorch's fp32 log_softmax + nll_loss (Megatron-LM, torchtitan), "
                              "fused = one kernel over the 16-bit logits (flash-attn's cross entropy, llm-foundry)")

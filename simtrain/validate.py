@@ -90,7 +90,8 @@ def _config(sc: dict) -> str:
             f"{'/' + p['backward_prefetch'] if p.get('backward_prefetch', 'pre') != 'pre' else ''} rc={t.get('recompute')}"
             + _attention(t.get("flash_attention", True))
             + (f" ce={t['cross_entropy']}" if t.get("cross_entropy", "eager") != "eager" else "")
-            + (" nodrop" if t.get("dropout", True) is False else ""))
+            + (" nodrop" if t.get("dropout", True) is False else "")
+            + (f" grad={t['grad_dtype']}" if t.get("grad_dtype", "auto") != "auto" else ""))
 
 
 def _attention(flash: object) -> str:

@@ -21,6 +21,7 @@ import sys
 import pytest
 
 from simtrain.io import dumps_json
+from simtrain.memory import edge_params, layer_params_per_rank
 from simtrain.plan import build_plan
 from simtrain.scenario import load_scenario
 from simtrain.simulation import memory, simulate
@@ -128,14 +129,16 @@ def test_interleaved_stage0_activation_peak():
 DP_MODEL = gpt_model(layers=8)
 
 
-def _dp_scenario(tmp_path, ratio: float | None, overlap: bool = True):
+def _dp_scenario(tmp_path, ratio: float | None, overlap: bool = True, grad_dtype: str = "auto"):
     """dp=2 on one node, one gradient bucket per layer; intra-node bandwidth set so that one layer's
-    all-reduce takes ``ratio`` x one layer's backward (ratio None: the ideal, huge bandwidth)."""
+    all-reduce (of 16-bit gradients) takes ``ratio`` x one layer's backward (ratio None: the ideal, huge
+    bandwidth). The plan ``c`` returned is the 16-bit one."""
     base = dict(model=DP_MODEL, training={"seq_len": 512, "global_batch": 8}, parallel={"dp": 2})
     c = build_plan(make_scenario(**base)).chunks[0]
     bucket, t_b = c.grad_bytes_layer, c.bwd_layer
     bandwidth = bucket / (ratio * t_b) if ratio else 1e18
     hw = hardware_variant(tmp_path, {"intra_node.bandwidth": bandwidth}, name=f"dp{ratio}")
+    base["training"] = dict(base["training"], grad_dtype=grad_dtype)
     s = make_scenario(hardware=hw, simulation={"dp_bucket_size": bucket, "overlap_dp": overlap}, **base)
     return s, c, bandwidth
 
@@ -163,6 +166,26 @@ def test_dp_without_overlap_exposes_everything(tmp_path):
     s, c, bw = _dp_scenario(tmp_path, ratio=0.5, overlap=False)
     total = c.layers * c.grad_bytes_layer + c.grad_bytes_edge
     assert simulate(s).exposed_comm_s["dp"] == pytest.approx(total / bw, rel=1e-3)
+
+
+def test_fp32_gradients_double_the_all_reduce(tmp_path):
+    """training.grad_dtype fp32 with bf16 weights reduces 4-byte gradients: with overlap off the exposed
+    all-reduce is twice the 16-bit one, 2 x (all gradient bytes) / B on a ring of 2 (Thakur et al. 2005)."""
+    s32, c, bw = _dp_scenario(tmp_path, ratio=0.5, overlap=False, grad_dtype="fp32")
+    total16 = c.layers * c.grad_bytes_layer + c.grad_bytes_edge
+    assert c.grad_bytes_layer == pytest.approx(2 * layer_params_per_rank(s32.model, 1))   # 2 bytes per weight
+    assert simulate(s32).exposed_comm_s["dp"] == pytest.approx(2 * total16 / bw, rel=1e-3)
+
+
+def test_fp32_gradients_leave_zero3_gathers_16bit():
+    """FSDP with param_dtype bf16 and reduce_dtype fp32 gathers 2-byte weights and reduce-scatters 4-byte
+    gradients (PyTorch MixedPrecision): per layer 2 n and 4 n bytes, the embedding gathered at 2 bytes too."""
+    s = make_scenario(model=DP_MODEL, training={"seq_len": 512, "global_batch": 8, "grad_dtype": "fp32"},
+                      parallel={"dp": 2, "zero": 3})
+    c = build_plan(s).chunks[0]
+    n, n_edge = layer_params_per_rank(s.model, 1), edge_params(s.model, 1, 1, first=True, last=True)
+    assert (c.zero3_layer_bytes, c.grad_bytes_layer) == (2 * n, 4 * n)
+    assert (c.zero3_edge_bytes, c.grad_bytes_edge) == (2 * n_edge, 4 * n_edge)
 
 
 def test_overlap_slowdown_lasts_only_while_the_collective_runs(tmp_path):

@@ -84,6 +84,19 @@ def test_zero_paper_figure_1(zero, paper_gb, bytes_per_param):
     assert round(_static(st) / 1e9, 1) == paper_gb
 
 
+@pytest.mark.parametrize(("zero", "bytes_per_param"), [
+    (0, 18),                # "bf16 param, fp32 grads", non-distributed optimizer: 18
+    (1, 6 + 12 / 64),       # distributed optimizer (optimizer state sharded): 6 + 12/d
+])
+def test_fp32_gradients_megatron_table(zero, bytes_per_param):
+    """bf16 weights with fp32 gradients (Megatron-LM's bf16 default, FSDP reduce_dtype=float32): Megatron-LM
+    README, distributed optimizer table, "bf16 param, fp32 grads": 18 bytes per parameter, 6 + 12/d sharded."""
+    s = make_scenario(nodes=8, model=ZERO_MODEL, training={"seq_len": 512, "global_batch": 64, "grad_dtype": "fp32"},
+                      parallel={"dp": 64, "zero": zero})
+    st = stage_memory(s, 0)
+    assert _static(st) == pytest.approx(bytes_per_param * s.model.params_total, rel=1e-12)
+
+
 # --- activations: Korthikanti et al. 2022 --------------------------------------------------------
 
 def _act(**kw) -> float:
