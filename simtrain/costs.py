@@ -238,11 +238,25 @@ def edge_cost(tokens: int, hidden: int, vocab: int, tp: int, dev: Device,
                     head_backward=head_b, head_model_flops=2.0 * tokens * v * hidden)
 
 
-def optimizer_time(params_local_sharded: float, optimizer: str, dev: Device) -> float:
+def train_metrics_time(tokens: int, vocab: int, tp: int, dev: Device, metrics: int) -> float:
+    """Training metrics over one micro-batch's logits, each an eager cross entropy without a backward: the
+    eager loss's forward bytes and kernels (``CROSS_ENTROPY_BYTES``: autocast runs cross_entropy in fp32, so the
+    16-bit logits are cast, then log_softmax and nll_loss run). Composer's trainer evaluates its train metrics
+    after every micro-batch's backward (``Trainer._train_microbatch`` -> ``_eval_train_metrics``, under no_grad
+    and the autocast context); Composer's LanguageCrossEntropy (and LanguagePerplexity, its subclass) call
+    ``torch.nn.CrossEntropyLoss(reduction='sum')`` on the logits."""
+    if metrics <= 0:
+        return 0.0
+    fwd_bytes, _, fwd_kernels, _ = CROSS_ENTROPY_BYTES["eager"]
+    return metrics * dev.memory_time(tokens * (vocab / tp) * fwd_bytes(dev.element_bytes), kernels=fwd_kernels)
+
+
+def optimizer_time(params_local_sharded: float, optimizer: str, dev: Device, grad_bytes: float = 2.0) -> float:
     """Optimizer step: memory-bound over the local (sharded) state.
 
     Adam, mixed precision: read fp32 master, m, v (12 B) and the 16-bit gradient (2 B); write master,
-    m, v (12 B) and the 16-bit weights (2 B): 28 bytes per parameter.
+    m, v (12 B) and the 16-bit weights (2 B): 28 bytes per parameter. Gradients kept in fp32
+    (``training.grad_dtype``) are read at ``grad_bytes`` = 4 instead of 2.
     """
-    per_param = {"adam": 28.0, "sgd": 20.0, "adafactor": 14.0}[optimizer]
+    per_param = {"adam": 28.0, "sgd": 20.0, "adafactor": 14.0}[optimizer] + grad_bytes - 2.0
     return dev.memory_time(params_local_sharded * per_param, kernels=4)

@@ -237,6 +237,8 @@ class Engine(CommMixin):
                 hit.extend(layer_segs)
             if c.has_embedding:
                 hit.append(("compute", "backward", c.embed_bwd, None))
+            if c.metrics_bwd > 0:   # training metrics, after the whole backward
+                hit.append(("compute", "backward", c.metrics_bwd, None))
             self._segments[key] = hit
         return hit
 

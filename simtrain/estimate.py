@@ -128,6 +128,7 @@ def _bucketed_backward(c: ChunkPlan, bucket: float, comm, slowdown: float) -> tu
         pending += c.grad_bytes_edge
     if pending > 0:
         launch(pending)
+    seg(c.metrics_bwd)   # training metrics, after the whole backward
     return t, max(0.0, free - t), last
 
 
@@ -140,7 +141,7 @@ def _zero3_op(c: ChunkPlan, forward: bool, gather: float, scatter: float, slowdo
     waited = 0.0
     ahead = forward or prefetch == "pre"
     t = c.embed_fwd if forward else c.head_bwd
-    head = c.head_fwd if forward else c.embed_bwd
+    head = c.head_fwd if forward else c.embed_bwd + c.metrics_bwd   # training metrics after the backward
     done = q = t + gather                # layer 0's weights; q: when the collective queue is free
     for i in range(c.layers):
         waited += max(0.0, done - t)

@@ -45,6 +45,7 @@ class ChunkPlan:
     grad_bytes_edge: float    # embedding / output-layer gradient bytes held by this chunk
     zero3_layer_bytes: float  # full (unsharded) 16-bit weights of one layer, per TP rank
     zero3_edge_bytes: float = 0.0  # full embedding / output-layer weights held by this chunk (ZeRO-3 gathers)
+    metrics_bwd: float = 0.0  # s, training metrics over the logits after the chunk's backward (output-layer chunk)
 
     @property
     def forward_time(self) -> float:
@@ -53,7 +54,7 @@ class ChunkPlan:
     @property
     def backward_time(self) -> float:
         per = self.recompute_layer + self.bwd_layer + self.tp_bwd_layer
-        return self.head_bwd + self.layers * per + self.embed_bwd
+        return self.head_bwd + self.layers * per + self.embed_bwd + self.metrics_bwd
 
 
 @dataclass(frozen=True)
@@ -161,6 +162,7 @@ def build_plan(scenario: Scenario) -> Plan:
                              flash=tr.attention_kernel != "none", dropout=tr.dropout)
     lc = costs.layer_cost(shape, dev, tr.recompute)
     edge = costs.edge_cost(tokens, m.hidden, m.vocab, par.tp, dev, tr.cross_entropy)
+    metrics = costs.train_metrics_time(tokens, m.vocab, par.tp, dev, tr.train_metrics)
     state = state_bytes_per_param(tr.precision, tr.optimizer, tr.grad_dtype)
     act_full = tokens * m.hidden * dev.element_bytes
     mems = tuple(stage_memory(scenario, r) for r in range(par.pp))
@@ -187,10 +189,12 @@ def build_plan(scenario: Scenario) -> Plan:
             embed_fwd=edge.embed_forward if first else 0.0, embed_bwd=edge.embed_backward if first else 0.0,
             head_fwd=edge.head_forward if last else 0.0, head_bwd=edge.head_backward if last else 0.0,
             act_bytes=act, grad_bytes_layer=per_layer_local * state.grads, grad_bytes_edge=edge_grad,
-            zero3_layer_bytes=per_layer_local * state.weights, zero3_edge_bytes=n_edge * state.weights))
+            zero3_layer_bytes=per_layer_local * state.weights, zero3_edge_bytes=n_edge * state.weights,
+            metrics_bwd=metrics if last else 0.0))
         lo += n_layers
 
-    opt = tuple(costs.optimizer_time(mems[r].params_local / (par.dp if par.zero >= 1 else 1), tr.optimizer, dev)
+    opt = tuple(costs.optimizer_time(mems[r].params_local / (par.dp if par.zero >= 1 else 1), tr.optimizer, dev,
+                                     state.grads)
                 for r in range(par.pp))
     model_flops = model_flops_per_step(scenario)
     hw_flops_fwd_layer = lc.hardware_flops * par.tp

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BeforeValidator, Field, PositiveInt
+from pydantic import BeforeValidator, Field, NonNegativeInt, PositiveInt
 
 from simtrain.errors import InputError, SimulationLimitError, allowed, display_path, suggest
 from simtrain.hardware import HardwareSpec, load_hardware
@@ -55,6 +55,10 @@ class Training(Closed):
     dropout: bool = Field(
         True, description="dropout layers run (Megatron-LM's GPT default); false = p = 0, as in Llama and MPT: no dropout "
                           "kernels and no masks kept")
+    train_metrics: NonNegativeInt = Field(
+        0, description="metrics computed over the logits after every micro-batch's backward, each an eager fp32 "
+                       "cross entropy without a backward (Composer evaluates its train metrics on every micro-batch; "
+                       "llm-foundry's MPT has two, LanguageCrossEntropy and LanguagePerplexity)")
     grad_dtype: Literal["auto", "fp32", "bf16", "fp16"] = Field(
         "auto", description="dtype gradients are kept and reduced in: auto = the training precision; fp32 = Megatron-LM's "
                             "bf16 default (fp32 main grads) and FSDP's reduce_dtype=float32 (Composer DEFAULT, torchtitan)")

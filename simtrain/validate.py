@@ -91,7 +91,8 @@ def _config(sc: dict) -> str:
             + _attention(t.get("flash_attention", True))
             + (f" ce={t['cross_entropy']}" if t.get("cross_entropy", "eager") != "eager" else "")
             + (" nodrop" if t.get("dropout", True) is False else "")
-            + (f" grad={t['grad_dtype']}" if t.get("grad_dtype", "auto") != "auto" else ""))
+            + (f" grad={t['grad_dtype']}" if t.get("grad_dtype", "auto") != "auto" else "")
+            + (f" metrics={t['train_metrics']}" if t.get("train_metrics", 0) else ""))
 
 
 def _attention(flash: object) -> str:

@@ -117,6 +117,8 @@ def test_adam_step_moves_28_bytes_per_parameter():
     """Mixed-precision Adam reads 14 B and writes 14 B per local parameter: memory-bound."""
     dev = device(memory_efficiency=0.8)
     assert costs.optimizer_time(1e9, "adam", dev) == pytest.approx(28e9 / (1e12 * 0.8), rel=1e-12)
+    # fp32 gradients (training.grad_dtype: fp32) are read at 4 bytes: 12 + 4 read, 12 + 2 written = 30 B
+    assert costs.optimizer_time(1e9, "adam", dev, 4.0) == pytest.approx(30e9 / (1e12 * 0.8), rel=1e-12)
 
 
 def test_mfu_flops_per_token_match_narayanan_eq3_without_recompute():
@@ -149,6 +151,17 @@ def test_cross_entropy_moves_the_bytes_of_its_kernels(kernel, fwd_bytes, bwd_byt
     edge = costs.edge_cost(tokens, hidden, vocab, 1, dev, kernel)
     assert edge.head_forward == pytest.approx(gemm + logits * fwd_bytes / 1e12, rel=1e-9)
     assert edge.head_backward == pytest.approx(2 * gemm + logits * bwd_bytes / 1e12, rel=1e-9)
+
+
+def test_train_metrics_are_eager_loss_forwards_without_backward():
+    """Each training metric is an eager fp32 cross entropy over the logits without a backward (Composer's
+    LanguageCrossEntropy / LanguagePerplexity under autocast): cast 2 + 4, log_softmax 4 + 4 = 14 bytes per logit,
+    3 kernels. 4096 tokens x 32768 logits x 14 B = 1.879e9 B -> 1.879 ms at 1 TB/s, + 3 x 1 us."""
+    dev = device(memory_efficiency=1.0, kernel_overhead=1e-6)
+    one = 4096 * 32768 * 14 / 1e12 + 3e-6
+    assert costs.train_metrics_time(4096, 32768, 1, dev, 2) == pytest.approx(2 * one, rel=1e-12)
+    assert costs.train_metrics_time(4096, 32768, 2, dev, 1) == pytest.approx(one / 2 + 1.5e-6, rel=1e-12)  # V/t
+    assert costs.train_metrics_time(4096, 32768, 1, dev, 0) == 0.0
 
 
 def test_norms_move_their_bytes_at_their_own_fraction_of_the_bandwidth():

@@ -168,6 +168,20 @@ def test_dp_without_overlap_exposes_everything(tmp_path):
     assert simulate(s).exposed_comm_s["dp"] == pytest.approx(total / bw, rel=1e-3)
 
 
+def test_train_metrics_add_their_passes_after_every_backward(tmp_path):
+    """training.train_metrics = 2 (Composer's per-micro-batch train metrics, two for llm-foundry's MPT) adds, per
+    micro-batch, two eager loss forwards over the logits on the compute stream: one GPU, no communication, so
+    the step grows by m x 2 x T V 14 B / B_HBM exactly. T = 2 x 512, V = 32,000, m = 4, B_HBM = 1 TB/s:
+    4 x 2 x 1024 x 32000 x 14 B / 1e12 = 3.670 ms."""
+    hw = hardware_variant(tmp_path, {"gpu.memory_bandwidth": "1 TB/s"}, name="hbm1")
+    base = dict(hardware=hw, model=gpt_model(layers=2, vocab=32000),
+                training={"seq_len": 512, "global_batch": 8, "micro_batch": 2})
+    s0 = make_scenario(**base)
+    s2 = make_scenario(**{**base, "training": {**base["training"], "train_metrics": 2}})
+    delta = simulate(s2).step_time_s - simulate(s0).step_time_s
+    assert delta == pytest.approx(4 * 2 * 1024 * 32000 * 14 / 1e12, rel=1e-9)
+
+
 def test_fp32_gradients_double_the_all_reduce(tmp_path):
     """training.grad_dtype fp32 with bf16 weights reduces 4-byte gradients: with overlap off the exposed
     all-reduce is twice the 16-bit one, 2 x (all gradient bytes) / B on a ring of 2 (Thakur et al. 2005)."""

@@ -49,13 +49,14 @@ def test_summary_statistics_by_hand():
 # gather was in flight at its start); the earlier figure leaned on that. With the layer norms at PyTorch's
 # measured speed: 11.3 %, worst 24.4 %; with MPT's dropout off (its pdrops are 0): 12.7 %, worst 26.3 %; with
 # FSDP's gathers and reduce-scatters on one stream (one process group): 13.0 %, worst 26.8 %; with fp32 gradient
-# reduction (Composer's DEFAULT mixed precision, fourth session): 12.4 %, worst 26.6 %; guards rounded down to 13 % / 27 %.
+# reduction (Composer's DEFAULT mixed precision, fourth session): 12.4 %, worst 26.6 %; with Composer's per-micro-batch
+# train metrics: 11.8 %, worst 26.0 %; guards rounded up to 12 % / 27 %.
 # A100 Megatron-LM Table 1 cases: mean 7.1 %, worst 14.3 %. A change that makes them worse fails here. These record today's state; the
 # issue's targets are test_targets_met below.
 def test_gated_error_does_not_regress(results):
-    """Gated mean |error| stays at or below 13% and the worst at or below 27% (today's state)."""
+    """Gated mean |error| stays at or below 12% and the worst at or below 27% (today's state)."""
     s = v.summarize([r for r in results if r.gate])
-    assert s.mean_abs_error <= 0.13
+    assert s.mean_abs_error <= 0.12
     assert s.worst_abs_error <= 0.27
 
 
@@ -105,10 +106,11 @@ def test_configuration_names_non_default_kernels(results):
     """The printed configuration says which attention kernel a case runs when it is not FlashAttention-2
     and which loss kernel when it is not the eager one: the MosaicML cases run flash1 (their MPT yamls:
     attn_impl triton), the fused cross entropy (llm-foundry's default loss_fn) and no dropout (MPT's pdrops are
-    0) with fp32 gradients (Composer's DEFAULT mixed precision), the 2021 Megatron runs no flash, the eager loss,
+    0) with fp32 gradients (Composer's DEFAULT mixed precision) and Composer's two per-micro-batch train metrics,
+    the 2021 Megatron runs no flash, the eager loss,
     dropout and gradients in the training precision."""
     by_id = {r.id: r for r in results}
-    assert by_id["mosaic_h100_80gb_13b_s2048_8gpu_33"].config.endswith(" attn=flash1 ce=fused nodrop grad=fp32")
+    assert by_id["mosaic_h100_80gb_13b_s2048_8gpu_33"].config.endswith(" attn=flash1 ce=fused nodrop grad=fp32 metrics=2")
     assert by_id["narayanan21_t1_1.7B"].config.endswith(" attn=none")
     assert "attn=" not in by_id["torchtitan_h100_t1_8B_0"].config
     assert "ce=" not in by_id["torchtitan_h100_t1_8B_0"].config

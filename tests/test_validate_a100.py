@@ -74,10 +74,11 @@ def test_model_matches_the_numparams_column(cases, case_id, num_params):
 
 # Regression guard, not a target: it records today's figure. When this file was written the gated mean
 # |error| over the 61 cases was 7.04 %; with the engine's overlap fix, BACKWARD_POST, the norms' measured speed
-# MPT's dropout off and FSDP's collectives on one stream (2026-11-29, third session) it is 9.6 %; rounded up to
-# the next whole percent = 10 %.
+# MPT's dropout off and FSDP's collectives on one stream (2026-11-29, third session) it is 9.6 %; with fp32
+# gradient reduction (Composer's DEFAULT) and Composer's two per-micro-batch train metrics (fourth session) 7.4 %;
+# rounded up to the next whole percent = 8 %.
 # A change that makes the A100 predictions worse than that fails here.
 def test_gated_error_does_not_regress(results):
     s = v.summarize([r for r in results if r.gate])
     assert s.cases == README_ROWS
-    assert s.mean_abs_error <= 0.10
+    assert s.mean_abs_error <= 0.08
