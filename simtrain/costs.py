@@ -251,6 +251,20 @@ def train_metrics_time(tokens: int, vocab: int, tp: int, dev: Device, metrics: i
     return metrics * dev.memory_time(tokens * (vocab / tp) * fwd_bytes(dev.element_bytes), kernels=fwd_kernels)
 
 
+def fsdp1_grad_bytes(weight_bytes: float, grad_bytes: float) -> tuple[float, float]:
+    """Bytes per parameter PyTorch FSDP (flat parameters) moves through HBM to hand a unit's gradient to its
+    reduce-scatter: (on the compute stream, on the post-backward stream ahead of the collective).
+
+    - Compute stream: the unit's parameters are split views of its flat parameter, so autograd's
+      SplitWithSizesBackward concatenates their gradients into the flat gradient: read w, write w.
+    - Post-backward stream (``_post_backward_hook``, ``_reduce_grad``; torch/distributed/fsdp/_runtime_utils.py):
+      the cast to the reduce dtype when it differs (read w, write g), then ``_div_if_needed`` pre-divides the
+      unsharded gradient in place by the gradient predivide factor (> 1 on 2 or more ranks): read g, write g.
+    """
+    cast = weight_bytes + grad_bytes if grad_bytes != weight_bytes else 0.0
+    return 2.0 * weight_bytes, cast + 2.0 * grad_bytes
+
+
 def optimizer_time(params_local_sharded: float, optimizer: str, dev: Device, grad_bytes: float = 2.0) -> float:
     """Optimizer step: memory-bound over the local (sharded) state.
 

@@ -9,6 +9,7 @@ import math
 
 import simpy
 
+from simtrain.collectives import Phase
 from simtrain.lane import Lane, Rendezvous
 from simtrain.plan import ChunkPlan
 
@@ -124,8 +125,8 @@ class CommMixin:
         v = c.vstage
 
         def launch(nbytes):
-            self._collective(lane, "dp", "dp_" + grad_kind, self.plan.dp_phases(grad_kind, nbytes, lane.rank, self.full),
-                             nbytes, vstage=v)
+            phases = _prep(c, nbytes) + self.plan.dp_phases(grad_kind, nbytes, lane.rank, self.full)
+            self._collective(lane, "dp", "dp_" + grad_kind, phases, nbytes, vstage=v)
 
         if c.has_head:
             yield from self._segment(lane, "compute", "backward", c.head_bwd, mb, v, None)
@@ -186,7 +187,8 @@ class CommMixin:
     def _zero3_backward(self, lane: Lane, c: ChunkPlan, mb: int):
         v = c.vstage
         gather = self.plan.dp_phases("all_gather", c.zero3_layer_bytes, lane.rank, self.full)
-        scatter = self.plan.dp_phases("reduce_scatter", c.grad_bytes_layer, lane.rank, self.full)
+        scatter = _prep(c, c.grad_bytes_layer) + self.plan.dp_phases("reduce_scatter", c.grad_bytes_layer, lane.rank,
+                                                                       self.full)
         yield from self._gather_edge(lane, c, mb)
         if c.has_head:
             yield from self._segment(lane, "compute", "backward", c.head_bwd, mb, v, None)
@@ -220,10 +222,18 @@ class CommMixin:
             yield from self._segment(lane, "compute", "backward", c.embed_bwd, mb, v, None)
         self._release_edge(lane, c)
         if c.grad_bytes_edge > 0:
-            edge = self.plan.dp_phases("reduce_scatter", c.grad_bytes_edge, lane.rank, self.full)
+            edge = _prep(c, c.grad_bytes_edge) + self.plan.dp_phases("reduce_scatter", c.grad_bytes_edge, lane.rank,
+                                                                     self.full)
             self._collective(lane, "dp", "zero3_reduce_scatter", edge, c.grad_bytes_edge, mb, v)
         if c.metrics_bwd > 0:   # training metrics, after the whole backward
             yield from self._segment(lane, "compute", "backward", c.metrics_bwd, mb, v, None)
+
+
+def _prep(c: ChunkPlan, nbytes: float) -> list:
+    """The gradient handling ahead of a reduce-scatter on the DP stream (``parallel.zero_impl: fsdp1``: FSDP's cast
+    and pre-divide on its post-backward stream), as a phase that moves no network bytes."""
+    t = c.grad_prep_per_byte * nbytes
+    return [Phase(flow_bytes=0.0, latency=t, links=())] if t > 0 else []
 
 
 def _comm_running(lane, factor: float, delta: int) -> None:

@@ -181,7 +181,8 @@ def estimate(scenario: Scenario, plan: Plan | None = None) -> EstimateResult:
     bucketed = dp_sync and zero < 3 and (zero == 2 or sim.overlap_dp)
 
     def comm(r: int):
-        return lambda nbytes: _dp_time(plan, grad_kind, nbytes, r, full)
+        prep = chunks[r].grad_prep_per_byte   # FSDP's cast and pre-divide ahead of each bucket (zero_impl fsdp1)
+        return lambda nbytes: _dp_time(plan, grad_kind, nbytes, r, full) + prep * nbytes
 
     # per virtual stage: (lower-bound op times, estimated op times)
     f_lb, b_lb, f_est, b_est, zero3_wait = [], [], [], [], []
@@ -190,7 +191,8 @@ def estimate(scenario: Scenario, plan: Plan | None = None) -> EstimateResult:
         b_lb.append(c.backward_time * slow_lb)
         if zero >= 3:
             g = _dp_time(plan, "all_gather", c.zero3_layer_bytes, c.rank, full) if c.layers else 0.0
-            r = _dp_time(plan, "reduce_scatter", c.grad_bytes_layer, c.rank, full)
+            r = _dp_time(plan, "reduce_scatter", c.grad_bytes_layer, c.rank, full) \
+                + c.grad_prep_per_byte * c.grad_bytes_layer   # FSDP's cast and pre-divide (zero_impl fsdp1)
             edge = _dp_time(plan, "all_gather", c.zero3_edge_bytes, c.rank, full)   # embedding / output layer
             f_lb[-1] += g + edge
             b_lb[-1] += g + edge

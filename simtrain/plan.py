@@ -46,6 +46,7 @@ class ChunkPlan:
     zero3_layer_bytes: float  # full (unsharded) 16-bit weights of one layer, per TP rank
     zero3_edge_bytes: float = 0.0  # full embedding / output-layer weights held by this chunk (ZeRO-3 gathers)
     metrics_bwd: float = 0.0  # s, training metrics over the logits after the chunk's backward (output-layer chunk)
+    grad_prep_per_byte: float = 0.0  # s per gradient byte spent before its reduce-scatter (zero_impl fsdp1)
 
     @property
     def forward_time(self) -> float:
@@ -169,6 +170,13 @@ def build_plan(scenario: Scenario) -> Plan:
     tp_cost = [_tp_time(scenario, placement, act_full, r) for r in range(par.pp)]
 
     per_layer_local = layer_params_per_rank(m, par.tp)
+    # PyTorch FSDP's flat-parameter gradient handling (parallel.zero_impl: fsdp1), ZeRO-2/3 over 2+ ranks
+    fsdp1 = par.zero_impl == "fsdp1" and par.zero >= 2 and par.dp > 1
+    cat_pp, prep_pp = costs.fsdp1_grad_bytes(state.weights, state.grads) if fsdp1 else (0.0, 0.0)
+    prep_per_byte = dev.memory_time(prep_pp / state.grads, kernels=0)
+
+    def cat_time(n_params: float) -> float:
+        return dev.memory_time(n_params * cat_pp, kernels=1) if cat_pp and n_params else 0.0
     vstages = scenario.virtual_stages
     chunks = []
     lo = 0
@@ -184,13 +192,15 @@ def build_plan(scenario: Scenario) -> Plan:
         tp_bwd = tp_cost[rank] * (2.0 if tr.recompute == "full" else 1.0)
         chunks.append(ChunkPlan(
             vstage=v, rank=rank, chunk=chunk, layer_lo=lo, layers=n_layers, has_embedding=first, has_head=last,
-            fwd_layer=lc.forward, bwd_layer=lc.backward, recompute_layer=lc.recompute,
+            fwd_layer=lc.forward, bwd_layer=lc.backward + cat_time(per_layer_local), recompute_layer=lc.recompute,
             tp_fwd_layer=tp_fwd, tp_bwd_layer=tp_bwd,
-            embed_fwd=edge.embed_forward if first else 0.0, embed_bwd=edge.embed_backward if first else 0.0,
-            head_fwd=edge.head_forward if last else 0.0, head_bwd=edge.head_backward if last else 0.0,
+            embed_fwd=edge.embed_forward if first else 0.0,
+            embed_bwd=edge.embed_backward + cat_time(n_edge) if first else 0.0,
+            head_fwd=edge.head_forward if last else 0.0,
+            head_bwd=edge.head_backward + (cat_time(n_edge) if not first else 0.0) if last else 0.0,
             act_bytes=act, grad_bytes_layer=per_layer_local * state.grads, grad_bytes_edge=edge_grad,
             zero3_layer_bytes=per_layer_local * state.weights, zero3_edge_bytes=n_edge * state.weights,
-            metrics_bwd=metrics if last else 0.0))
+            metrics_bwd=metrics if last else 0.0, grad_prep_per_byte=prep_per_byte))
         lo += n_layers
 
     opt = tuple(costs.optimizer_time(mems[r].params_local / (par.dp if par.zero >= 1 else 1), tr.optimizer, dev,

@@ -87,6 +87,12 @@ class Parallel(Closed):
         "pre", description="ZeRO-3 only: when the backward gathers the next layer's weights (FSDP's BackwardPrefetch): "
                            "pre = before this layer's gradient computation (overlaps it), post = after it, "
                            "none = when the next layer starts")
+    zero_impl: Literal["generic", "fsdp1"] = Field(
+        "generic", description="ZeRO-2/3 only: how gradients reach the reduce-scatter. generic = the layers' gradients "
+                               "are its input (Megatron-LM's contiguous gradient buffer); fsdp1 = PyTorch "
+                               "FullyShardedDataParallel's flat parameters: each unit's gradient is concatenated "
+                               "into the flat gradient, cast to the reduce dtype and pre-divided before its "
+                               "reduce-scatter")
     sequence_parallel: bool = False
     layers_per_stage: list[int] | None = Field(None, description="uneven split, one entry per (virtual) stage")
 

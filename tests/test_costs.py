@@ -164,6 +164,17 @@ def test_train_metrics_are_eager_loss_forwards_without_backward():
     assert costs.train_metrics_time(4096, 32768, 1, dev, 0) == 0.0
 
 
+@pytest.mark.parametrize("w, g, compute, prep", [
+    (2, 4, 4, 14),   # bf16 weights, fp32 reduce: cat 2 + 2 | cast 2 + 4, pre-divide 4 + 4
+    (2, 2, 4, 4),    # reduce in bf16: no cast | pre-divide 2 + 2
+])
+def test_fsdp1_gradient_handling_bytes(w, g, compute, prep):
+    """PyTorch FSDP (flat parameters): SplitWithSizesBackward concatenates the unit's gradients (read w, write w);
+    the post-backward hook casts to the reduce dtype when it differs (read w, write g) and _reduce_grad pre-divides
+    in place (read g, write g) before the reduce-scatter."""
+    assert costs.fsdp1_grad_bytes(w, g) == (compute, prep)
+
+
 def test_norms_move_their_bytes_at_their_own_fraction_of_the_bandwidth():
     """The two layer norms move 2·2·T·h·e bytes forward and 2·3·T·h·e backward (read x and dy, write dx) at the
     hardware file's norm efficiencies; the rest of the element-wise work stays at memory_efficiency. Memory-bound

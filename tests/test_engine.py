@@ -182,6 +182,24 @@ def test_train_metrics_add_their_passes_after_every_backward(tmp_path):
     assert delta == pytest.approx(4 * 2 * 1024 * 32000 * 14 / 1e12, rel=1e-9)
 
 
+def test_fsdp1_gradient_handling_costs_its_bytes(tmp_path):
+    """parallel.zero_impl fsdp1 (PyTorch FSDP's flat parameters), bf16 weights and gradients: per micro-batch each
+    unit's gradient is concatenated into the flat gradient on the compute stream (read 2 + write 2 B/param), and
+    pre-divided in place before its reduce-scatter (read 2 + write 2 B/param) on the DP stream. ZeRO-2 over 2 GPUs,
+    one bucket (launched after each backward), negligible network, HBM at 1 TB/s: the compute grows by
+    m x 4 P / B and only the last bucket's pre-divide, 4 P / B, is exposed (the earlier ones overlap the next
+    micro-batch's forward): step(fsdp1) - step(generic) = (m + 1) x 4 P / B, P = all parameters one GPU holds.
+    m = 4, P = 2 layers x 12.6M + the 8-token vocabulary's embedding."""
+    hw = hardware_variant(tmp_path, {"gpu.memory_bandwidth": "1 TB/s"}, name="hbm1")
+    base = dict(hardware=hw, model=gpt_model(layers=2), training={"seq_len": 512, "global_batch": 16, "micro_batch": 2},
+                simulation={"dp_bucket_size": "10 GB"})
+    generic = make_scenario(**base, parallel={"dp": 2, "zero": 2})
+    fsdp1 = make_scenario(**base, parallel={"dp": 2, "zero": 2, "zero_impl": "fsdp1"})
+    n_all = 2 * layer_params_per_rank(generic.model, 1) + edge_params(generic.model, 1, 1, first=True, last=True)
+    delta = simulate(fsdp1).step_time_s - simulate(generic).step_time_s
+    assert delta == pytest.approx((4 + 1) * 4 * n_all / 1e12, rel=1e-6)
+
+
 def test_fp32_gradients_double_the_all_reduce(tmp_path):
     """training.grad_dtype fp32 with bf16 weights reduces 4-byte gradients: with overlap off the exposed
     all-reduce is twice the 16-bit one, 2 x (all gradient bytes) / B on a ring of 2 (Thakur et al. 2005)."""

@@ -50,14 +50,15 @@ def test_summary_statistics_by_hand():
 # measured speed: 11.3 %, worst 24.4 %; with MPT's dropout off (its pdrops are 0): 12.7 %, worst 26.3 %; with
 # FSDP's gathers and reduce-scatters on one stream (one process group): 13.0 %, worst 26.8 %; with fp32 gradient
 # reduction (Composer's DEFAULT mixed precision, fourth session): 12.4 %, worst 26.6 %; with Composer's per-micro-batch
-# train metrics: 11.8 %, worst 26.0 %; guards rounded up to 12 % / 27 %.
+# train metrics: 11.8 %, worst 26.0 %; with PyTorch FSDP's flat-parameter gradient handling: 10.9 %, worst 24.9 %;
+# guards rounded up to 11 % / 25 %.
 # A100 Megatron-LM Table 1 cases: mean 7.1 %, worst 14.3 %. A change that makes them worse fails here. These record today's state; the
 # issue's targets are test_targets_met below.
 def test_gated_error_does_not_regress(results):
-    """Gated mean |error| stays at or below 12% and the worst at or below 27% (today's state)."""
+    """Gated mean |error| stays at or below 11% and the worst at or below 25% (today's state)."""
     s = v.summarize([r for r in results if r.gate])
-    assert s.mean_abs_error <= 0.12
-    assert s.worst_abs_error <= 0.27
+    assert s.mean_abs_error <= 0.11
+    assert s.worst_abs_error <= 0.25
 
 
 def test_megatron_a100_cases_stay_within_17_percent(results):
