@@ -48,6 +48,16 @@ def state_bytes_per_param(precision: str, optimizer: str, grad_dtype: str = "aut
     return StateBytes(weights=w, grads=g, optimizer=master + moments)
 
 
+def fsdp1_sharded_state(state: StateBytes) -> StateBytes:
+    """What PyTorch FSDP (FULL_SHARD, mixed precision) keeps per parameter shard: the sharded flat parameter in
+    full precision, which is also the optimizer's master copy (4), the reduced gradient shard upcast to it (4),
+    and the optimizer's moments. PyTorch ``MixedPrecision`` docs: "Outside forward and backward, the sharded
+    parameters are kept in full precision (e.g. for the optimizer step)"; ``keep_low_precision_grads=False``
+    (default) "upcasts gradients to full precision after the backward pass in preparation for the optimizer
+    step". The 16-bit weights exist only while a unit is gathered (the ZeRO-3 buffers). Adam: 4 + 4 + 8 = 16."""
+    return StateBytes(weights=4.0, grads=4.0, optimizer=state.optimizer - 4.0)
+
+
 def activation_bytes_per_layer(s: int, b: int, h: int, a: int, *, ffn: int | None = None, kv: int | None = None,
                                mlp: str = "gelu", t: int = 1, sequence_parallel: bool = False,
                                attention_scores: bool = True, recompute: str = "none",
@@ -198,11 +208,13 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
     par, tr, m = scenario.parallel, scenario.training, scenario.model
     hw = scenario.hardware
     state = state_bytes_per_param(tr.precision, tr.optimizer, tr.grad_dtype)
+    stored = fsdp1_sharded_state(state) if par.zero_impl == "fsdp1" and par.zero >= 3 and tr.precision != "fp32" \
+        else state
     n, layers = local_params(scenario, pp_rank)
     dp = par.dp
-    weights = n * state.weights / (dp if par.zero >= 3 else 1)
-    grads = n * state.grads / (dp if par.zero >= 2 else 1)
-    optim = n * state.optimizer / (dp if par.zero >= 1 else 1)
+    weights = n * stored.weights / (dp if par.zero >= 3 else 1)
+    grads = n * stored.grads / (dp if par.zero >= 2 else 1)
+    optim = n * stored.optimizer / (dp if par.zero >= 1 else 1)
 
     s, b, h, a, t = tr.seq_len, tr.micro_batch, m.hidden, m.heads, par.tp
     sp = par.sequence_parallel and t > 1

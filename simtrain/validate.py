@@ -85,10 +85,10 @@ def _config(sc: dict) -> str:
     m = sc.get("model")
     model = m if isinstance(m, str) else f"L{m.get('layers')} h{m.get('hidden')}"
     return (f"{sc.get('hardware')} x{sc.get('nodes', 1)} {model} s{t.get('seq_len')} gb{t.get('global_batch')} "
-            f"mb{t.get('micro_batch')} dp{p.get('dp', 1)} tp{p.get('tp', 1)} pp{p.get('pp', 1)}"
+            f"mb{t.get('micro_batch', 1)} dp{p.get('dp', 1)} tp{p.get('tp', 1)} pp{p.get('pp', 1)}"
             f"{'v' + str(p.get('vpp')) if p.get('vpp', 1) > 1 else ''} z{p.get('zero', 0)}"
             f"{'/' + p['backward_prefetch'] if p.get('backward_prefetch', 'pre') != 'pre' else ''}"
-            f"{'/' + p['zero_impl'] if p.get('zero_impl', 'generic') != 'generic' else ''} rc={t.get('recompute')}"
+            f"{'/' + p['zero_impl'] if p.get('zero_impl', 'generic') != 'generic' else ''} rc={t.get('recompute', 'none')}"
             + _attention(t.get("flash_attention", True))
             + (f" ce={t['cross_entropy']}" if t.get("cross_entropy", "eager") != "eager" else "")
             + (" nodrop" if t.get("dropout", True) is False else "")
@@ -119,7 +119,8 @@ def run_case(case: dict, base_dir: Path) -> CaseResult:
     except InputError as err:
         return CaseResult(predicted_step_time_s=None, error=None, failure=str(err), **common)
     step = result.step_time_s
-    predicted: dict[str, float] = {"mfu_simtrain": result.mfu, "peak_memory_GB": result.peak_memory_bytes_max / 1e9}
+    predicted: dict[str, float] = {"mfu_simtrain": result.mfu, "peak_memory_GB": result.peak_memory_bytes_max / 1e9,
+                                   "memory_capacity_GB": scenario.hardware.gpu.memory / 1e9}
     gpus = scenario.gpus
     if "tokens_per_s_per_gpu" in measured:
         predicted["tokens_per_s_per_gpu"] = scenario.tokens_per_step / (gpus * step)

@@ -97,6 +97,18 @@ def test_fp32_gradients_megatron_table(zero, bytes_per_param):
     assert _static(st) == pytest.approx(bytes_per_param * s.model.params_total, rel=1e-12)
 
 
+@pytest.mark.parametrize("grad_dtype", ["auto", "fp32"])
+def test_fsdp1_zero3_keeps_full_precision_shards(grad_dtype):
+    """PyTorch FSDP FULL_SHARD with bf16 compute keeps the sharded parameter in fp32 (it is the optimizer's master)
+    and upcasts the gradient shard to fp32 (MixedPrecision docs): 4 + 4 + 8 (Adam m, v) = 16 bytes per parameter
+    over d, whatever the reduce dtype; the generic ledger with fp32 gradients holds 2 + 4 + 12 = 18 over d."""
+    kw = dict(nodes=8, model=ZERO_MODEL, training={"seq_len": 512, "global_batch": 64, "grad_dtype": grad_dtype})
+    fsdp1 = stage_memory(make_scenario(**kw, parallel={"dp": 64, "zero": 3, "zero_impl": "fsdp1"}), 0)
+    psi = 7_500_075_008
+    assert _static(fsdp1) == pytest.approx(16 * psi / 64, rel=1e-12)
+    assert (fsdp1.params, fsdp1.grads, fsdp1.optimizer) == pytest.approx((4 * psi / 64, 4 * psi / 64, 8 * psi / 64))
+
+
 # --- activations: Korthikanti et al. 2022 --------------------------------------------------------
 
 def _act(**kw) -> float:

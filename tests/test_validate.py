@@ -88,6 +88,26 @@ def test_cli_json(tmp_path):
     assert data["targets"]["mean"] == 0.05
 
 
+def test_cases_that_do_not_fit_say_so(tmp_path):
+    """A case whose predicted peak exceeds the GPU's memory is flagged (the measured run fit, so the ledger is
+    wrong there): 7B parameters unsharded on one H100 need 16 x 7e9 = 112 GB of static state alone (reference
+    article, rule 2) against the GPU's 85.5 GB (80 GiB); sharded over 8 GPUs with ZeRO-3 (14 GB each) they fit."""
+    cases = tmp_path / "c.yaml"
+    cases.write_text(
+        "- id: too_big\n  target_step_time_s: 1.0\n  scenario:\n    hardware: dgx-h100\n    nodes: 1\n"
+        "    gpus_per_node: 1\n    model: llama2-7b\n    training: {seq_len: 512, global_batch: 1}\n"
+        "    parallel: {dp: 1}\n"
+        "- id: fits\n  target_step_time_s: 1.0\n  scenario:\n    hardware: dgx-h100\n    nodes: 1\n"
+        "    model: llama2-7b\n    training: {seq_len: 512, global_batch: 8}\n    parallel: {dp: 8, zero: 3}\n")
+    proc = subprocess.run([sys.executable, "-c", "from simtrain.cli import main; main()", "validate", str(cases)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    flagged = [ln for ln in proc.stdout.splitlines() if "the memory ledger overestimates" in ln]
+    assert len(flagged) == 1
+    big = proc.stdout.split("too_big", 1)[1].split("\nfits", 1)[0]
+    assert "the memory ledger overestimates" in big and "of the GPU's 85.5 GB" in big
+
+
 def test_bundled_cases_files_by_name(tmp_path, monkeypatch):
     """`simtrain validate llm_foundry_a100` names a bundled file; an unknown bare name is an input error that
     lists the bundled ones; an existing path is used as given."""

@@ -47,6 +47,10 @@ def validate(cases: str | None, json_path: str | None, only: str | None, check: 
             lines.append(f"{'':<46}measured vs predicted: " + "; ".join(extras))
         if r.assumed:
             lines.append(f"{'':<46}assumed by the case (not stated by the source): {', '.join(r.assumed)}")
+        peak, cap = r.predicted.get("peak_memory_GB"), r.predicted.get("memory_capacity_GB")
+        if peak is not None and cap and peak > cap:
+            lines.append(f"{'':<46}memory: simtrain's peak {peak:.1f} GB is {100 * peak / cap:.1f}% of the GPU's "
+                         f"{cap:.1f} GB, yet the measured run fit: the memory ledger overestimates this case")
         if r.failure:
             lines.append(f"{'':<46}could not simulate: {r.failure}")
     lines.append("")
