@@ -424,6 +424,12 @@ def _check_rules(s: Scenario, raw: dict) -> list[str]:
     if par.tp > 1 and not s.hardware.explicit and (par.tp > s.gpus_per_node or s.gpus_per_node % par.tp):
         warnings.append(f"TP group of {par.tp} spans nodes ({s.gpus_per_node} GPUs per node): "
                         "every layer's all-reduce crosses the network (reference article rule 9)")
+    if par.zero_impl != "generic" and (par.zero < 2 or par.dp == 1):
+        warnings.append(f"parallel.zero_impl: {par.zero_impl} has no effect with zero {par.zero} and dp {par.dp} "
+                        "(it describes how ZeRO-2/3 hand gradients to their reduce-scatter)")
+    if par.backward_prefetch != "pre" and (par.zero < 3 or par.dp == 1):
+        warnings.append(f"parallel.backward_prefetch: {par.backward_prefetch} has no effect with zero {par.zero} and "
+                        f"dp {par.dp} (it describes ZeRO-3's weight gathers)")
     return warnings
 
 

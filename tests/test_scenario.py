@@ -144,6 +144,21 @@ def test_warning_when_fewer_microbatches_than_stages():
     assert any("2 micro-batches for 4 pipeline stages" in w for w in s.warnings), s.warnings
 
 
+@pytest.mark.parametrize("key, value, zero, says", [
+    ("zero_impl", "fsdp1", 1, "parallel.zero_impl: fsdp1 has no effect with zero 1"),
+    ("backward_prefetch", "post", 2, "parallel.backward_prefetch: post has no effect with zero 2"),
+])
+def test_warning_when_a_zero_setting_has_no_effect(key, value, zero, says):
+    """A ZeRO-2/3-only setting on a layout that does not use it is a warning: the user asked for something the
+    simulation cannot show."""
+    s = make_scenario(model="llama2-7b", training={"seq_len": 1024, "global_batch": 16},
+                      parallel={"dp": 2, "zero": zero, key: value})
+    assert any(says in w for w in s.warnings), s.warnings
+    quiet = make_scenario(model="llama2-7b", training={"seq_len": 1024, "global_batch": 16},
+                          parallel={"dp": 2, "zero": 3, key: value})
+    assert quiet.warnings == ()
+
+
 def test_no_warning_for_a_good_layout():
     """TP inside a node with enough micro-batches gives no warning."""
     s = make_scenario(model="llama2-7b", training={"seq_len": 1024, "global_batch": 16},
