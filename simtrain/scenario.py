@@ -84,9 +84,11 @@ class Parallel(Closed):
     schedule: Literal["gpipe", "1f1b", "interleaved-1f1b"] = "1f1b"
     zero: Literal[0, 1, 2, 3] = 0
     backward_prefetch: Literal["pre", "post", "none"] = Field(
-        "pre", description="ZeRO-3 only: when the backward gathers the next layer's weights (FSDP's BackwardPrefetch): "
-                           "pre = before this layer's gradient computation (overlaps it), post = after it, "
-                           "none = when the next layer starts")
+        "pre", description="ZeRO-3 only: when, on the GPU, the backward gathers the next layer's weights: pre = as this "
+                           "layer's gradient computation starts (overlaps it; PyTorch FSDP with BACKWARD_PRE, or "
+                           "BACKWARD_POST with limit_all_gathers, when the CPU runs ahead), post = once this layer's "
+                           "gradients are computed (FSDP BACKWARD_POST with a CPU that does not run ahead), none = "
+                           "when the next layer starts")
     zero_impl: Literal["generic", "fsdp1"] = Field(
         "generic", description="ZeRO-2/3 only: how gradients reach the reduce-scatter. generic = the layers' gradients "
                                "are its input (Megatron-LM's contiguous gradient buffer); fsdp1 = PyTorch "
