@@ -200,6 +200,18 @@ def test_fsdp1_gradient_handling_costs_its_bytes(tmp_path):
     assert delta == pytest.approx((4 + 1) * 4 * n_all / 1e12, rel=1e-6)
 
 
+@pytest.mark.parametrize("fraction, warned", [(0.97, True), (0.90, False)])
+def test_edge_of_memory_is_a_warning(tmp_path, fraction, warned):
+    """A run that fits but uses more than 95% of the GPU's memory is warned about (allocator retries are not
+    timed): the same scenario on a GPU whose memory is its peak / 0.97 warns, on one with peak / 0.90 not."""
+    base = dict(model=gpt_model(layers=4), training={"seq_len": 512, "global_batch": 8, "micro_batch": 2})
+    peak = simulate(make_scenario(**base)).peak_memory_bytes_max
+    hw = hardware_variant(tmp_path, {"gpu.memory": peak / fraction}, name=f"mem{fraction}")
+    r = simulate(make_scenario(hardware=hw, **base))
+    assert r.fits_in_memory
+    assert any("at the edge of memory" in w for w in r.warnings) is warned
+
+
 def test_fp32_gradients_double_the_all_reduce(tmp_path):
     """training.grad_dtype fp32 with bf16 weights reduces 4-byte gradients: with overlap off the exposed
     all-reduce is twice the 16-bit one, 2 x (all gradient bytes) / B on a ring of 2 (Thakur et al. 2005)."""
