@@ -265,12 +265,12 @@ def fsdp1_grad_bytes(weight_bytes: float, grad_bytes: float) -> tuple[float, flo
     return 2.0 * weight_bytes, cast + 2.0 * grad_bytes
 
 
-def optimizer_time(params_local_sharded: float, optimizer: str, dev: Device, grad_bytes: float = 2.0) -> float:
+def optimizer_time(params_local_sharded: float, optimizer: str, dev: Device, extra_grad_bytes: float = 0.0) -> float:
     """Optimizer step: memory-bound over the local (sharded) state.
 
     Adam, mixed precision: read fp32 master, m, v (12 B) and the 16-bit gradient (2 B); write master,
-    m, v (12 B) and the 16-bit weights (2 B): 28 bytes per parameter. Gradients kept in fp32
-    (``training.grad_dtype``) are read at ``grad_bytes`` = 4 instead of 2.
+    m, v (12 B) and the 16-bit weights (2 B): 28 bytes per parameter. Gradients kept wider than the weights
+    (``training.grad_dtype: fp32`` with 16-bit weights) are read at ``extra_grad_bytes`` = 2 more.
     """
-    per_param = {"adam": 28.0, "sgd": 20.0, "adafactor": 14.0}[optimizer] + grad_bytes - 2.0
+    per_param = {"adam": 28.0, "sgd": 20.0, "adafactor": 14.0}[optimizer] + extra_grad_bytes
     return dev.memory_time(params_local_sharded * per_param, kernels=4)

@@ -181,7 +181,8 @@ def estimate(scenario: Scenario, plan: Plan | None = None) -> EstimateResult:
     bucketed = dp_sync and zero < 3 and (zero == 2 or sim.overlap_dp)
 
     def comm(r: int):
-        prep = chunks[r].grad_prep_per_byte   # FSDP's cast and pre-divide ahead of each bucket (zero_impl fsdp1)
+        # FSDP's cast and pre-divide ahead of each bucket (zero_impl fsdp1), per byte of rank r's chunks
+        prep = next(c.grad_prep_per_byte for c in chunks if c.rank == r)
         return lambda nbytes: _dp_time(plan, grad_kind, nbytes, r, full) + prep * nbytes
 
     # per virtual stage: (lower-bound op times, estimated op times)

@@ -208,8 +208,8 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
     par, tr, m = scenario.parallel, scenario.training, scenario.model
     hw = scenario.hardware
     state = state_bytes_per_param(tr.precision, tr.optimizer, tr.grad_dtype)
-    stored = fsdp1_sharded_state(state) if par.zero_impl == "fsdp1" and par.zero >= 3 and tr.precision != "fp32" \
-        else state
+    fsdp1 = par.zero_impl == "fsdp1" and par.zero >= 3 and par.dp > 1 and tr.precision != "fp32"
+    stored = fsdp1_sharded_state(state) if fsdp1 else state
     n, layers = local_params(scenario, pp_rank)
     dp = par.dp
     weights = n * stored.weights / (dp if par.zero >= 3 else 1)

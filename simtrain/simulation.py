@@ -9,14 +9,13 @@ import statistics
 
 from simtrain.engine import Engine
 from simtrain.memory import StageMemory, advice, memory_report
-
-#: above this fraction of the GPU's memory a run is "at the edge of memory" (a warning, not a model constant)
-EDGE_OF_MEMORY = 0.95
 from simtrain.placement import placement_of
 from simtrain.plan import build_plan
 from simtrain.result import DEVICE_LIST_LIMIT, DeviceResult, Result, StageSummary
 from simtrain.scenario import Scenario
 
+#: above this fraction of the GPU's memory a run is "at the edge of memory" (a warning, not a model constant)
+EDGE_OF_MEMORY = 0.95
 
 MFU_DEFINITION = ("MFU = (6 N + 12 L h s) x tokens / (step time x GPUs x peak FLOP/s), N = layer weights + output "
                   "projection (Narayanan et al. 2021 Eq. 3 without recompute; PaLM App. B); HFU adds recomputed work")

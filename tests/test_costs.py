@@ -117,8 +117,18 @@ def test_adam_step_moves_28_bytes_per_parameter():
     """Mixed-precision Adam reads 14 B and writes 14 B per local parameter: memory-bound."""
     dev = device(memory_efficiency=0.8)
     assert costs.optimizer_time(1e9, "adam", dev) == pytest.approx(28e9 / (1e12 * 0.8), rel=1e-12)
-    # fp32 gradients (training.grad_dtype: fp32) are read at 4 bytes: 12 + 4 read, 12 + 2 written = 30 B
-    assert costs.optimizer_time(1e9, "adam", dev, 4.0) == pytest.approx(30e9 / (1e12 * 0.8), rel=1e-12)
+    # fp32 gradients with bf16 weights (training.grad_dtype: fp32) are read at 4 bytes: 12 + 4 read, 12 + 2 written
+    assert costs.optimizer_time(1e9, "adam", dev, 2.0) == pytest.approx(30e9 / (1e12 * 0.8), rel=1e-12)
+
+
+def test_pure_fp32_adam_step_moves_28_bytes_per_parameter():
+    """fp32 training, fp32 gradients: read w, g, m, v (16 B), write w, m, v (12 B) = 28 B, as the plan charges it."""
+    from simtrain.plan import build_plan
+    from conftest import make_scenario
+    s = make_scenario(model="llama2-7b", training={"seq_len": 512, "global_batch": 1, "precision": "fp32"})
+    n = s.model.params_total
+    dev = costs.Device(gpu=s.hardware.gpu, compute=s.hardware.compute, dtype="fp32")
+    assert build_plan(s).optimizer_time[0] == pytest.approx(dev.memory_time(28.0 * n, kernels=4), rel=1e-12)
 
 
 def test_mfu_flops_per_token_match_narayanan_eq3_without_recompute():

@@ -168,18 +168,24 @@ def test_dp_without_overlap_exposes_everything(tmp_path):
     assert simulate(s).exposed_comm_s["dp"] == pytest.approx(total / bw, rel=1e-3)
 
 
-def test_train_metrics_add_their_passes_after_every_backward(tmp_path):
+@pytest.mark.parametrize("parallel", [
+    {"dp": 1},                  # the plain backward
+    {"dp": 2, "zero": 1},       # the last backward launches DP buckets
+    {"dp": 2, "zero": 2},       # every backward launches reduce-scatter buckets
+    {"dp": 2, "zero": 3},       # ZeRO-3 layer by layer
+])
+def test_train_metrics_add_their_passes_after_every_backward(tmp_path, parallel):
     """training.train_metrics = 2 (Composer's per-micro-batch train metrics, two for llm-foundry's MPT) adds, per
-    micro-batch, two eager loss forwards over the logits on the compute stream: one GPU, no communication, so
-    the step grows by m x 2 x T V 14 B / B_HBM exactly. T = 2 x 512, V = 32,000, m = 4, B_HBM = 1 TB/s:
-    4 x 2 x 1024 x 32000 x 14 B / 1e12 = 3.670 ms."""
+    micro-batch, two eager loss forwards over the logits on the compute stream. With negligible communication
+    the step grows by m x 2 x T V 14 B / B_HBM exactly, whichever backward path runs. T = 2 x 512, V = 32,000,
+    m = 4 per DP rank, B_HBM = 1 TB/s: 4 x 2 x 1024 x 32000 x 14 B / 1e12 = 3.670 ms."""
     hw = hardware_variant(tmp_path, {"gpu.memory_bandwidth": "1 TB/s"}, name="hbm1")
     base = dict(hardware=hw, model=gpt_model(layers=2, vocab=32000),
-                training={"seq_len": 512, "global_batch": 8, "micro_batch": 2})
+                training={"seq_len": 512, "global_batch": 8 * parallel["dp"], "micro_batch": 2}, parallel=parallel)
     s0 = make_scenario(**base)
     s2 = make_scenario(**{**base, "training": {**base["training"], "train_metrics": 2}})
     delta = simulate(s2).step_time_s - simulate(s0).step_time_s
-    assert delta == pytest.approx(4 * 2 * 1024 * 32000 * 14 / 1e12, rel=1e-9)
+    assert delta == pytest.approx(4 * 2 * 1024 * 32000 * 14 / 1e12, rel=1e-6)   # the negligible network: 1e-7
 
 
 def test_fsdp1_gradient_handling_costs_its_bytes(tmp_path):
@@ -210,6 +216,26 @@ def test_edge_of_memory_is_a_warning(tmp_path, fraction, warned):
     r = simulate(make_scenario(hardware=hw, **base))
     assert r.fits_in_memory
     assert any("at the edge of memory" in w for w in r.warnings) is warned
+
+
+def test_fsdp1_zero3_fp32_reduce_exposes_its_cast_at_micro_batch_boundaries(tmp_path):
+    """ZeRO-3, fsdp1, bf16 weights reduced in fp32: per layer the concatenation costs c = 4n/B on the compute stream
+    and the cast (2 + 4) and pre-divide (4 + 4) p = 14n/B ahead of each reduce-scatter on the DP stream. With a
+    negligible network the layers' p hide behind the next layer's backward, but after the last layer the DP
+    stream still runs p (layer 0) and p_e (the edge gradients) when the next micro-batch's first gather is queued
+    behind them, where the generic step only ran the embedding backward e_b (3 T h e / B). Per micro-batch:
+    L c + p + p_e - e_b (the edge's own concatenation hides inside p). m = 4, L = 2, T = 1024, h = 1024,
+    B = 1 TB/s."""
+    hw = hardware_variant(tmp_path, {"gpu.memory_bandwidth": "1 TB/s"}, name="hbm1")
+    base = dict(hardware=hw, model=gpt_model(layers=2), training={"seq_len": 512, "global_batch": 16,
+                "micro_batch": 2, "grad_dtype": "fp32"})
+    generic = make_scenario(**base, parallel={"dp": 2, "zero": 3})
+    fsdp1 = make_scenario(**base, parallel={"dp": 2, "zero": 3, "zero_impl": "fsdp1"})
+    n = layer_params_per_rank(generic.model, 1)
+    n_e = edge_params(generic.model, 1, 1, first=True, last=True)
+    c, p, p_e, e_b = 4 * n / 1e12, 14 * n / 1e12, 14 * n_e / 1e12, 3 * 1024 * 1024 * 2 / 1e12
+    delta = simulate(fsdp1).step_time_s - simulate(generic).step_time_s
+    assert delta == pytest.approx(4 * (2 * c + p + p_e - e_b), rel=1e-6)
 
 
 def test_fp32_gradients_double_the_all_reduce(tmp_path):

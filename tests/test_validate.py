@@ -92,7 +92,7 @@ def test_cli_json(tmp_path):
 def test_cases_that_do_not_fit_say_so(tmp_path):
     """A case whose predicted peak exceeds the GPU's memory is flagged (the measured run fit, so the ledger is
     wrong there): 7B parameters unsharded on one H100 need 16 x 7e9 = 112 GB of static state alone (reference
-    article, rule 2) against the GPU's 85.5 GB (80 GiB); sharded over 8 GPUs with ZeRO-3 (14 GB each) they fit."""
+    article, rule 2) against the GPU's 85.5 GB (81,559 MiB); sharded over 8 GPUs with ZeRO-3 (14 GB each) they fit."""
     cases = tmp_path / "c.yaml"
     cases.write_text(
         "- id: too_big\n  target_step_time_s: 1.0\n  scenario:\n    hardware: dgx-h100\n    nodes: 1\n"
