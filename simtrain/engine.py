@@ -237,8 +237,6 @@ class Engine(CommMixin):
                 hit.extend(layer_segs)
             if c.has_embedding:
                 hit.append(("compute", "backward", c.embed_bwd, None))
-            if c.metrics_bwd > 0:   # training metrics, after the whole backward
-                hit.append(("compute", "backward", c.metrics_bwd, None))
             self._segments[key] = hit
         return hit
 
@@ -277,6 +275,8 @@ class Engine(CommMixin):
                     yield from self._backward_with_buckets(lane, c, op.mb, grad_kind)
                 else:
                     yield from self._coarse(lane, self._backward_segments(c), op.mb, v)
+                if c.metrics_bwd > 0:   # training metrics over the logits, after the whole backward
+                    yield from self._segment(lane, "compute", "backward", c.metrics_bwd, op.mb, v, None)
                 self._free(lane, c.act_bytes)
                 if v > 0:
                     self._send(lane, "B", op.mb, v, v - 1)

@@ -143,8 +143,6 @@ class CommMixin:
             pending += c.grad_bytes_edge
         if pending > 0:
             launch(pending)
-        if c.metrics_bwd > 0:   # training metrics, after the whole backward
-            yield from self._segment(lane, "compute", "backward", c.metrics_bwd, mb, v, None)
 
     def _gather_edge(self, lane: Lane, c: ChunkPlan, mb: int):
         """ZeRO-3: the embedding / output-layer weights are gathered like a layer's (in the weights' dtype)."""
@@ -225,8 +223,6 @@ class CommMixin:
             edge = _prep(c, c.grad_bytes_edge) + self.plan.dp_phases("reduce_scatter", c.grad_bytes_edge, lane.rank,
                                                                      self.full)
             self._collective(lane, "dp", "zero3_reduce_scatter", edge, c.grad_bytes_edge, mb, v)
-        if c.metrics_bwd > 0:   # training metrics, after the whole backward
-            yield from self._segment(lane, "compute", "backward", c.metrics_bwd, mb, v, None)
 
 
 def _prep(c: ChunkPlan, nbytes: float) -> list:
