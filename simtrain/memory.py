@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from simtrain.costs import DTYPE_BYTES
 from simtrain.scenario import Scenario
 
 
@@ -23,9 +24,6 @@ class StateBytes:
     weights: float
     grads: float
     optimizer: float
-
-
-GRAD_DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0}
 
 
 def state_bytes_per_param(precision: str, optimizer: str, grad_dtype: str = "auto") -> StateBytes:
@@ -44,7 +42,7 @@ def state_bytes_per_param(precision: str, optimizer: str, grad_dtype: str = "aut
     w = 2.0 if mixed else 4.0
     master = 4.0 if mixed else 0.0
     moments = {"adam": 8.0, "sgd": 4.0, "adafactor": 0.0}[optimizer]
-    g = w if grad_dtype == "auto" else GRAD_DTYPE_BYTES[grad_dtype]
+    g = w if grad_dtype == "auto" else float(DTYPE_BYTES[grad_dtype])
     return StateBytes(weights=w, grads=g, optimizer=master + moments)
 
 
