@@ -23,7 +23,8 @@ def validate(cases: str | None, json_path: str | None, only: str | None, check: 
     """Compare predicted and measured step times on published runs.
 
     CASES is a cases file, or the name of a bundled one: cases (the default, the dev set the targets apply
-    to) or llm_foundry_a100 (the A100 companion of its MosaicML H100 runs)."""
+    to), llm_foundry_a100 (the A100 companion of its MosaicML H100 runs) or llm_foundry_sweeps (MosaicML's A100
+    micro-batch sweep and software-image runs)."""
     from simtrain import validate as v
 
     bar = None
