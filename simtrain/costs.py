@@ -137,6 +137,21 @@ def gemm_shapes(sh: LayerShape) -> list[tuple[float, float, float]]:
     ]
 
 
+def op_sac_matmuls(sh: LayerShape) -> tuple[list[tuple[float, float, float]], list[tuple[float, float, float]]]:
+    """The forward matmuls of one layer in execution order, split as torchtitan's op-level selective activation
+    checkpointing splits them: (kept, recomputed). Its policy saves the output of every matmul except every
+    second one, counting from the layer's first (torchtitan ``parallelize_llama.py``, ``_apply_ac_to_transformer_block``:
+    ``meta[mm_count_key] % 2 == 0`` recomputes). The order is Llama's: wq, wk, wv, wo, then w1, w3, w2 (SwiGLU) or
+    fc1, fc2 (GELU); so q, v, w1, w2 are kept and k, o, w3 recomputed (GELU: q, v, fc1 kept; k, o, fc2 recomputed)."""
+    t, T, h, kv, f = sh.tp, sh.tokens, sh.hidden, sh.kv_width, sh.ffn
+    order = [(T, h / t, h), (T, kv / t, h), (T, kv / t, h), (T, h, h / t)]
+    if sh.mlp_matrices == 3:
+        order += [(T, f / t, h), (T, f / t, h), (T, h, f / t)]
+    else:
+        order += [(T, f / t, h), (T, h, f / t)]
+    return order[0::2], order[1::2]
+
+
 def attention_flops(sh: LayerShape) -> float:
     """Forward FLOP of QK^T and AV on one TP rank: 4 b s^2 h / t (the attention terms behind Narayanan et al.
     2021, Eq. 3)."""
@@ -191,6 +206,14 @@ def layer_cost(sh: LayerShape, dev: Device, recompute: str) -> LayerCost:
         extra, extra_flops = forward, model_flops
     elif recompute == "selective":
         extra, extra_flops = fwd_attn, attn
+    elif recompute == "selective_op":
+        # every second matmul and all element-wise work and norms run again; a fused attention kernel's output is
+        # kept (torchtitan saves _scaled_dot_product_flash/efficient_attention), unfused attention is not
+        redo = op_sac_matmuls(sh)[1]
+        extra = sum(dev.gemm_time(m, n, k) for m, n, k in redo) + fwd_ew
+        extra_flops = sum(2.0 * m * n * k for m, n, k in redo)
+        if not sh.flash:
+            extra, extra_flops = extra + fwd_attn, extra_flops + attn
     else:
         extra, extra_flops = 0.0, 0.0
     hw_flops = 3.0 * model_flops + extra_flops

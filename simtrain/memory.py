@@ -80,6 +80,9 @@ def activation_bytes_per_layer(s: int, b: int, h: int, a: int, *, ffn: int | Non
     kv = h if kv is None else kv
     if recompute == "full":
         return 2.0 * s * b * h / (t if sequence_parallel else 1)
+    if recompute == "selective_op":
+        return op_sac_bytes_per_layer(s, b, h, a, ffn=ffn, kv=kv, mlp=mlp, t=t, sequence_parallel=sequence_parallel,
+                                      fused_attention=not attention_scores)
     replicated = (10.0 if dropout else 8.0) * s * b * h
     mlp_terms = (6.0 if mlp == "swiglu" else 4.0) * s * b * ffn
     split = 2.0 * s * b * h + 4.0 * s * b * kv + 2.0 * s * b * h + mlp_terms
@@ -88,6 +91,24 @@ def activation_bytes_per_layer(s: int, b: int, h: int, a: int, *, ffn: int | Non
     if sequence_parallel:
         return (replicated + split) / t
     return replicated + split / t
+
+
+def op_sac_bytes_per_layer(s: int, b: int, h: int, a: int, *, ffn: int, kv: int, mlp: str, t: int = 1,
+                           sequence_parallel: bool = False, fused_attention: bool = True) -> float:
+    """Activation bytes one layer keeps under torchtitan's op-level selective checkpointing
+    (``training.recompute: selective_op``), 16-bit tensors: the checkpoint's input, the outputs of the matmuls it
+    keeps (``costs.op_sac_matmuls``: q, v and w1, plus w2 with SwiGLU) and the fused attention kernel's output and
+    its fp32 log-sum-exp (torchtitan ``_save_list``: aten.mm, the flash and efficient SDPA ops,
+    reduce_scatter_tensor). Everything else, the norms, RoPE, activation function and the other matmuls, is
+    recomputed in the backward. A row-parallel matmul's output (w2) is its full sbh partial sum on every TP rank."""
+    split = t if sequence_parallel else 1
+    kept = 2.0 * s * b * h / split                     # checkpoint input (the layer's input)
+    kept += 2.0 * s * b * (h + kv + ffn) / t           # q, v, w1 / fc1 outputs (column-parallel)
+    if mlp == "swiglu":
+        kept += 2.0 * s * b * h                        # w2 output, the 7th matmul
+    if fused_attention:
+        kept += 2.0 * s * b * h / t + 4.0 * s * b * a / t   # attention output + log-sum-exp per head and token
+    return kept
 
 
 def inflight_microbatches(schedule: str, m: int, pp: int, stage: int, vpp: int = 1) -> float:
@@ -230,11 +251,13 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
         per_mb += (4.0 * s * b * h / (t if sp else 1) + logit_bytes * s * b * m.vocab / t) * scale
     inflight = inflight_microbatches(par.schedule, scenario.microbatches, par.pp, pp_rank, par.vpp)
     activations = per_mb * inflight
-    if tr.recompute == "full":
-        # the layer being recomputed materialises its full activations once (Korthikanti Table 2 note)
-        activations += activation_bytes_per_layer(
+    if tr.recompute in ("full", "selective_op"):
+        # the layer being recomputed materialises its full activations once (Korthikanti Table 2 note); under
+        # selective_op only what it did not keep comes back
+        activations += (activation_bytes_per_layer(
             s, b, h, a, ffn=m.ffn_hidden, kv=m.kv_width, mlp=m.mlp, t=t, sequence_parallel=sp,
             attention_scores=not tr.flash_attention, dropout=tr.dropout) * scale
+            - (per_layer if tr.recompute == "selective_op" else 0.0))
 
     detail = {}
     if par.zero >= 3 and dp > 1:

@@ -150,6 +150,13 @@ def _tp_time(scenario: Scenario, placement: Placement, nbytes: float, pp_rank: i
     return 2.0 * one
 
 
+#: the backward's TP collectives, in forward-collective units, per recompute mode: full recompute runs the forward's
+#: again; torchtitan's op-level policy (selective_op) re-runs the collective after the attention output (an
+#: all-reduce, or with sequence parallelism the all-gathers before the attention and the MLP; reduce-scatter outputs
+#: are kept), i.e. half of them
+_TP_RECOMPUTE = {"full": 2.0, "selective_op": 1.5}
+
+
 def build_plan(scenario: Scenario) -> Plan:
     par, tr, m, hw = scenario.parallel, scenario.training, scenario.model, scenario.hardware
     dev = costs.Device(gpu=hw.gpu, compute=hw.compute, dtype=tr.precision,
@@ -190,7 +197,7 @@ def build_plan(scenario: Scenario) -> Plan:
         n_edge = edge_params(m, par.tp, par.pp, first=first, last=last)
         edge_grad = n_edge * state.grads
         tp_fwd = tp_cost[rank]
-        tp_bwd = tp_cost[rank] * (2.0 if tr.recompute == "full" else 1.0)
+        tp_bwd = tp_cost[rank] * _TP_RECOMPUTE.get(tr.recompute, 1.0)
         chunks.append(ChunkPlan(
             vstage=v, rank=rank, chunk=chunk, layer_lo=lo, layers=n_layers, has_embedding=first, has_head=last,
             fwd_layer=lc.forward, bwd_layer=lc.backward + cat_time(per_layer_local), recompute_layer=lc.recompute,

@@ -47,7 +47,8 @@ class Training(Closed):
     micro_batch: PositiveInt = Field(1, description="sequences per micro-batch")
     precision: Literal["bf16", "fp16", "fp32"] = "bf16"
     optimizer: Literal["adam", "adafactor", "sgd"] = "adam"
-    recompute: Literal["none", "selective", "full"] = "none"
+    recompute: Literal["none", "selective", "selective_op", "full"] = Field(
+        "none", description="activation recompute: selective = Megatron-LM's (the attention core), selective_op = torchtitan's op-level policy (matmul and attention outputs kept, every second matmul and all other ops recomputed), full = the whole layer")
     flash_attention: FlashAttention = Field(
         True, description="fused attention kernel: true = flash2 (FlashAttention-2, the kernel the hardware file's "
                           "attention figures describe), flash1 (FlashAttention-1 class), flash3 (FlashAttention-3, "

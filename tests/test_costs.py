@@ -212,3 +212,59 @@ def test_no_dropout_drops_its_bytes_and_kernels():
     without = costs.layer_cost(dataclasses.replace(sh, dropout=False), dev, "none")
     assert with_d.forward - without.forward == pytest.approx(5 * sbh / (1e12 * 0.8) + 2e-6, rel=1e-9)
     assert with_d.backward - without.backward == pytest.approx(10 * sbh / (1e12 * 0.8) + 2e-6, rel=1e-9)
+
+
+def llama3_8b_shape(tokens=4096, t=1):
+    """Llama 3.1 8B layer (h 4096, 8 KV heads of 128 = kv 1024, SwiGLU f 14336), s = tokens, b = 1."""
+    return costs.LayerShape(tokens=tokens, seq=tokens, batch=1, hidden=4096, ffn=14336, heads=32, kv_width=1024,
+                            mlp_matrices=3, tp=t, sequence_parallel=False, flash=True, dropout=False)
+
+
+def test_torchtitan_op_policy_keeps_every_other_matmul():
+    """torchtitan's op-level SAC counts the layer's mm calls and recomputes every second one; in Llama's order
+    (wq, wk, wv, wo, w1, w3, w2) it keeps q, v, w1, w2 and recomputes k, o, w3; with GELU (fc1, fc2) q, v, fc1."""
+    T, h, kv, f = 4096, 4096, 1024, 14336
+    kept, redo = costs.op_sac_matmuls(llama3_8b_shape())
+    assert kept == [(T, h, h), (T, kv, h), (T, f, h), (T, h, f)]
+    assert redo == [(T, kv, h), (T, h, h), (T, f, h)]
+    gelu = costs.LayerShape(tokens=T, seq=T, batch=1, hidden=h, ffn=4 * h, heads=32, kv_width=h, mlp_matrices=2,
+                            tp=1, sequence_parallel=False, flash=True)
+    kept, redo = costs.op_sac_matmuls(gelu)
+    assert kept == [(T, h, h), (T, h, h), (T, 4 * h, h)]
+    assert redo == [(T, h, h), (T, h, h), (T, h, 4 * h)]
+
+
+def test_op_policy_recomputes_three_matmuls_and_the_elementwise_work_not_attention():
+    """selective_op adds, before each layer's backward, the k, o and w3 matmuls, 2 T h (kv + h + f) FLOP, plus the
+    forward's element-wise work and norms; the flash attention output is kept, so no attention runs again.
+    Hand: 2 x 4096 x 4096 x (1024 + 4096 + 14336) = 6.5284e11 FLOP at 100 TFLOP/s x 0.5 = 13.057 ms. The forward's
+    element-wise share is what remains of the forward after its matmuls, 2 T h (2h + 2kv + 3f) FLOP, and its
+    causal flash attention, 4 s^2 h / 2 FLOP at 0.4 of peak."""
+    sh = llama3_8b_shape()
+    dev = device(gemm_efficiency=0.5, attention_efficiency=0.4)
+    T, h, kv, f = 4096, 4096, 1024, 14336
+    lc = costs.layer_cost(sh, dev, "selective_op")
+    none = costs.layer_cost(sh, dev, "none")
+    redo_flops = 2 * T * h * (kv + h + f)
+    assert redo_flops == pytest.approx(6.5284e11, rel=1e-4)
+    gemm_fwd = 2 * T * h * (2 * h + 2 * kv + 3 * f) / (100e12 * 0.5)
+    attn_fwd = 4 * T * T * h / 2 / (100e12 * 0.4)
+    elementwise = none.forward - gemm_fwd - attn_fwd
+    assert 0 < elementwise < 0.1 * none.forward
+    assert lc.recompute == pytest.approx(redo_flops / (100e12 * 0.5) + elementwise, rel=1e-9)
+    assert lc.hardware_flops == pytest.approx(3 * lc.model_flops + redo_flops, rel=1e-12)
+    assert (lc.forward, lc.backward) == (none.forward, none.backward)
+
+
+@pytest.mark.parametrize("recompute, factor", [("none", 1.0), ("selective", 1.0), ("selective_op", 1.5),
+                                               ("full", 2.0)])
+def test_backward_tp_collectives_per_recompute_mode(recompute, factor):
+    """A layer's forward has two TP all-reduces (Shoeybi et al. 2019, Fig. 3); its backward two more. Full recompute
+    re-runs the forward's two; torchtitan's op policy re-runs the one after the attention output (the MLP output is
+    kept), so the backward carries 1.5 forward-collectives' worth."""
+    from simtrain.plan import build_plan
+    from conftest import make_scenario
+    s = make_scenario(training={"recompute": recompute}, parallel={"tp": 2})
+    c = build_plan(s).chunks[0]
+    assert c.tp_fwd_layer > 0
+    assert c.tp_bwd_layer == pytest.approx(factor * c.tp_fwd_layer, rel=1e-12)

@@ -287,3 +287,35 @@ def test_fused_loss_keeps_16bit_logits_instead_of_fp32_log_softmax():
     fused_dict = {**base, "training": {**base["training"], "cross_entropy": "fused"}}
     fused = stage_memory(scenario_from_dict(fused_dict), 0)
     assert eager.activations - fused.activations == 2 * 4096 * 1 * 32000
+
+
+# --- torchtitan's op-level selective checkpointing (training.recompute: selective_op) ---------------------------
+
+def test_op_policy_keeps_63616_bytes_per_token_of_a_llama3_8b_layer():
+    """torchtitan's op SAC keeps the layer input, q, v, w1 and w2 outputs, the flash attention output and its fp32
+    log-sum-exp: 2(4h + kv + f) + 4a bytes per token. Llama 3.1 8B (h 4096, kv 1024, f 14336, a 32):
+    2 x (16384 + 1024 + 14336) + 128 = 63,616 B, against 12h + 4kv + 6f = 139,264 B with Megatron's selective
+    recompute (no dropout)."""
+    s, b, h, a, kv, f = 8192, 2, 4096, 32, 1024, 14336
+    op = activation_bytes_per_layer(s, b, h, a, ffn=f, kv=kv, mlp="swiglu", attention_scores=False,
+                                    recompute="selective_op", dropout=False)
+    sel = activation_bytes_per_layer(s, b, h, a, ffn=f, kv=kv, mlp="swiglu", attention_scores=False,
+                                     recompute="selective", dropout=False)
+    assert op == pytest.approx(63616 * s * b, rel=1e-12)
+    assert sel == pytest.approx(139264 * s * b, rel=1e-12)
+
+
+def test_op_policy_stage_holds_every_layer_kept_plus_one_layer_recomputed():
+    """At the peak a rank holds what every layer kept, plus, once, the rest of one layer's activations while that
+    layer is recomputed: L x kept + (full - kept)."""
+    model = {"layers": 4, "hidden": 1024, "heads": 8, "kv_heads": 2, "ffn_hidden": 3584, "vocab": 1000,
+             "mlp": "swiglu"}
+    training = {"seq_len": 512, "micro_batch": 2, "global_batch": 2, "recompute": "selective_op", "dropout": False}
+    st = stage_memory(make_scenario(model=model, training=training), 0)
+    kw = dict(ffn=3584, kv=256, mlp="swiglu", attention_scores=False, dropout=False)
+    kept = activation_bytes_per_layer(512, 2, 1024, 8, recompute="selective_op", **kw)
+    full = activation_bytes_per_layer(512, 2, 1024, 8, **kw)
+    per_mb_layers = 4 * kept
+    edge = st.activation_per_microbatch - per_mb_layers       # embedding / output-layer terms, unchanged
+    assert edge >= 0
+    assert st.activations == pytest.approx(per_mb_layers + edge + (full - kept), rel=1e-12)
