@@ -55,6 +55,10 @@ class Device:
         return DTYPE_BYTES[self.dtype]
 
     def gemm_efficiency(self, m: float, n: float, k: float) -> float:
+        """The benchmarked fraction of peak at this size, times the sustained fraction (power-limited clock)."""
+        return self.compute.sustained_fraction * self._benchmark_gemm_efficiency(m, n, k)
+
+    def _benchmark_gemm_efficiency(self, m: float, n: float, k: float) -> float:
         curve = self.compute.gemm_curve
         if curve:
             return _interpolate_log(curve, (m * n * k) ** (1.0 / 3.0))

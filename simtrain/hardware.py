@@ -133,6 +133,11 @@ class ComputeModel(Closed):
     attention_kernels: dict[Literal["flash1", "flash3"], PositiveNumber] = Field(
         default_factory=dict, description="other flash-attention kernels this GPU runs, as their speed relative "
                                           "to the FlashAttention-2 figures above (absent = not available)")
+    sustained_fraction: Fraction = Field(
+        1.0, description="fraction of a short benchmark's matmul rate the GPU holds under a sustained training load, "
+                         "once its power limit has settled the clock below boost (the maximum sustainable over the "
+                         "maximum achievable matmul rate); scales the GEMM efficiency, whose figures come from short "
+                         "benchmarks")
     memory_efficiency: Fraction = Field(1.0, description="fraction of HBM bandwidth streaming kernels reach")
     norm_forward_efficiency: Fraction | None = Field(
         None, description="fraction of HBM bandwidth the framework's layer-norm forward kernel reaches "

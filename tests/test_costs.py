@@ -268,3 +268,16 @@ def test_backward_tp_collectives_per_recompute_mode(recompute, factor):
     c = build_plan(s).chunks[0]
     assert c.tp_fwd_layer > 0
     assert c.tp_bwd_layer == pytest.approx(factor * c.tp_fwd_layer, rel=1e-12)
+
+
+def test_sustained_fraction_scales_every_gemm_but_not_attention_or_memory_kernels():
+    """compute.sustained_fraction multiplies the benchmarked GEMM efficiency (a saturated GPU runs below its boost
+    clock); flash attention and memory-bound kernels keep their figures. Hand: curve point 0.8 x 0.879 = 0.7032."""
+    burst = device(gemm_curve=[[1024, 0.2], [4096, 0.8]], attention_efficiency=0.4, memory_efficiency=0.9)
+    held = device(gemm_curve=[[1024, 0.2], [4096, 0.8]], attention_efficiency=0.4, memory_efficiency=0.9,
+                  sustained_fraction=0.879)
+    assert held.gemm_efficiency(4096, 4096, 4096) == pytest.approx(0.7032, rel=1e-12)
+    assert held.gemm_efficiency(1024, 1024, 1024) == pytest.approx(0.2 * 0.879, rel=1e-12)
+    assert held.gemm_time(8192, 8192, 8192) == pytest.approx(2 * 8192**3 / (100e12 * 0.7032), rel=1e-12)
+    assert held.attention_time(1e12, 4096) == burst.attention_time(1e12, 4096)
+    assert held.memory_time(1e9) == burst.memory_time(1e9)
