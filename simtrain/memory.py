@@ -111,6 +111,17 @@ def op_sac_bytes_per_layer(s: int, b: int, h: int, a: int, *, ffn: int, kv: int,
     return kept
 
 
+def loss_transient_bytes_per_logit(cross_entropy: str, elem: float) -> float:
+    """Bytes per logit the loss holds at its peak beyond what it keeps for the backward (``stage_memory``).
+
+    ``eager``, PyTorch's composite cross entropy on fp32 logits (torchtitan, Hugging Face): its backward holds
+    the kept log-softmax output, the fp32 gradient of the log-probabilities that ``nll_loss_backward`` writes and
+    the fp32 gradient of the logits that ``_log_softmax_backward_data`` writes, 12 bytes, 4 of them kept; the
+    forward's peak, 16-bit logits + their fp32 copy + the log-softmax output, is e + 8 <= 12. So 8 bytes.
+    ``fused`` (flash-attn's kernel): the backward writes the logits' gradient in the logits' dtype, e bytes."""
+    return 8.0 if cross_entropy == "eager" else elem
+
+
 def inflight_microbatches(schedule: str, m: int, pp: int, stage: int, vpp: int = 1) -> float:
     """How many micro-batches' activations a pipeline rank holds at its peak, in units of the
     whole rank's layers.
@@ -251,6 +262,10 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
         per_mb += (4.0 * s * b * h / (t if sp else 1) + logit_bytes * s * b * m.vocab / t) * scale
     inflight = inflight_microbatches(par.schedule, scenario.microbatches, par.pp, pp_rank, par.vpp)
     activations = per_mb * inflight
+    if pp_rank == par.pp - 1:
+        # the loss's own peak, above what it keeps, once (one micro-batch's loss runs at a time)
+        elem = 4.0 if tr.precision == "fp32" else 2.0
+        activations += loss_transient_bytes_per_logit(tr.cross_entropy, elem) * s * b * m.vocab / t
     if tr.recompute in ("full", "selective_op"):
         # the layer being recomputed materialises its full activations once (Korthikanti Table 2 note); under
         # selective_op only what it did not keep comes back

@@ -275,8 +275,10 @@ def test_not_fitting_is_an_answer(tmp_path, capsys):
 
 def test_fused_loss_keeps_16bit_logits_instead_of_fp32_log_softmax():
     """The last stage keeps 4·s·b·V/t bytes for the eager loss (its fp32 log_softmax output) and 2·s·b·V/t for
-    the fused kernel (the bf16 logits): the difference is 2·s·b·V/t = 2 x 4096 x 1 x 32000 = 262,144,000 B
-    for llama2-13b at t = 1, one micro-batch in flight (p = 1)."""
+    the fused kernel (the bf16 logits), and the loss's peak adds 8·s·b·V/t (eager: the fp32 gradients of the
+    log-probabilities and of the logits) or 2·s·b·V/t (fused: the bf16 gradient of the logits): the difference is
+    (4 + 8 - 2 - 2)·s·b·V/t = 8 x 4096 x 1 x 32000 = 1,048,576,000 B for llama2-13b at t = 1, one micro-batch in
+    flight (p = 1)."""
     from simtrain import scenario_from_dict
     from simtrain.memory import stage_memory
 
@@ -286,7 +288,7 @@ def test_fused_loss_keeps_16bit_logits_instead_of_fp32_log_softmax():
     eager = stage_memory(scenario_from_dict(base), 0)
     fused_dict = {**base, "training": {**base["training"], "cross_entropy": "fused"}}
     fused = stage_memory(scenario_from_dict(fused_dict), 0)
-    assert eager.activations - fused.activations == 2 * 4096 * 1 * 32000
+    assert eager.activations - fused.activations == 8 * 4096 * 1 * 32000 == 1_048_576_000
 
 
 # --- torchtitan's op-level selective checkpointing (training.recompute: selective_op) ---------------------------
@@ -307,7 +309,7 @@ def test_op_policy_keeps_63616_bytes_per_token_of_a_llama3_8b_layer():
 
 def test_op_policy_stage_holds_every_layer_kept_plus_one_layer_recomputed():
     """At the peak a rank holds what every layer kept, plus, once, the rest of one layer's activations while that
-    layer is recomputed: L x kept + (full - kept)."""
+    layer is recomputed: L x kept + (full - kept); the eager loss's peak, 8 bytes per logit, comes on top."""
     model = {"layers": 4, "hidden": 1024, "heads": 8, "kv_heads": 2, "ffn_hidden": 3584, "vocab": 1000,
              "mlp": "swiglu"}
     training = {"seq_len": 512, "micro_batch": 2, "global_batch": 2, "recompute": "selective_op", "dropout": False}
@@ -318,4 +320,23 @@ def test_op_policy_stage_holds_every_layer_kept_plus_one_layer_recomputed():
     per_mb_layers = 4 * kept
     edge = st.activation_per_microbatch - per_mb_layers       # embedding / output-layer terms, unchanged
     assert edge >= 0
-    assert st.activations == pytest.approx(per_mb_layers + edge + (full - kept), rel=1e-12)
+    assert st.activations == pytest.approx(per_mb_layers + edge + (full - kept) + 8 * 512 * 2 * 1000, rel=1e-12)
+
+
+def test_eager_loss_peak_of_llama3_8b_at_16k_tokens():
+    """PyTorch's composite cross entropy on fp32 logits: at its backward the log-softmax output, the gradient of the
+    log-probabilities and the gradient of the logits, 4 + 4 + 4 = 12 bytes per logit, of which the 4 kept are
+    already in the ledger. Llama 3.1 8B, s = 8192, b = 2, V = 128,256, t = 1: 8 x 16384 x 128256 = 16.81 GB above
+    the kept terms, on the last stage only."""
+    from simtrain.memory import loss_transient_bytes_per_logit
+    assert loss_transient_bytes_per_logit("eager", 2.0) == 8.0
+    assert loss_transient_bytes_per_logit("fused", 2.0) == 2.0
+    model = {"layers": 2, "hidden": 4096, "heads": 32, "kv_heads": 8, "ffn_hidden": 14336, "vocab": 128256,
+             "mlp": "swiglu"}
+    sc = make_scenario(model=model, training={"seq_len": 8192, "micro_batch": 2, "global_batch": 2, "dropout": False},
+                       parallel={"pp": 2})
+    first, last = stage_memory(sc, 0), stage_memory(sc, 1)
+    kept_last = last.activation_per_microbatch * last.inflight
+    assert last.activations - kept_last == pytest.approx(8 * 16384 * 128256, rel=1e-12)
+    assert 8 * 16384 * 128256 == pytest.approx(16.81e9, rel=1e-3)
+    assert first.activations == pytest.approx(first.activation_per_microbatch * first.inflight, rel=1e-12)
