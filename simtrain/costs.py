@@ -292,12 +292,28 @@ def fsdp1_grad_bytes(weight_bytes: float, grad_bytes: float) -> tuple[float, flo
     return 2.0 * weight_bytes, cast + 2.0 * grad_bytes
 
 
-def optimizer_time(params_local_sharded: float, optimizer: str, dev: Device, extra_grad_bytes: float = 0.0) -> float:
+#: Adam's element-wise passes when unfused, bytes per parameter = UNFUSED_ADAM_BASE + 3 x gradient bytes. Reading
+#: PyTorch's single-tensor AdamW (torch/optim/adamw.py) and Composer's DecoupledAdamW (composer 0.15-0.16,
+#: optim/decoupled_weight_decay.py, adamw): decoupled decay p *= 1 - lr wd (8; Composer skips it at wd = 0 and
+#: runs exp_avg.mul_ then add_ instead of lerp_, +8: the same total); m = lerp(m, g) (8 + g); v *= beta2 (8);
+#: v += (1 - beta2) g g (8 + 2g: addcmul reads g twice); sqrt(v) (8), / sqrt(bias correction) (8), + eps (8);
+#: p += -step m / denom (16). 72 + 3g bytes, 8 kernels; the multi-tensor (foreach) variant moves the same.
+UNFUSED_ADAM_BASE = 72.0
+UNFUSED_ADAM_KERNELS = 8
+
+
+def optimizer_time(params_local_sharded: float, optimizer: str, dev: Device, extra_grad_bytes: float = 0.0,
+                   kernel: str = "fused", grad_bytes: float = 2.0) -> float:
     """Optimizer step: memory-bound over the local (sharded) state.
 
-    Adam, mixed precision: read fp32 master, m, v (12 B) and the 16-bit gradient (2 B); write master,
+    Adam, mixed precision, fused: read fp32 master, m, v (12 B) and the 16-bit gradient (2 B); write master,
     m, v (12 B) and the 16-bit weights (2 B): 28 bytes per parameter. Gradients kept wider than the weights
     (``training.grad_dtype: fp32`` with 16-bit weights) are read at ``extra_grad_bytes`` = 2 more.
+    Adam unfused (``training.optimizer_kernel: unfused``): 72 + 3 x ``grad_bytes`` per parameter in 8 kernels
+    (``UNFUSED_ADAM_BASE``). SGD and Adafactor have one figure.
     """
+    if optimizer == "adam" and kernel == "unfused":
+        return dev.memory_time(params_local_sharded * (UNFUSED_ADAM_BASE + 3.0 * grad_bytes),
+                               kernels=UNFUSED_ADAM_KERNELS)
     per_param = {"adam": 28.0, "sgd": 20.0, "adafactor": 14.0}[optimizer] + extra_grad_bytes
     return dev.memory_time(params_local_sharded * per_param, kernels=4)

@@ -212,7 +212,8 @@ def build_plan(scenario: Scenario) -> Plan:
         lo += n_layers
 
     opt = tuple(costs.optimizer_time(mems[r].params_local / (par.dp if par.zero >= 1 else 1), tr.optimizer, dev,
-                                     max(0.0, state.grads - state.weights))
+                                     max(0.0, state.grads - state.weights), kernel=tr.optimizer_kernel,
+                                     grad_bytes=4.0 if fsdp1 else state.grads)   # FSDP upcasts the shard
                 for r in range(par.pp))
     model_flops = model_flops_per_step(scenario)
     hw_flops_fwd_layer = lc.hardware_flops * par.tp

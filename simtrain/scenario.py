@@ -47,6 +47,10 @@ class Training(Closed):
     micro_batch: PositiveInt = Field(1, description="sequences per micro-batch")
     precision: Literal["bf16", "fp16", "fp32"] = "bf16"
     optimizer: Literal["adam", "adafactor", "sgd"] = "adam"
+    optimizer_kernel: Literal["fused", "unfused"] = Field(
+        "fused", description="how the Adam step runs: fused = one pass over the state (apex FusedAdam, Megatron-LM, "
+                             "torch fused=True); unfused = PyTorch's element-wise kernels, one pass per operation "
+                             "(torch AdamW single-tensor or foreach, Composer's DecoupledAdamW)")
     recompute: Literal["none", "selective", "selective_op", "full"] = Field(
         "none", description="activation recompute: selective = Megatron-LM's (the attention core), selective_op = torchtitan's op-level policy (matmul and attention outputs kept, every second matmul and all other ops recomputed), full = the whole layer")
     flash_attention: FlashAttention = Field(
