@@ -146,14 +146,18 @@ def op_sac_matmuls(sh: LayerShape) -> tuple[list[tuple[float, float, float]], li
     checkpointing splits them: (kept, recomputed). Its policy saves the output of every matmul except every
     second one, counting from the layer's first (torchtitan ``parallelize_llama.py``, ``_apply_ac_to_transformer_block``:
     ``meta[mm_count_key] % 2 == 0`` recomputes). The order is Llama's: wq, wk, wv, wo, then w1, w3, w2 (SwiGLU) or
-    fc1, fc2 (GELU); so q, v, w1, w2 are kept and k, o, w3 recomputed (GELU: q, v, fc1 kept; k, o, fc2 recomputed)."""
+    fc1, fc2 (GELU); so q, v, w1, w2 are kept and k, o, w3 recomputed (GELU: q, v, fc1 kept; k, o recomputed).
+    The layer's last matmul never runs again: PyTorch's non-reentrant checkpoint stops recomputing once every
+    tensor the backward needs is back (torch/utils/checkpoint.py, ``set_checkpoint_early_stop``: "By default,
+    non-reentrant checkpoint stops recomputation as soon as it has computed all needed Tensors"), and nothing in
+    the backward needs the output of the last one (GELU's fc2); it is listed with neither."""
     t, T, h, kv, f = sh.tp, sh.tokens, sh.hidden, sh.kv_width, sh.ffn
     order = [(T, h / t, h), (T, kv / t, h), (T, kv / t, h), (T, h, h / t)]
     if sh.mlp_matrices == 3:
         order += [(T, f / t, h), (T, f / t, h), (T, h, f / t)]
     else:
         order += [(T, f / t, h), (T, h, f / t)]
-    return order[0::2], order[1::2]
+    return order[0::2], order[1:-1:2]
 
 
 def attention_flops(sh: LayerShape) -> float:

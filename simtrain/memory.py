@@ -108,6 +108,8 @@ def op_sac_bytes_per_layer(s: int, b: int, h: int, a: int, *, ffn: int, kv: int,
         kept += 2.0 * s * b * h                        # w2 output, the 7th matmul
     if fused_attention:
         kept += 2.0 * s * b * h / t + 4.0 * s * b * a / t   # attention output + log-sum-exp per head and token
+    if sequence_parallel:
+        kept += 2 * 2.0 * s * b * h / t   # the two reduce-scatter outputs (reduce_scatter_tensor is in the save list)
     return kept
 
 
@@ -262,17 +264,21 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
         per_mb += (4.0 * s * b * h / (t if sp else 1) + logit_bytes * s * b * m.vocab / t) * scale
     inflight = inflight_microbatches(par.schedule, scenario.microbatches, par.pp, pp_rank, par.vpp)
     activations = per_mb * inflight
-    if pp_rank == par.pp - 1:
-        # the loss's own peak, above what it keeps, once (one micro-batch's loss runs at a time)
-        elem = 4.0 if tr.precision == "fp32" else 2.0
-        activations += loss_transient_bytes_per_logit(tr.cross_entropy, elem) * s * b * m.vocab / t
+    # two short-lived peaks on top of what is kept, never held together: the layer being recomputed
+    # materialises its full activations once (Korthikanti Table 2 note; under selective_op only what it did not
+    # keep comes back), and on the last stage the loss's own peak (§3.5), which its backward frees before the
+    # last layer is recomputed
+    recompute_peak = 0.0
     if tr.recompute in ("full", "selective_op"):
-        # the layer being recomputed materialises its full activations once (Korthikanti Table 2 note); under
-        # selective_op only what it did not keep comes back
-        activations += (activation_bytes_per_layer(
+        recompute_peak = (activation_bytes_per_layer(
             s, b, h, a, ffn=m.ffn_hidden, kv=m.kv_width, mlp=m.mlp, t=t, sequence_parallel=sp,
             attention_scores=not tr.flash_attention, dropout=tr.dropout) * scale
             - (per_layer if tr.recompute == "selective_op" else 0.0))
+    loss_peak = 0.0
+    if pp_rank == par.pp - 1:
+        elem = 4.0 if tr.precision == "fp32" else 2.0
+        loss_peak = loss_transient_bytes_per_logit(tr.cross_entropy, elem) * s * b * m.vocab / t
+    activations += max(recompute_peak, loss_peak)
 
     detail = {}
     if par.zero >= 3 and dp > 1:
@@ -307,8 +313,10 @@ def advice(scenario: Scenario, report: MemoryReport) -> list[str]:
     tr, par = scenario.training, scenario.parallel
     dom = report.dominant()
     if dom == "activations" or tr.recompute == "none":
-        if tr.recompute != "full":
-            tips.append("turn on activation recompute (training.recompute: selective or full)")
+        if tr.recompute == "none":
+            tips.append("turn on activation recompute (training.recompute: selective_op, selective or full)")
+        elif tr.recompute != "full":
+            tips.append("recompute whole layers (training.recompute: full): only each layer's input is kept")
         if not tr.flash_attention:
             tips.append("use flash attention (training.flash_attention: true): no s x s score matrix")
         if tr.micro_batch > 1:

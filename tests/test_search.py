@@ -18,19 +18,19 @@ SMALL = gpt_model(layers=4, hidden=1024, heads=16, vocab=32000)
 def test_enumeration_counts_every_layout_by_hand():
     """4 GPUs in one node, 4 layers, 16 heads, global batch 4. By hand, per (tp, pp, dp), counting
     micro-batch sizes dividing 4/dp, schedules (gpipe and 1f1b when pp > 1, interleaved with vpp >= 2
-    dividing 4/pp when pp divides the micro-batch count), ZeRO 0-3 when dp > 1, 3 recompute modes,
-    sequence parallelism on/off when tp > 1:
-      tp1 pp1 dp4: 1 mb x 1 schedule x 4 x 3          = 12
-      tp1 pp2 dp2: (mb1: 3 schedules + mb2: 2) x 4 x 3 = 60
-      tp1 pp4 dp1: 3 mb x 2 schedules x 3              = 18
-      tp2 pp1 dp2: 2 mb x 4 x 3 x 2                    = 48
-      tp2 pp2 dp1: (mb1: 3 + mb2: 3 + mb4: 2) x 3 x 2  = 48
-      tp4 pp1 dp1: 3 mb x 3 x 2                        = 18   -> 204."""
+    dividing 4/pp when pp divides the micro-batch count), ZeRO 0-3 when dp > 1, 4 recompute modes (none,
+    selective, selective_op, full), sequence parallelism on/off when tp > 1:
+      tp1 pp1 dp4: 1 mb x 1 schedule x 4 x 4          = 16
+      tp1 pp2 dp2: (mb1: 3 schedules + mb2: 2) x 4 x 4 = 80
+      tp1 pp4 dp1: 3 mb x 2 schedules x 4              = 24
+      tp2 pp1 dp2: 2 mb x 4 x 4 x 2                    = 64
+      tp2 pp2 dp1: (mb1: 3 + mb2: 3 + mb4: 2) x 4 x 2  = 64
+      tp4 pp1 dp1: 3 mb x 4 x 2                        = 24   -> 272."""
     sc = make_scenario(hardware=TWO_NODES, nodes=1, gpus_per_node=4, model=SMALL,
                        training={"global_batch": 4}, parallel={"dp": 4})
     layouts = enumerate_layouts(sc)
-    assert len(layouts) == 204
-    assert len({tuple(sorted(x.items())) for x in layouts}) == 204
+    assert len(layouts) == 272
+    assert len({tuple(sorted(x.items())) for x in layouts}) == 272
     assert all(x["tp"] * x["pp"] * x["dp"] == 4 for x in layouts)
 
 
@@ -113,7 +113,7 @@ def test_cli_search_prints_top_k_and_writes_the_table(tmp_path, capsys):
     assert lines[0].split()[:3] == ["#", "tp", "pp"]
     assert lines[1].split()[0] == "1" and lines[1].endswith("best")
     assert lines[2].split()[0] == "2"
-    assert "204 layouts of 4 GPUs" in stdout
+    assert "272 layouts of 4 GPUs" in stdout
     table = read_table(out)
-    assert len(table) == 204
+    assert len(table) == 272
     assert set(table["status"]) <= {"simulated", "pruned", "oom", "invalid", "failed"}

@@ -102,12 +102,18 @@ def test_cost_of_one_more_sequence(results, model, rows):
                                        "(docs/model.md section 12, item 1)")
 @pytest.mark.parametrize("model, rows", SWEEPS, ids=[m for m, _ in SWEEPS])
 def test_fixed_cost_of_a_microbatch(results, model, rows):
-    """The intercept of the sweep: what a micro-batch costs whatever its size. 7b by hand: 1.0129 - 2 x 0.3983 =
-    0.2163 s; 13b: 1.0969 - 0.7415 = 0.3554 s. Target: simtrain within 20% of it."""
+    """The intercept of the sweep (test_measured_fixed_cost_by_hand): simtrain within 20% of it."""
     measured = _line([(b, per_microbatch_s(b, tps)) for b, _, tps in rows])[1]
-    assert measured == pytest.approx({"7b": 0.2163, "13b": 0.3554}[model], abs=5e-4)
     predicted = _line([(b, results[cid].predicted_step_time_s / 2) for b, cid, _ in rows])[1]
     assert predicted == pytest.approx(measured, rel=0.20)
+
+
+@pytest.mark.parametrize("model, rows", SWEEPS, ids=[m for m, _ in SWEEPS])
+def test_measured_fixed_cost_by_hand(model, rows):
+    """The intercept of the measured sweep, what a micro-batch costs whatever its size. 7b by hand:
+    1.0129 - 2 x 0.3983 = 0.2163 s; 13b: 1.0969 - 0.7415 = 0.3554 s."""
+    measured = _line([(b, per_microbatch_s(b, tps)) for b, _, tps in rows])[1]
+    assert measured == pytest.approx({"7b": 0.2163, "13b": 0.3554}[model], abs=5e-4)
 
 
 def test_two_images_measure_the_same_run_a_few_percent_apart(cases):
