@@ -20,12 +20,19 @@ the data (l members per node, l rings in parallel), all-gather inside the node.
 A :class:`Phase` is what the network needs to time it: bytes each flow moves,
 the fixed latency, and the load it puts on each link (flows per link, counting
 every concurrent replica the phase stands for).
+
+A collective of S bytes per GPU reaches only a fraction of the fabric's
+large-message bandwidth (the message-size ramp, :class:`Ramp`); its flows move
+their bytes divided by that fraction.
 """
 
 from __future__ import annotations
 
+import math
+from bisect import bisect_right
 from collections import defaultdict
 from dataclasses import dataclass
+from functools import lru_cache
 
 from simtrain.topology import Cluster, Link
 
@@ -37,6 +44,51 @@ class Phase:
     flow_bytes: float
     latency: float
     links: tuple[tuple[Link, int], ...]   # (directed link, flows on it)
+
+
+@dataclass(frozen=True)
+class Ramp:
+    """The fraction of a fabric's large-message bus bandwidth B that the bytes of a collective of
+    ``size`` bytes per GPU move at, once the ring's step latencies are counted apart.
+
+    Either a half-peak size S_half, busbw(S) = B x S / (S + S_half), or a measured curve of
+    (size, fraction) points interpolated in log-log, held at the last point above it and falling
+    in proportion to the size below the first (a latency-bound floor: constant time).
+    """
+
+    half_peak: float = 0.0
+    sizes: tuple[float, ...] = ()
+    fractions: tuple[float, ...] = ()
+
+    def fraction(self, size: float) -> float:
+        if self.sizes:
+            xs, ys = self.sizes, self.fractions
+            if size >= xs[-1]:
+                return ys[-1]
+            if size <= xs[0]:
+                return ys[0] * size / xs[0]
+            i = bisect_right(xs, size)
+            w = math.log(size / xs[i - 1]) / math.log(xs[i] / xs[i - 1])
+            return math.exp(math.log(ys[i - 1]) + w * math.log(ys[i] / ys[i - 1]))
+        return size / (size + self.half_peak) if self.half_peak > 0 else 1.0
+
+
+@lru_cache(maxsize=16)
+def curve_ramp(curve: tuple[tuple[float, float], ...], ranks: int, latency: float, bus_bandwidth: float) -> Ramp:
+    """The ramp of a measured all-reduce curve over ``ranks`` GPUs (nccl-tests busbw as fractions f of B).
+
+    A point's time is 2(n-1)/n x S / (f B); without its 2(n-1) step latencies alpha the bytes take
+    2(n-1)/n x S / (g B) with 1/g = 1/f - n alpha B / S, so the model (latency + bytes at g B)
+    gives back the measured time at every point. g is capped at 1.
+    """
+    sizes, fractions = [], []
+    for size, f in curve:
+        rest = 1.0 / f - ranks * latency * bus_bandwidth / size
+        if rest <= 0:
+            raise ValueError(f"the curve point at {size:g} bytes is faster than the fabric's step latency allows")
+        sizes.append(size)
+        fractions.append(min(1.0, 1.0 / rest))
+    return Ramp(sizes=tuple(sizes), fractions=tuple(fractions))
 
 
 STEPS = {"all_reduce": lambda n: 2 * (n - 1), "reduce_scatter": lambda n: n - 1,
@@ -52,15 +104,16 @@ class RingShape:
     divisor: int                             # the stage moves nbytes / divisor (hierarchical inter-node stage)
     links: tuple[tuple[Link, int], ...]      # (link, flows on it from every concurrent ring)
     step_latency: float                      # worst route latency between ring neighbours
-    pad_bytes: float = 0.0                   # the fabric's half-peak message size (message-size ramp)
+    ramp: Ramp = Ramp()                      # the fabric's message-size ramp
 
     def phase(self, nbytes: float) -> Phase:
-        """The phase for ``nbytes`` per GPU. Measured bus bandwidth follows B x S / (S + S_half)
-        (nccl-tests curves, docs/sources.md section 3), which is the time of S + S_half bytes at B:
-        the half-peak size is added to the message."""
+        """The phase for ``nbytes`` per GPU: its bytes move at the ramp's fraction of the bandwidth
+        for this size (nccl-tests curves, docs/sources.md section 3). With a half-peak size that is
+        the time of S + S_half bytes at the full bandwidth."""
         steps = STEPS[self.kind](self.n)
-        size = nbytes / self.divisor + self.pad_bytes
-        return Phase(flow_bytes=steps * size / self.n, latency=steps * self.step_latency, links=self.links)
+        size = nbytes / self.divisor
+        return Phase(flow_bytes=steps * size / self.n / self.ramp.fraction(size),
+                     latency=steps * self.step_latency, links=self.links)
 
 
 def _ring_shape(kind: str, rings: list[list[int]], cluster: Cluster, every: bool, divisor: int = 1) -> RingShape:
@@ -89,12 +142,21 @@ def _ring_shape(kind: str, rings: list[list[int]], cluster: Cluster, every: bool
             for link in cluster.route(a, b, cache=False):
                 if link in own:
                     counts[link] += 1
-    spec = cluster.spec
     crosses = any(cluster._link(link)[2] == "network" for link in own)
-    fabric = spec.inter_node if crosses else spec.intra_node
-    pad = getattr(fabric, "half_peak_message", 0.0) if fabric is not None else 0.0
-    return RingShape(kind=kind, n=len(rings[0]), divisor=divisor,
-                     links=tuple(sorted((link, counts[link]) for link in own)), step_latency=latency, pad_bytes=pad)
+    return RingShape(kind=kind, n=len(rings[0]), divisor=divisor, links=tuple(sorted((link, counts[link]) for link in own)),
+                     step_latency=latency, ramp=fabric_ramp(cluster, crosses))
+
+
+def fabric_ramp(cluster: Cluster, crosses_network: bool) -> Ramp:
+    """The message-size ramp of the fabric a ring runs on (none for explicit topologies)."""
+    spec = cluster.spec
+    fabric = spec.inter_node if crosses_network else spec.intra_node
+    if fabric is None:
+        return Ramp()
+    curve = getattr(fabric, "busbw_curve", None)
+    if curve is not None:
+        return curve_ramp(curve, spec.gpus_per_node, fabric.latency, fabric.bandwidth * fabric.efficiency)
+    return Ramp(half_peak=fabric.half_peak_message)
 
 
 def collective_shape(kind: str, groups: list[list[int]], cluster: Cluster, every: bool = False) -> list[RingShape]:

@@ -65,39 +65,6 @@ class GpuSpec(Closed):
         return self.peak_flops.get(dtype, self.peak_flops.get(other))
 
 
-class IntraNode(Closed):
-    """GPU-to-GPU fabric inside a node."""
-
-    fabric: Literal["nvswitch", "pcie"] = "nvswitch"
-    bandwidth: Bandwidth = Field(description="per GPU, per direction")
-    latency: Seconds = Field(description="per message, GPU to GPU")
-    efficiency: Fraction = Field(1.0, description="fraction of link rate NCCL reaches for large messages")
-    half_peak_message: BytesOrZero = Field(
-        0.0, description="collective size at which bus bandwidth is half its peak (NCCL's message-size ramp); "
-                         "a collective of S bytes then takes as long as one of S + this at full bandwidth")
-    overlap_slowdown: PositiveNumber | None = Field(
-        None, description="compute slows by this factor while a collective on this fabric runs; "
-                          "default compute.overlap_slowdown")
-
-
-class InterNode(Closed):
-    """The scale-out network between nodes."""
-
-    topology: Literal["single-switch", "fat-tree", "rail-optimized"] = "rail-optimized"
-    nics_per_node: PositiveInt = 8
-    nic_bandwidth: Bandwidth = Field(description="per NIC, per direction")
-    latency: Seconds = Field(description="NIC to NIC, per message")
-    efficiency: Fraction = 1.0
-    oversubscription: PositiveNumber = Field(1.0, description="fat-tree leaf downlink:uplink ratio; 1 = non-blocking")
-    nodes_per_leaf: PositiveInt = Field(4, description="fat-tree: nodes under one leaf switch")
-    pcie_bandwidth: Bandwidth | None = Field(None, description="GPU <-> NIC link per direction; default unlimited")
-    half_peak_message: BytesOrZero = Field(
-        0.0, description="collective size at which bus bandwidth across nodes is half its peak; 0 = none")
-    overlap_slowdown: PositiveNumber | None = Field(
-        None, description="compute slows by this factor while a collective crossing the network runs; "
-                          "default compute.overlap_slowdown")
-
-
 def _curve(value: object) -> tuple[tuple[float, float], ...]:
     """A measured curve: [[size, fraction of peak], ...] (or {value: [...], source: ...}), sizes increasing."""
     if isinstance(value, dict):
@@ -118,6 +85,49 @@ def _curve(value: object) -> tuple[tuple[float, float], ...]:
 
 
 Curve = Annotated[tuple[tuple[float, float], ...], BeforeValidator(_curve)]
+
+
+class IntraNode(Closed):
+    """GPU-to-GPU fabric inside a node."""
+
+    fabric: Literal["nvswitch", "pcie"] = "nvswitch"
+    bandwidth: Bandwidth = Field(description="per GPU, per direction")
+    latency: Seconds = Field(description="per message, GPU to GPU")
+    efficiency: Fraction = Field(1.0, description="fraction of link rate NCCL reaches for large messages")
+    half_peak_message: BytesOrZero = Field(
+        0.0, description="collective size at which bus bandwidth is half its peak (NCCL's message-size ramp); "
+                         "a collective of S bytes then takes as long as one of S + this at full bandwidth")
+    busbw_curve: Curve | None = Field(
+        None, description="measured all-reduce bus bandwidth over one whole node, as [bytes per GPU, fraction of the "
+                          "large-message figure] points (nccl-tests); when given it replaces half_peak_message")
+    overlap_slowdown: PositiveNumber | None = Field(
+        None, description="compute slows by this factor while a collective on this fabric runs; "
+                          "default compute.overlap_slowdown")
+
+    @model_validator(mode="after")
+    def _one_ramp(self) -> "IntraNode":
+        if self.busbw_curve is not None and self.half_peak_message > 0:
+            raise FieldError("give either busbw_curve or half_peak_message, not both (the curve replaces it)",
+                             "half_peak_message")
+        return self
+
+
+class InterNode(Closed):
+    """The scale-out network between nodes."""
+
+    topology: Literal["single-switch", "fat-tree", "rail-optimized"] = "rail-optimized"
+    nics_per_node: PositiveInt = 8
+    nic_bandwidth: Bandwidth = Field(description="per NIC, per direction")
+    latency: Seconds = Field(description="NIC to NIC, per message")
+    efficiency: Fraction = 1.0
+    oversubscription: PositiveNumber = Field(1.0, description="fat-tree leaf downlink:uplink ratio; 1 = non-blocking")
+    nodes_per_leaf: PositiveInt = Field(4, description="fat-tree: nodes under one leaf switch")
+    pcie_bandwidth: Bandwidth | None = Field(None, description="GPU <-> NIC link per direction; default unlimited")
+    half_peak_message: BytesOrZero = Field(
+        0.0, description="collective size at which bus bandwidth across nodes is half its peak; 0 = none")
+    overlap_slowdown: PositiveNumber | None = Field(
+        None, description="compute slows by this factor while a collective crossing the network runs; "
+                          "default compute.overlap_slowdown")
 
 
 class ComputeModel(Closed):
@@ -224,6 +234,19 @@ class HardwareSpec(Closed):
                     if name not in seen:
                         raise FieldError(f"link end '{name}' is not a device or switch{suggest(name, sorted(seen))}",
                                          "links", i, end)
+        return self
+
+    @model_validator(mode="after")
+    def _curve_fits_latency(self) -> "HardwareSpec":
+        fabric = self.intra_node
+        if fabric is not None and fabric.busbw_curve is not None:
+            from simtrain.collectives import curve_ramp
+
+            try:
+                curve_ramp(fabric.busbw_curve, self.gpus_per_node, fabric.latency, fabric.bandwidth * fabric.efficiency)
+            except ValueError as err:
+                raise FieldError(f"{err} ({self.gpus_per_node} GPUs x latency x bandwidth x efficiency over the size "
+                                 "must stay below 1 / fraction)", "intra_node", "busbw_curve") from None
         return self
 
     @property

@@ -147,3 +147,59 @@ def test_tp_layer_communication_is_two_all_reduces(sequence_parallel):
     n = 4
     all_reduce = 2 * (n - 1) / n * size / INTRA_B + 2 * (n - 1) * INTRA_ALPHA
     assert build_plan(s).chunks[0].tp_fwd_layer == pytest.approx(2 * all_reduce, rel=1e-12)
+
+
+# --- the message-size ramp from a measured bus-bandwidth curve (issue 6, deliverable 2) ---------------------
+
+# nccl-tests all_reduce_perf, in place, 8x A100-SXM4-80GB, Azure ND A100 v4 (NCCL 2.18.5):
+# bus bandwidth in GB/s at 64 KiB, 256 KiB, 1 MiB, 2 MiB, ... 1 GiB (doubling) and 8 GiB.
+# https://github.com/Azure/AI-benchmarking-guide Azure_Results/ND_A100_v4_results.md (docs/sources.md section 3)
+AZURE_A100_SIZES = [2**16, 2**18] + [2**k for k in range(20, 31)] + [2**33]
+AZURE_A100_BUSBW = [2.70, 10.1, 36.2, 53.5, 71.4, 90.0, 109.2, 132.8, 166.6, 174.2, 213.9, 221.6, 228.1, 231.6]
+
+
+def _all_reduce_time(cluster, size, n=8):
+    return sum(phase_time_alone(p, cluster) for p in collective_phases("all_reduce", size, [list(range(n))], cluster))
+
+
+@pytest.mark.parametrize("size,busbw", list(zip(AZURE_A100_SIZES, AZURE_A100_BUSBW)))
+def test_a100_all_reduce_follows_nccl_tests_at_every_size(size, busbw):
+    """The bundled DGX A100 gives back the measured bus bandwidth, 2(n-1)/n x S / t, at every size of the curve,
+    from the 42 us latency floor at 64 KiB to the plateau (within 1%: the file's large-message figure is
+    300 GB/s x 0.77 = 231.0 GB/s, against 231.6 measured)."""
+    cluster = build_cluster(load_hardware("dgx-a100", base_dir=DATA, file="test.yaml")[0])
+    t = _all_reduce_time(cluster, size)
+    assert 2 * 7 / 8 * size / t / 1e9 == pytest.approx(busbw, rel=0.01)
+
+
+def _curve_node(tmp_path, latency):
+    """8 GPUs, 100 GB/s, efficiency 1, and a two-point curve: 25% of the bandwidth at 1 MB, all of it at 4 MB."""
+    path = hardware_variant(tmp_path, {"intra_node.bandwidth": "100 GB/s", "intra_node.latency": latency,
+                                       "intra_node.busbw_curve": [[1e6, 0.25], [4e6, 1.0]]})
+    return _cluster(path)
+
+
+def test_curve_interpolates_in_log_size_and_floors_below_its_first_point(tmp_path):
+    """Without latency the fraction is the curve's. Hand values, 8-GPU all-reduce (bytes 2 x 7/8 x S):
+    - 2 MB, halfway in log size between 1 and 4 MB: fraction sqrt(0.25 x 1) = 0.5 -> 3.5e6 B / 50 GB/s = 70 us;
+    - 0.5 MB, below the curve: the time of the first point, 1.75e6 B / 25 GB/s = 70 us (latency-bound floor);
+    - 8 MB, above it: the full bandwidth, 14e6 B / 100 GB/s = 140 us."""
+    cluster = _curve_node(tmp_path, "0 us")
+    assert _all_reduce_time(cluster, 2e6) == pytest.approx(70e-6, rel=1e-9)
+    assert _all_reduce_time(cluster, 0.5e6) == pytest.approx(70e-6, rel=1e-9)
+    assert _all_reduce_time(cluster, 8e6) == pytest.approx(140e-6, rel=1e-9)
+
+
+def test_curve_point_time_includes_the_step_latencies_once(tmp_path):
+    """With 1 us per step the measured time of a curve point is still what the model gives: at 1 MB,
+    1.75e6 B / (0.25 x 100 GB/s) = 70 us in all, of which 2(n-1) = 14 us are step latencies (not 70 + 14)."""
+    cluster = _curve_node(tmp_path, "1 us")
+    assert _all_reduce_time(cluster, 1e6) == pytest.approx(70e-6, rel=1e-9)
+
+
+def test_half_peak_size_adds_to_the_message(tmp_path):
+    """busbw(S) = B x S / (S + S_half): an 8-GPU all-reduce of S = S_half = 16 MiB at 100 GB/s, no latency,
+    runs at half the bandwidth: 2 x 7/8 x 2 x 16 MiB / 100 GB/s."""
+    path = hardware_variant(tmp_path, {"intra_node.bandwidth": "100 GB/s", "intra_node.half_peak_message": "16 MiB"})
+    cluster = _cluster(path)
+    assert _all_reduce_time(cluster, 2**24) == pytest.approx(2 * 7 / 8 * 2 * 2**24 / 100e9, rel=1e-9)
