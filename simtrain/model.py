@@ -11,6 +11,7 @@ import json
 import re
 from functools import cached_property, lru_cache
 from importlib import resources
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -149,7 +150,12 @@ def from_hf_config(config: dict[str, Any], *, file: str, name: str | None = None
     """Map a HuggingFace ``config.json`` (Llama, Mistral, Qwen2, GPT-2 style) to a ModelSpec.
 
     Errors name the config's own key (``num_attention_heads``) and, given the file ``text``, its line.
+    A config that describes a block simtrain does not build (experts, latent attention, a parallel
+    block, a head width of its own) is refused rather than read as the nearest dense model.
     """
+    # multi_query last: in a Falcon config the parallel block is the news, not the missing mapping
+    for key, message in sorted(_unsupported(config), key=lambda problem: problem[0] == "multi_query"):
+        raise InputError(message, file=file, line=_json_line(text, key.rsplit(".", 1)[-1]), field=key)
     out: dict[str, Any] = {"name": name or config.get("_name_or_path") or config.get("model_type", "hf-model")}
     source: dict[str, str] = {}
     for key, ours in _HF_KEYS.items():
@@ -179,6 +185,86 @@ def from_hf_config(config: dict[str, Any], *, file: str, name: str | None = None
         message = f"{err.message} (HuggingFace key for simtrain's '{ours}')" if ours else err.message
         raise InputError(message, file=file, line=None if missing else _json_line(text, source.get(ours)),
                          field=hf_key if ours else None) from None
+
+
+_DENSE = "it supports dense decoder-only transformers (Llama, Mistral, Qwen2, GPT-2 style)"
+_SEQUENTIAL = ("which simtrain does not model; it supports blocks that run attention, then the MLP (Llama, Mistral, "
+               "Qwen2, GPT-2 style)")
+
+#: keys that count experts or the experts each token is routed to: Mixtral's num_local_experts,
+#: Qwen2-MoE's num_experts, DeepSeek's n_routed_experts / n_shared_experts, everyone's
+#: num_experts_per_tok, DBRX's ffn_config.moe_num_experts / moe_top_k, ERNIE's moe_k
+_EXPERT_COUNT = re.compile(r"(?:num|n)_\w*experts(?:_per_tok(?:en)?)?|experts_per_tok(?:en)?"
+                           r"|moe_(?:\w*experts|top_k|k)")
+
+#: DeepSeek-V2/V3 multi-head latent attention: keys and values (and queries) through low-rank latents
+_MLA_KEYS = ("kv_lora_rank", "q_lora_rank")
+
+#: block layouts other than attention-then-MLP, each true when the block differs
+_BLOCK_KEYS = {
+    "parallel_attn": f"means attention and the MLP side by side in one block (Falcon's parallel block), {_SEQUENTIAL}",
+    "use_parallel_residual": f"means attention and the MLP side by side in one block (GPT-NeoX's parallel residual), "
+                             f"{_SEQUENTIAL}",
+    "new_decoder_architecture": f"means Falcon's new decoder (parallel attention and MLP with their own norms, grouped "
+                                f"KV heads in num_kv_heads), {_SEQUENTIAL}",
+    # Falcon and GPT-BigCode carry multi-query attention; mapping it to kv_heads=1 alone would still
+    # miss what else those families default to (biases from 'bias', tied embeddings, Falcon's
+    # parallel block, GPT-BigCode's learned position table), so the config is refused instead.
+    "multi_query": "means multi-query attention in a Falcon or GPT-BigCode config, whose biases, tied embeddings and "
+                   "position tables simtrain does not read; it supports Llama, Mistral, Qwen2 and GPT-2 style "
+                   "configs (multi-query attention there is num_key_value_heads: 1)",
+}
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _json_value(value: Any) -> str:
+    """A config value as the JSON file spells it (true, null, 8), text quoted as elsewhere ('big')."""
+    return repr(value) if isinstance(value, str) else json.dumps(value)
+
+
+def _unsupported(config: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, str]]:
+    """(key, message) for each key, in file order, that describes a model simtrain does not build.
+
+    Nested sections are searched too (DBRX keeps its experts in ``ffn_config``).
+    """
+    for key, value in config.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict):
+            yield from _unsupported(value, f"{path}.")
+        elif _EXPERT_COUNT.fullmatch(key) and _is_number(value) and value > 1:
+            yield path, (f"{_json_value(value)} makes this a mixture-of-experts model (more than one expert MLP per "
+                         f"layer), which simtrain does not model; {_DENSE}, one MLP per layer")
+        elif key in _MLA_KEYS and value is not None:
+            yield path, (f"{_json_value(value)} means DeepSeek multi-head latent attention (keys and values through "
+                         "a low-rank latent), which simtrain does not model; it supports multi-head, grouped-query "
+                         "and multi-query attention (num_key_value_heads)")
+        elif key in _BLOCK_KEYS and value is True:
+            yield path, f"true {_BLOCK_KEYS[key]}"
+        elif key == "head_dim" and not prefix and value is not None:
+            message = _head_dim_problem(config, value)
+            if message:
+                yield path, message
+
+
+def _head_dim_problem(config: dict[str, Any], head_dim: Any) -> str | None:
+    """Why a config's ``head_dim`` cannot be modelled: simtrain's heads are hidden / heads wide."""
+    if isinstance(head_dim, bool):
+        return f"{_json_value(head_dim)} is a boolean, not a whole number (the width of one attention head)"
+    if not _is_number(head_dim):
+        return f"{_json_value(head_dim)} is not a whole number (the width of one attention head)"
+    hidden_key = next((k for k, v in _HF_KEYS.items() if v == "hidden" and config.get(k) is not None), None)
+    heads_key = next((k for k, v in _HF_KEYS.items() if v == "heads" and config.get(k) is not None), None)
+    if hidden_key is None or heads_key is None:
+        return None                      # the missing width or head count is reported by the schema
+    hidden, heads = config[hidden_key], config[heads_key]
+    if not (_is_number(hidden) and _is_number(heads) and heads > 0) or head_dim * heads == hidden:
+        return None
+    return (f"{head_dim} differs from {hidden_key} / {heads_key} = {hidden} / {heads} = {hidden / heads:g}, which "
+            "simtrain does not model; it assumes head_dim = hidden / heads (query, key, value and output projections "
+            "as wide as the model)")
 
 
 def _json_line(text: str | None, key: str | None) -> int | None:

@@ -1,18 +1,18 @@
 """Pydantic field types for physical quantities.
 
-In a file a quantity is a number, a unit string (``80 GiB``) or a mapping
-``{value: 80 GiB, source: "datasheet ..."}``; in code it is an SI float.
+In a file a quantity is a unit string (``80 GiB``) or a mapping
+``{value: 80 GiB, source: "datasheet ..."}``; a bare number there is refused unless it is 0 (``450`` for a
+bandwidth is a typo for ``450 GB/s``, not 450 B/s). In code it is an SI float, and Python callers pass one.
 """
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Annotated
 
-from pydantic import BeforeValidator
+from pydantic import BeforeValidator, ValidationInfo
 
 from simtrain.errors import InputError
-from simtrain.units import parse_quantity
+from simtrain.units import KINDS, parse_quantity
 
 
 def _number(value: object) -> object:
@@ -47,18 +47,30 @@ def _fraction(x: float, raw: object) -> None:
         raise ValueError(f"{_shown(raw, x)} must be a fraction in (0, 1]")
 
 
-def _quantity(kind: str, check, value: object) -> float:
+def _quantity(kind: str, check, value: object, info: ValidationInfo) -> float:
     raw = _number(value)
     try:
         x = parse_quantity(raw, kind)
     except InputError as err:
         raise ValueError(err.message) from None
+    if from_file(info) and kind != "number" and x != 0 and not isinstance(raw, str):
+        example = KINDS[kind].split(", e.g. ")
+        raise ValueError(f"{raw!r} has no unit: write {example[0]} with one, e.g. {example[1].split(' or ')[0].split(', ')[0]}")
     check(x, raw)
     return x
 
 
+def from_file(info: ValidationInfo | None) -> bool:
+    """True while validating what a file (or an override of it) says: there a physical quantity needs its unit;
+    Python callers pass SI floats."""
+    return bool(info is not None and info.context and info.context.get("file"))
+
+
 def _q(kind: str, check) -> BeforeValidator:
-    return BeforeValidator(partial(_quantity, kind, check))
+    def validator(value: object, info: ValidationInfo) -> float:
+        return _quantity(kind, check, value, info)
+
+    return BeforeValidator(validator)
 
 
 Bytes = Annotated[float, _q("bytes", _positive)]

@@ -8,9 +8,10 @@ the rest. A misspelt key comes first (``trainig:`` also makes ``training``
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+import types
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
 from simtrain.errors import InputError, suggest
 from simtrain.yamlio import locate
@@ -19,9 +20,25 @@ T = TypeVar("T", bound=BaseModel)
 
 
 class Closed(BaseModel):
-    """Base for every schema: unknown keys are errors, values are immutable, numbers are finite."""
+    """Base for every schema: unknown keys are errors, values are immutable, numbers are finite, and
+    a boolean is never a number.
+
+    Pydantic's lax mode turns ``true`` into 1 for an ``int`` (and 1.0 for a ``float``), so
+    ``micro_batch: true`` would run as 1 and ``zero: false`` as stage 0. Strict mode would also refuse
+    ``2.0`` for a whole number, which files write; so one check here, before any field's own
+    validation, refuses a boolean wherever the field's type takes numbers but not booleans.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_boolean_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, (bool, list, tuple, dict)) and info.field_name in cls.model_fields:
+            problem = _boolean_as_number(cls.model_fields[info.field_name].annotation, value)
+            if problem:
+                raise FieldError(*problem)
+        return value
 
 
 class FieldError(ValueError):
@@ -31,6 +48,53 @@ class FieldError(ValueError):
     def __init__(self, message: str, *where: str | int) -> None:
         super().__init__(message)
         self.where = where
+
+
+def _alternatives(ann: Any) -> list[Any]:
+    """The types a value may take at ``ann``: unions opened, ``Annotated`` metadata dropped."""
+    origin = get_origin(ann)
+    if origin is Annotated:
+        return _alternatives(get_args(ann)[0])
+    if origin is Union or origin is types.UnionType:
+        return [alt for arg in get_args(ann) for alt in _alternatives(arg)]
+    return [ann]
+
+
+def _number_kind(ann: Any) -> tuple[str, str] | None:
+    """('a whole number' | 'a number', allowed-values note) when ``ann`` takes numbers but not
+    booleans, else None (a bool field, ``Any``, text, a section)."""
+    alternatives = _alternatives(ann)
+    literals = [v for alt in alternatives if get_origin(alt) is Literal for v in get_args(alt)]
+    if bool in alternatives or Any in alternatives or any(isinstance(v, bool) for v in literals):
+        return None
+    numbers = [v for v in literals if isinstance(v, int)]
+    if int in alternatives or numbers:
+        shown = ", ".join(str(v) for v in numbers[:-1]) + f" or {numbers[-1]}" if len(numbers) > 1 else ""
+        return "a whole number", f" (allowed: {shown})" if shown and int not in alternatives else ""
+    if float in alternatives:
+        return "a number", ""
+    return None
+
+
+def _boolean_as_number(ann: Any, value: Any, *where: int | str) -> tuple[str, ...] | None:
+    """(message, *place) for a boolean at, or inside a list or mapping at, a place that wants a number."""
+    if isinstance(value, bool):
+        kind = _number_kind(ann)
+        return (f"{str(value).lower()} is a boolean, not {kind[0]}{kind[1]}", *where) if kind else None
+    for alt in _alternatives(ann):
+        origin, args = get_origin(alt), get_args(alt)
+        if origin in (list, tuple) and isinstance(value, (list, tuple)) and args:
+            for i, item in enumerate(value):
+                item_ann = args[0] if origin is list or args[-1] is Ellipsis else args[min(i, len(args) - 1)]
+                problem = _boolean_as_number(item_ann, item, *where, i)
+                if problem:
+                    return problem
+        elif origin is dict and isinstance(value, dict) and len(args) == 2:
+            for key, item in value.items():
+                problem = _boolean_as_number(args[1], item, *where, key)
+                if problem:
+                    return problem
+    return None
 
 
 def _field_names(model: type[BaseModel], loc: tuple) -> list[str]:
@@ -140,7 +204,7 @@ def _dotted(loc: tuple) -> str:
 def validate(model: type[T], data: Any, *, file: str | None, prefix: str = "", root: Any = None) -> T:
     """Build ``model`` from ``data`` or raise an InputError naming file, line and field."""
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, context={"file": file} if file else None)
     except ValidationError as exc:
         err = _pick(exc.errors(include_url=False))
         where = getattr(err.get("ctx", {}).get("error"), "where", ())

@@ -68,7 +68,8 @@ def _unit_scale(unit: str, kind: str) -> float | None:
 def parse_quantity(value: object, kind: str) -> float:
     """Parse ``value`` (a number or a unit string) as ``kind``, returning SI.
 
-    A bare number is taken as already SI (bytes, seconds, FLOP/s, bytes/s).
+    A bare number is taken as already SI (bytes, seconds, FLOP/s, bytes/s): that is how Python callers
+    pass quantities. Files must write the unit (``simtrain.quantity`` refuses a bare non-zero number there).
     Infinite and NaN values are refused: no physical quantity in a file is either.
     Raises :class:`InputError` (without location; the caller adds it).
     """

@@ -137,9 +137,9 @@ def _dp_scenario(tmp_path, ratio: float | None, overlap: bool = True, grad_dtype
     c = build_plan(make_scenario(**base)).chunks[0]
     bucket, t_b = c.grad_bytes_layer, c.bwd_layer
     bandwidth = bucket / (ratio * t_b) if ratio else 1e18
-    hw = hardware_variant(tmp_path, {"intra_node.bandwidth": bandwidth}, name=f"dp{ratio}")
+    hw = hardware_variant(tmp_path, {"intra_node.bandwidth": f"{bandwidth!r} B/s"}, name=f"dp{ratio}")
     base["training"] = dict(base["training"], grad_dtype=grad_dtype)
-    s = make_scenario(hardware=hw, simulation={"dp_bucket_size": bucket, "overlap_dp": overlap}, **base)
+    s = make_scenario(hardware=hw, simulation={"dp_bucket_size": f"{bucket!r} B", "overlap_dp": overlap}, **base)
     return s, c, bandwidth
 
 
@@ -212,7 +212,7 @@ def test_edge_of_memory_is_a_warning(tmp_path, fraction, warned):
     timed): the same scenario on a GPU whose memory is its peak / 0.97 warns, on one with peak / 0.90 not."""
     base = dict(model=gpt_model(layers=4), training={"seq_len": 512, "global_batch": 8, "micro_batch": 2})
     peak = simulate(make_scenario(**base)).peak_memory_bytes_max
-    hw = hardware_variant(tmp_path, {"gpu.memory": peak / fraction}, name=f"mem{fraction}")
+    hw = hardware_variant(tmp_path, {"gpu.memory": f"{peak / fraction!r} B"}, name=f"mem{fraction}")
     r = simulate(make_scenario(hardware=hw, **base))
     assert r.fits_in_memory
     assert any("at the edge of memory" in w for w in r.warnings) is warned
@@ -271,9 +271,9 @@ def test_overlap_slowdown_lasts_only_while_the_collective_runs(tmp_path):
     t_ar = 0.5 * t_b
     steps = []
     for slowdown in (1, f):
-        hw = hardware_variant(tmp_path, {"intra_node.bandwidth": bucket / t_ar,
+        hw = hardware_variant(tmp_path, {"intra_node.bandwidth": f"{bucket / t_ar!r} B/s",
                                          "compute.overlap_slowdown": slowdown}, name=f"ov{slowdown}")
-        s = make_scenario(hardware=hw, simulation={"dp_bucket_size": bucket}, **base)
+        s = make_scenario(hardware=hw, simulation={"dp_bucket_size": f"{bucket!r} B"}, **base)
         steps.append(simulate(s).step_time_s)
     assert steps[1] - steps[0] == pytest.approx((c.layers - 1) * t_ar * (1 - 1 / f), rel=1e-6)
 
@@ -288,7 +288,7 @@ def test_backward_prefetch_post_waits_for_each_gather(tmp_path):
     c = build_plan(make_scenario(**base)).chunks[0]
     g = 0.1 * c.bwd_layer
     bandwidth = c.zero3_layer_bytes / 2 / g          # a ring of 2 moves S/2 per flow: time (S/2) / B = g
-    hw = hardware_variant(tmp_path, {"intra_node.bandwidth": bandwidth}, name="z3")
+    hw = hardware_variant(tmp_path, {"intra_node.bandwidth": f"{bandwidth!r} B/s"}, name="z3")
     steps = {}
     for mode in ("pre", "post"):
         s = make_scenario(hardware=hw, **{**base, "parallel": {**base["parallel"], "backward_prefetch": mode}})

@@ -37,7 +37,7 @@ def test_unit_strings_become_si(text, kind, expected):
 
 
 def test_bare_number_is_already_si():
-    """A bare number is taken as SI, unchanged."""
+    """A bare number is taken as SI, unchanged: how Python callers pass quantities."""
     assert parse_quantity(4.5e9, "bandwidth") == 4.5e9
     assert parse_quantity(3, "time") == 3.0
 
@@ -94,3 +94,28 @@ def test_bad_unit_in_a_file_names_file_line_and_field(tmp_path):
         load_hardware(str(path), base_dir=tmp_path, file="scenario.yaml")
     assert str(exc.value).startswith(f"{path}:{line}: gpu.memory: ")
     assert "'G'" in str(exc.value)
+
+
+@pytest.mark.parametrize(("field", "value", "says"), [
+    ("intra_node.bandwidth", 450, "intra_node.bandwidth: 450 has no unit: write a bandwidth with one, e.g. '3.35 TB/s'"),
+    ("intra_node.latency", {"value": 0.6, "source": "x"}, "intra_node.latency: 0.6 has no unit: write a time"),
+    ("gpu.memory", 81559, "gpu.memory: 81559 has no unit: write bytes with one"),
+    ("gpu.peak_flops.bf16", 989.5, "gpu.peak_flops.bf16: 989.5 has no unit: write a compute rate"),
+])
+def test_bare_number_in_a_file_is_refused(tmp_path, field, value, says):
+    """In a file a physical quantity needs its unit: '450' for a bandwidth is a typo for '450 GB/s', and read
+    as 450 B/s it would make a step take years without a word (the user audit's worst finding)."""
+    from simtrain.hardware import load_hardware
+
+    path = hardware_variant(tmp_path, {field: value})
+    with pytest.raises(InputError) as exc:
+        load_hardware(str(path), base_dir=tmp_path, file="scenario.yaml")
+    assert says in str(exc.value)
+
+
+def test_zero_needs_no_unit_in_a_file(tmp_path):
+    """0 is 0 in every unit: a zero latency reads as written."""
+    from simtrain.hardware import load_hardware
+
+    path = hardware_variant(tmp_path, {"intra_node.latency": 0})
+    assert load_hardware(str(path), base_dir=tmp_path, file="scenario.yaml")[0].intra_node.latency == 0.0
