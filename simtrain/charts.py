@@ -89,15 +89,4 @@ def plot_saved(report_json_path: str | Path, gantt: str | None = None, memory: s
         report = report_of(report)
     except InputError as err:
         raise err.located(file=str(path)) from None
-    _check_report(report, path)
     _write(report, gantt, memory, None)
-
-
-def _check_report(report: dict, path: Path) -> None:
-    """The keys the charts read, so a damaged report gives a message instead of a traceback."""
-    tl = report["timeline"]
-    for key in ("fields", "records", "lanes", "step_time_s"):
-        if key not in tl:
-            raise InputError(f"the report's timeline has no '{key}'", file=str(path), field=f"timeline.{key}")
-    if "stages" not in report:
-        raise InputError("the report has no 'stages'", file=str(path), field="stages")

@@ -16,6 +16,10 @@ from dataclasses import dataclass, field
 from simtrain.costs import DTYPE_BYTES
 from simtrain.scenario import Scenario
 
+#: above this fraction of the GPU's memory a run is "at the edge of memory": `run` warns and `search` skips it
+#: by default (a threshold for advice, not a model constant)
+EDGE_OF_MEMORY = 0.95
+
 
 @dataclass(frozen=True)
 class StateBytes:
@@ -312,6 +316,10 @@ def advice(scenario: Scenario, report: MemoryReport) -> list[str]:
     tips = []
     tr, par = scenario.training, scenario.parallel
     dom = report.dominant()
+    m = scenario.microbatches
+    if par.pp > 1 and par.schedule == "gpipe" and m > par.pp:
+        tips.append(f"switch to 1F1B (parallel.schedule: 1f1b): GPipe keeps the activations of all {m} micro-batches "
+                    f"until the backward, 1F1B at most {par.pp} on the first stage (Narayanan et al. 2021, §2.2.1)")
     if dom == "activations" or tr.recompute == "none":
         if tr.recompute == "none":
             tips.append("turn on activation recompute (training.recompute: selective_op, selective or full)")

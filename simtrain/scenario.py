@@ -420,7 +420,7 @@ def _check_rules(s: Scenario, raw: dict) -> list[str]:
             name = getattr(link, end)
             if name not in s.cluster.graph:
                 fail(f"simulation.degraded_links.{i}.{end}", f"'{name}' is not a node of the cluster graph "
-                     f"(GPUs are gpu0..gpu{gpus - 1}; see `simtrain topology`){suggest(name, list(s.cluster.graph)[:2000])}")
+                     f"(GPUs are gpu0..gpu{gpus - 1}; docs/model.md section 4.1 describes the cluster graph){suggest(name, list(s.cluster.graph)[:2000])}")
         if not s.cluster.graph.has_edge(link.a, link.b):
             fail(f"simulation.degraded_links.{i}", f"there is no link {link.a} -> {link.b} in the cluster graph")
 

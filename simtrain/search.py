@@ -4,7 +4,8 @@
    sequence_parallel) for the GPU count: TP within a node, PP dividing the layers,
    DP from the rest; each candidate is ``scenario.with_overrides(...)``, and those
    the scenario rules reject (InputError) are dropped.
-2. Drop the layouts that do not fit by the memory model (``simtrain.memory``).
+2. Drop the layouts that do not fit by the memory model (``simtrain.memory``), or fit with less headroom than
+   ``max_memory`` leaves (default 95% of the GPU, where ``simtrain run`` warns of allocator retries).
 3. Bound the rest with the analytic estimate (:mod:`simtrain.estimate`): its
    ``lower_bound_s`` never exceeds the simulated step, so ``tokens / lower_bound``
    is an optimistic throughput.
@@ -25,6 +26,7 @@ from typing import Any
 
 from simtrain.errors import InputError
 from simtrain.scenario import Scenario
+from simtrain.memory import EDGE_OF_MEMORY
 from simtrain.sweeps import ScenarioPayload, error_text, open_executor, progress_bar, run_tasks
 from simtrain.units import format_time
 
@@ -96,9 +98,11 @@ def _overrides(layout: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def screen(payload: ScenarioPayload, base: dict[str, Any], layouts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def screen(payload: ScenarioPayload, base: dict[str, Any], layouts: list[dict[str, Any]],
+           max_memory: float = 1.0) -> list[dict[str, Any]]:
     """Validate, check memory and estimate each layout (runs in a worker); never raises. Status:
-    'invalid' (rejected by the scenario rules), 'oom', 'fits' (then estimated) or 'failed'."""
+    'invalid' (rejected by the scenario rules), 'oom', 'tight' (fits, above ``max_memory`` of the GPU),
+    'fits' (then estimated) or 'failed'."""
     from simtrain.estimate import estimate
     from simtrain.simulation import memory
 
@@ -110,7 +114,9 @@ def screen(payload: ScenarioPayload, base: dict[str, Any], layouts: list[dict[st
             sc = scenario.with_overrides({**base, **_overrides(layout)})
             mem = memory(sc)
             row.update(status="oom", peak_memory_bytes_max=mem.peak_memory_bytes_max)
-            if mem.fits_in_memory:
+            if mem.fits_in_memory and mem.peak_memory_bytes_max > max_memory * mem.capacity_bytes:
+                row.update(status="tight")
+            elif mem.fits_in_memory:
                 est = estimate(sc)
                 row.update(status="fits", estimate_s=est.step_time_s, lower_bound_s=est.lower_bound_s,
                            compute_s=est.compute_s, recompute_s=est.recompute_s)
@@ -147,6 +153,7 @@ class SearchResult:
     gpus: int
     seconds: float
     counts: dict[str, int] = field(default_factory=dict)
+    max_memory: float = 1.0     # the fraction of the GPU's memory a layout could use to compete
 
     def table(self):
         import pandas as pd
@@ -155,10 +162,15 @@ class SearchResult:
 
 
 def search(scenario: Scenario, *, gpus: int | None = None, top: int = 5, workers: int | None = None,
-           executor: Executor | None = None, progress: bool | None = None) -> SearchResult:
-    """The ``top`` layouts by simulated tokens/s (module docstring for the method)."""
+           executor: Executor | None = None, progress: bool | None = None,
+           max_memory: float = EDGE_OF_MEMORY) -> SearchResult:
+    """The ``top`` layouts by simulated tokens/s (module docstring for the method), among those whose peak memory
+    stays within ``max_memory`` of the GPU's."""
     if top < 1:
         raise InputError(f"--top {top}: give 1 or more", field="top")
+    if not 0 < max_memory <= 1:
+        raise InputError(f"--max-memory {max_memory:g}: give a fraction of the GPU's memory in (0, 1]",
+                         field="max_memory")
     started = time.perf_counter()
     base = gpu_overrides(scenario, gpus)
     total = base.get("gpus_per_node", scenario.gpus_per_node) * base.get("nodes", scenario.nodes)
@@ -173,7 +185,8 @@ def search(scenario: Scenario, *, gpus: int | None = None, top: int = 5, workers
         size = max(8, min(128, math.ceil(len(layouts) / (4 * lanes))))
         chunks = [list(range(i, min(i + size, len(layouts)))) for i in range(0, len(layouts), size)]
         with progress_bar(len(layouts), progress, "screen") as bar:
-            for c, value in run_tasks(screen, [(payload, base, [layouts[i] for i in ch]) for ch in chunks], ex):
+            for c, value in run_tasks(screen, [(payload, base, [layouts[i] for i in ch], max_memory) for ch in chunks],
+                                      ex):
                 for i, info in zip(chunks[c], value if isinstance(value, list) else []):
                     rows[i].update(info)
                 if not isinstance(value, list):
@@ -217,13 +230,14 @@ def search(scenario: Scenario, *, gpus: int | None = None, top: int = 5, workers
         r["reason"] = why_slower(r, winners[0])
     if winners:
         winners[0]["reason"] = "best"
-    counts = {s: sum(1 for r in rows if r["status"] == s) for s in ("invalid", "oom", "pruned", "simulated", "failed")}
+    counts = {s: sum(1 for r in rows if r["status"] == s)
+              for s in ("invalid", "oom", "tight", "pruned", "simulated", "failed")}
     counts["enumerated"] = len(rows)
     # the pruning is exact only if the bound holds; check it on every layout that was simulated
     counts["bound_violations"] = sum(1 for r in rows if r["status"] == "simulated"
                                      and r["lower_bound_s"] > r["step_time_s"])
     return SearchResult(rows=rows, top=winners, tokens_per_step=tokens, gpus=total,
-                        seconds=time.perf_counter() - started, counts=counts)
+                        seconds=time.perf_counter() - started, counts=counts, max_memory=max_memory)
 
 
 def _pct(fraction: float) -> str:
@@ -278,11 +292,13 @@ def search_text(result: SearchResult) -> str:
     lines = ["  ".join(cell.ljust(w) if i in (7, 8, 15) else cell.rjust(w)
                        for i, (cell, w) in enumerate(zip(row, widths))).rstrip() for row in [head, *body]]
     lines.append(f"{c['enumerated']} layouts of {result.gpus} GPUs: {c['invalid']} invalid, {c['oom']} do not fit, "
+                 f"{c['tight']} fit above {result.max_memory:.0%} of memory (--max-memory), "
                  f"{c['pruned']} pruned by the analytic bound, {c['simulated']} simulated"
                  + (f", {c['failed']} failed" if c["failed"] else "") + f" ({result.seconds:.1f} s)")
     if c["bound_violations"]:
         lines.append(f"warning: the analytic bound exceeded the simulated step on {c['bound_violations']} layout(s), "
                      "so pruning may have skipped a winner (a simtrain bug: estimate and engine disagree)")
     if not result.top:
-        lines.append("no layout fits in memory: try more GPUs (--gpus), a smaller global batch or a smaller model")
+        lines.append(f"no layout fits within {result.max_memory:.0%} of memory: try more GPUs (--gpus), a smaller global "
+                     "batch or a smaller model" + (", or a higher --max-memory" if c["tight"] else ""))
     return "\n".join(lines) + "\n"

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from simtrain.errors import InputError
+from simtrain.errors import InputError, display_path
 from simtrain.io import write_atomic
 from simtrain.scenario import Scenario, scenario_from_dict
 
@@ -219,6 +219,20 @@ def table_format(path: str | Path) -> str:
     return fmt
 
 
+def output_format(path: str | Path) -> str:
+    """:func:`table_format` for a table simtrain will write, checked before any work is done: Parquet
+    needs pyarrow (the ``parquet`` extra), which a plain ``pip install simtrain`` does not bring."""
+    fmt = table_format(path)
+    if fmt == "parquet":
+        try:
+            import pyarrow.parquet  # noqa: F401  (pandas writes Parquet with it; --resume reads with it)
+        except ImportError:
+            raise InputError(f"cannot write '{display_path(path)}': Parquet tables need pyarrow, which is not "
+                             "installed; install it with pip install 'simtrain[parquet]', or name a .csv or .jsonl "
+                             "file instead") from None
+    return fmt
+
+
 def _plain(value: Any) -> Any:
     """numpy scalars to Python; NaN to None (a missing metric)."""
     if hasattr(value, "item") and not isinstance(value, (list, dict, str)):
@@ -256,7 +270,7 @@ class RowFile:
 
     def __init__(self, path: str | Path, keys: list[str], *, resume: bool = False) -> None:
         self.path = Path(path)
-        self.fmt = table_format(self.path)
+        self.fmt = output_format(self.path)
         self.keys = list(keys)
         self.columns = [*self.keys, *COLUMNS]
         self.stream = self.path.with_name(self.path.name + ".partial.jsonl") if self.fmt == "parquet" else self.path
@@ -374,7 +388,7 @@ def write_table(frame, path: str | Path) -> Path:
     """A whole DataFrame to CSV, JSON lines or Parquet (by extension), atomically."""
     import io
 
-    fmt = table_format(path)
+    fmt = output_format(path)
     if fmt == "parquet":
         buf = io.BytesIO()
         parquet_safe(frame).to_parquet(buf, index=False)
@@ -388,20 +402,25 @@ def write_table(frame, path: str | Path) -> Path:
 def sweep_to_file(scenario: Scenario, grid: dict[str, list], path: str | Path, *, resume: bool = False,
                   workers: int | None = None, executor: Executor | None = None, progress: bool | None = None):
     """:func:`sweep`, with each row appended to ``path`` as it finishes; ``resume`` skips the points
-    already in the file (matched on the swept values). Returns the whole table as written; its
-    ``attrs['resumed_points']`` counts the points that were already there."""
+    already in the file (matched on the swept values). Returns the whole table as written: the grid's
+    points first, in grid order, then rows of other grids kept from a resume. Its ``attrs`` count the
+    grid's points (``grid_points``), those found in the file and not run again (``resumed_points``) and,
+    of those run now, the ones simulated (``simulated_points``) and the invalid or failed ones
+    (``failed_points``)."""
     points = grid_points(grid)
     table = RowFile(path, list(grid), resume=resume)
     try:
         todo = [p for p in points if not table.done(p)]
-        skipped = len(points) - len(todo)
-        run_points(scenario, todo, workers=workers, executor=executor, progress=progress, on_point=table.append)
+        rows = run_points(scenario, todo, workers=workers, executor=executor, progress=progress,
+                          on_point=table.append)
     finally:
         table.close()
     table.finish(points)
     frame = read_table(path)
-    frame.attrs["resumed_points"] = skipped    # grid points found in the file and not run again
+    simulated = sum(1 for row in rows if not row.get("error"))
+    frame.attrs.update(grid_points=len(points), resumed_points=len(points) - len(todo),
+                       simulated_points=simulated, failed_points=len(rows) - simulated)
     return frame
 
-__all__ = ["sweep", "sweep_to_file", "read_table", "write_table", "RowFile", "table_format", "cell", "grid_points", "run_points", "evaluate_point", "ScenarioPayload", "METRICS", "COLUMNS",
+__all__ = ["sweep", "sweep_to_file", "read_table", "write_table", "RowFile", "table_format", "output_format", "cell", "grid_points", "run_points", "evaluate_point", "ScenarioPayload", "METRICS", "COLUMNS",
            "open_executor", "run_tasks", "progress_bar", "SerialExecutor", "error_text"]

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from simtrain.errors import InputError
+from simtrain.errors import InputError, display_path
 from simtrain.scenario import scenario_from_dict
 from simtrain.yamlio import load_yaml
 
@@ -167,12 +167,32 @@ def load_cases(path: str | Path | None = None) -> tuple[list[dict], Path]:
     return data, path.resolve().parent
 
 
+def _no_case_matches(only: str, cases: list[dict]) -> str:
+    """Why ``only`` picked nothing: the rule, the ids there are (grouped by their first two words), a sample."""
+    ids = [str(c["id"]) for c in cases]
+    groups: dict[str, int] = {}
+    for case_id in ids:
+        words = case_id.split("_")
+        head = "_".join(words[:2]) + ("_" if len(words) > 2 else "")
+        groups[head] = groups.get(head, 0) + 1
+    other_case = sum(only.casefold() in case_id.casefold() for case_id in ids)
+    hint = f"; {other_case} ids contain it in another letter case" if other_case else ""
+    return (f"--only {only!r} matches no case (it keeps the cases whose id contains that text, case-sensitive{hint}); "
+            f"the {len(ids)} ids begin " + ", ".join(f"{head} ({n})" for head, n in sorted(groups.items()))
+            + (f", e.g. {ids[0]}" if ids else ""))
+
+
 def validate(path: str | Path | None = None, *, only: str | None = None, progress=None) -> list[CaseResult]:
+    """Run the cases of ``path`` (default: the bundled dev set) whose id contains ``only``; an
+    ``only`` that no id contains is an InputError listing the ids there are."""
     cases, base = load_cases(path)
+    if only:
+        chosen = [case for case in cases if only in str(case["id"])]
+        if not chosen:
+            raise InputError(_no_case_matches(only, cases), file=display_path(resolve_cases(path)))
+        cases = chosen
     out = []
     for case in cases:
-        if only and only not in case["id"]:
-            continue
         out.append(run_case(case, base))
         if progress:
             progress()

@@ -341,3 +341,16 @@ def test_eager_loss_peak_of_llama3_8b_at_16k_tokens():
     assert last.activations - kept_last == pytest.approx(8 * 16384 * 128256, rel=1e-12)
     assert 8 * 16384 * 128256 == pytest.approx(16.81e9, rel=1e-3)
     assert first.activations == pytest.approx(first.activation_per_microbatch * first.inflight, rel=1e-12)
+
+
+def test_gpipe_out_of_memory_advice_names_1f1b(capsys):
+    """GPipe keeps all m micro-batches' activations until the backward, 1F1B at most p on the first stage
+    (Narayanan et al. 2021, Sec. 2.2.1): pp4_dp4 under GPipe with m = 256 / (1 x 4) = 64 micro-batches holds
+    64 x 10 layers x 717.2 MB (docs/model.md 10.1, by hand) = 459 GB of activations on a stage, far beyond
+    85.5 GB; the advice names the schedule first, and the same run under 1F1B fits."""
+    code, out, _ = run_cli(["memory", PP4_DP4, "--set", "parallel.schedule=gpipe",
+                            "--set", "training.global_batch=256"], capsys)
+    assert code == 0 and "NOT FIT" in out.upper()
+    assert "switch to 1F1B (parallel.schedule: 1f1b)" in out
+    code, out, _ = run_cli(["memory", PP4_DP4, "--set", "training.global_batch=256"], capsys)
+    assert code == 0 and "NOT FIT" not in out.upper()

@@ -43,7 +43,8 @@ def small_case(tmp_path):
 
 
 def test_search_agrees_with_brute_force(small_case):
-    """The top 3 by tokens/s equal those of simulating every layout that fits (memory model)."""
+    """The top 3 by tokens/s equal those of simulating every layout that fits (memory model) within the default
+    95% of the GPU's memory."""
     from simtrain.simulation import memory, simulate
 
     result = search(small_case, top=3, workers=1, progress=False)
@@ -57,7 +58,8 @@ def test_search_agrees_with_brute_force(small_case):
             sc = small_case.with_overrides(keys)
         except InputError:
             continue
-        if memory(sc).fits_in_memory:
+        mem = memory(sc)
+        if mem.fits_in_memory and mem.peak_memory_bytes_max <= 0.95 * mem.capacity_bytes:
             scored.append((-simulate(sc).tokens_per_s, i, layout))
     scored.sort(key=lambda x: (x[0], x[1]))
     brute = [(layout, -neg) for neg, _, layout in scored[:3]]
@@ -116,4 +118,18 @@ def test_cli_search_prints_top_k_and_writes_the_table(tmp_path, capsys):
     assert "272 layouts of 4 GPUs" in stdout
     table = read_table(out)
     assert len(table) == 272
-    assert set(table["status"]) <= {"simulated", "pruned", "oom", "invalid", "failed"}
+    assert set(table["status"]) <= {"simulated", "pruned", "oom", "tight", "invalid", "failed"}
+
+
+def test_max_memory_keeps_headroom(small_case):
+    """With max_memory 1.0 every fitting layout competes; with 0.5 none whose peak passes half the GPU's memory
+    reaches the top, and the layouts set aside are counted as 'tight'."""
+    loose = search(small_case, top=50, workers=1, progress=False, max_memory=1.0)
+    tight = search(small_case, top=50, workers=1, progress=False, max_memory=0.5)
+    cap = 0.8 * 2**30
+    assert any(r["peak_memory_bytes_max"] > 0.5 * cap for r in loose.top)
+    assert all(r["peak_memory_bytes_max"] <= 0.5 * cap for r in tight.top)
+    assert tight.counts["tight"] == sum(1 for r in loose.rows if r["status"] in ("simulated", "pruned")
+                                        and r["peak_memory_bytes_max"] > 0.5 * cap)
+    with pytest.raises(InputError):
+        search(small_case, max_memory=1.5)

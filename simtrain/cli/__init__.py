@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+from typing import Any
 
 import click
 
@@ -23,6 +24,24 @@ def cli(ctx: click.Context, debug: bool) -> None:
     """simtrain: simulate distributed training steps before you book or buy GPUs."""
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
+
+
+#: --json help: the option writes a file, or stdout for '-' (then the text goes to stderr, so a pipe gets JSON only)
+JSON_HELP = "write the JSON report to this file, or to stdout for '-' (the text report then goes to stderr)"
+
+
+def emit(text: str, json_path: str | None, report: Any) -> None:
+    """The command's text, then its JSON report: to ``json_path`` (atomically) with the text on stdout,
+    or for ``--json -`` the JSON on stdout and the text on stderr."""
+    from simtrain.io import dumps_json, write_json
+
+    if json_path == "-":
+        click.echo(text, nl=False, err=True)
+        click.echo(dumps_json(report), nl=False)
+        return
+    if json_path:
+        write_json(json_path, report)
+    click.echo(text, nl=False)
 
 
 def _register() -> None:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import click
 
-from simtrain.cli import cli
-from simtrain.io import write_json
+from simtrain.cli import JSON_HELP, cli, emit
 from simtrain.scenario import load_scenario, parse_set
 
 
@@ -19,28 +18,27 @@ def _load(scenario: str, sets: tuple[str, ...], full: bool = False):
 @cli.command()
 @click.argument("scenario", type=click.Path(dir_okay=False))
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="override a scenario key, e.g. parallel.pp=8")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="write the JSON report here")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help=JSON_HELP)
 def memory(scenario: str, sets: tuple[str, ...], json_path: str | None) -> None:
     """Does SCENARIO fit in GPU memory, and what eats the memory?"""
     from simtrain.simulation import memory as memory_of
     from simtrain.textreport import memory_text
 
     result = memory_of(_load(scenario, sets))
-    if json_path:
-        write_json(json_path, result.to_dict())
-    click.echo(memory_text(result), nl=False)
+    emit(memory_text(result), json_path, result.to_dict())
 
 
 @cli.command()
 @click.argument("scenario", type=click.Path(dir_okay=False))
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="override a scenario key, e.g. parallel.pp=8")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="write the JSON report here")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help=JSON_HELP)
 @click.option("--gantt", "gantt_path", type=click.Path(dir_okay=False), help="write the Gantt chart (HTML) here")
 @click.option("--memory-plot", "memory_path", type=click.Path(dir_okay=False), help="write the memory timeline (HTML)")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), help="write a Perfetto/Chrome trace (JSON)")
 @click.option("--full", is_flag=True, help="simulate every rank (simulation.fidelity: full)")
 @click.option("--samples", type=click.IntRange(min=1), default=1, show_default=True,
-              help="with jitter: run this many seeds and report mean, P50, P95 step time")
+              help="run this many seeds and report mean, P50, P95 step time; needs simulation.jitter > 0 "
+                   "(e.g. --set simulation.jitter=0.05): without variation every seed gives the same step")
 def run(scenario: str, sets: tuple[str, ...], json_path: str | None, gantt_path: str | None,
         memory_path: str | None, trace_path: str | None, full: bool, samples: int) -> None:
     """Simulate one optimizer step of SCENARIO and report it."""
@@ -48,6 +46,10 @@ def run(scenario: str, sets: tuple[str, ...], json_path: str | None, gantt_path:
     from simtrain.textreport import run_text
 
     sc = _load(scenario, sets, full)
+    if samples > 1 and not sc.simulation.jitter > 0:
+        # only jitter draws from the seed (straggler ranks use simulation.seed), so the samples would be copies
+        click.echo(f"warning: --samples {samples} without simulation.jitter: every seed simulates the same step; "
+                   "add variation with e.g. --set simulation.jitter=0.05", err=True)
     result = simulate(sc)
     report = result.to_dict()
     extra = ""
@@ -58,13 +60,11 @@ def run(scenario: str, sets: tuple[str, ...], json_path: str | None, gantt_path:
         report["step_time_samples"] = stats
         extra = (f"step time over {samples} seeds: mean {stats['mean_s'] * 1e3:.2f} ms, "
                  f"P50 {stats['p50_s'] * 1e3:.2f} ms, P95 {stats['p95_s'] * 1e3:.2f} ms\n")
-    if json_path:
-        write_json(json_path, report)
     if gantt_path or memory_path or trace_path:
         from simtrain import charts
 
         charts.write_outputs(result, gantt=gantt_path, memory=memory_path, trace=trace_path)
-    click.echo(run_text(result) + extra, nl=False)
+    emit(run_text(result) + extra, json_path, report)
 
 
 @cli.command()
@@ -73,6 +73,13 @@ def run(scenario: str, sets: tuple[str, ...], json_path: str | None, gantt_path:
 @click.option("--memory-plot", "memory_path", type=click.Path(dir_okay=False), help="write the memory timeline (HTML)")
 def plot(report: str, gantt_path: str | None, memory_path: str | None) -> None:
     """Draw charts from a saved `simtrain run --json` REPORT (it must include the timeline)."""
-    from simtrain import charts
+    from pathlib import Path
 
-    charts.plot_saved(report, gantt=gantt_path, memory=memory_path)
+    from simtrain import charts
+    from simtrain.charts_data import ReportError
+
+    try:
+        charts.plot_saved(report, gantt=gantt_path, memory=memory_path)
+    except ReportError as err:      # a damaged field found while drawing: name the report it is in
+        raise err.located(file=str(Path(report))) from None
+    click.echo("wrote " + " and ".join(path for path in (gantt_path, memory_path) if path))

@@ -47,15 +47,22 @@ def _write_figures(path: str, title: str, figures: list) -> None:
     write_figure(path, title, figures)
 
 
-def _sweep_summary(df, keys: list[str]) -> str:
-    ok = df[df["error"].isna() | (df["error"].astype(str) == "")] if "error" in df else df
-    failed = len(df) - len(ok)
-    lines = [f"{len(df)} points: {len(ok)} simulated, {failed} invalid or failed"]
-    if failed:
-        lines.append(f"first error: {df.loc[~df.index.isin(ok.index), 'error'].iloc[0]}")
+def _valid_rows(df):
+    return df[df["error"].isna() | (df["error"].astype(str) == "")]
+
+
+def _sweep_summary(df, keys: list[str], resume: bool) -> str:
+    """What this run did (points simulated now, invalid, already done), then the grid's best point,
+    over every row of the grid (those kept by --resume too)."""
+    grid = df.iloc[:df.attrs["grid_points"]]      # the grid's points come first, in grid order
+    ok = _valid_rows(grid)
+    lines = [f"{len(grid)} points: {df.attrs['simulated_points']} simulated, {df.attrs['failed_points']} invalid "
+             "or failed" + (f", {df.attrs['resumed_points']} already done" if resume else "")]
+    if len(ok) < len(grid):
+        lines.append(f"first error: {grid.loc[~grid.index.isin(ok.index), 'error'].iloc[0]}")
     fits = ok[ok["fits_in_memory"].astype(str).isin(["True", "true", "1", "1.0"])]
     if len(ok) > len(fits):
-        lines[0] += f"; {len(ok) - len(fits)} of the simulated do not fit in memory"
+        lines[0] += f"; {len(ok) - len(fits)} of the valid points do not fit in memory"
     if len(fits):
         best = fits.loc[fits["tokens_per_s"].idxmax()]
         where = ", ".join(f"{k}={best[k]}" for k in keys)
@@ -69,7 +76,8 @@ def _sweep_summary(df, keys: list[str]) -> str:
 @click.option("--grid", "grids", multiple=True, required=True, metavar="KEY=V1,V2,...",
               help="a swept key and its values; repeat for a cartesian product")
 @click.option("--out", "out", required=True, type=click.Path(dir_okay=False),
-              help="results table: .csv, .parquet or .jsonl; rows are added as points finish")
+              help="results table: .csv, .jsonl or .parquet (needs pyarrow: simtrain[parquet]); rows are added as "
+                   "points finish")
 @click.option("--resume", is_flag=True, help="keep the rows already in --out and run only the missing points")
 @_WORKERS
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="write the sweep plot (HTML) here")
@@ -77,14 +85,20 @@ def _sweep_summary(df, keys: list[str]) -> str:
 @_PROGRESS
 def sweep(scenario: str, grids: tuple[str, ...], out: str, resume: bool, workers: int | None,
           plot_path: str | None, sets: tuple[str, ...], progress: bool | None) -> None:
-    """Simulate SCENARIO at every point of a grid and write one row per point."""
-    from simtrain.sweeps import sweep_to_file, table_format
+    """Simulate SCENARIO at every point of a grid and write one row per point.
+
+    Exits with status 2 when no point of the grid is valid (the table of their errors is still written)."""
+    from simtrain.sweeps import output_format, sweep_to_file
 
     grid = parse_grid(grids)
-    table_format(out)
+    output_format(out)
     sc = load_scenario(scenario, parse_set(list(sets)))
     df = sweep_to_file(sc, grid, out, resume=resume, workers=workers, progress=progress)
     keys = list(grid)
+    grid_rows = df.iloc[:df.attrs["grid_points"]]
+    if _valid_rows(grid_rows).empty:
+        raise InputError(f"no point of the sweep is valid: all {len(grid_rows)} failed, the first with "
+                         f"\"{grid_rows['error'].iloc[0]}\" ({out} holds every point's error)")
     if plot_path:
         from simtrain.charts import heatmap_figure, sweep_figure
 
@@ -92,9 +106,9 @@ def sweep(scenario: str, grids: tuple[str, ...], out: str, resume: bool, workers
         if len(keys) == 2:
             figures.insert(0, heatmap_figure(df, keys[0], keys[1], "tokens_per_s"))
         _write_figures(plot_path, f"{sc.name}: sweep", figures)
-    kept = df.attrs.get("resumed_points", 0)
+    kept = df.attrs["resumed_points"]
     resumed = f"resumed: {kept} point(s) were already in {out}\n" if resume else ""
-    click.echo(resumed + _sweep_summary(df, keys) + f"wrote {out}" + (f" and {plot_path}" if plot_path else ""))
+    click.echo(resumed + _sweep_summary(df, keys, resume) + f"wrote {out}" + (f" and {plot_path}" if plot_path else ""))
 
 
 @cli.command()
@@ -102,21 +116,25 @@ def sweep(scenario: str, grids: tuple[str, ...], out: str, resume: bool, workers
 @click.option("--gpus", type=int, default=None, help="GPU count to plan for (nodes = GPUs / GPUs per node)")
 @click.option("--top", type=click.IntRange(min=1), default=5, show_default=True, help="layouts to show")
 @click.option("--out", "out", type=click.Path(dir_okay=False),
-              help="every candidate with its status, estimate and metrics: .csv, .parquet or .jsonl")
+              help="every candidate with its status, estimate and metrics: .csv, .jsonl or .parquet (needs pyarrow: "
+                   "simtrain[parquet])")
+@click.option("--max-memory", "max_memory", type=click.FloatRange(min=0.0, max=1.0, min_open=True), default=0.95,
+              show_default=True, help="rank only layouts whose peak memory stays within this fraction of the GPU's "
+                                      "(above 95%, `simtrain run` warns of allocator retries)")
 @_WORKERS
 @_SET
 @_PROGRESS
-def search(scenario: str, gpus: int | None, top: int, out: str | None, workers: int | None,
+def search(scenario: str, gpus: int | None, top: int, out: str | None, max_memory: float, workers: int | None,
            sets: tuple[str, ...], progress: bool | None) -> None:
     """Find the fastest parallel layouts of SCENARIO's model, hardware and global batch."""
     from simtrain.search import search as run_search
     from simtrain.search import search_text
-    from simtrain.sweeps import table_format, write_table
+    from simtrain.sweeps import output_format, write_table
 
     if out:
-        table_format(out)
+        output_format(out)     # before the search: a missing Parquet engine must not cost a whole search
     sc = load_scenario(scenario, parse_set(list(sets)))
-    result = run_search(sc, gpus=gpus, top=top, workers=workers, progress=progress)
+    result = run_search(sc, gpus=gpus, top=top, workers=workers, progress=progress, max_memory=max_memory)
     if out:
         write_table(result.table(), out)
     click.echo(search_text(result) + (f"wrote {out}\n" if out else ""), nl=False)

@@ -6,8 +6,7 @@ import sys
 
 import click
 
-from simtrain.cli import cli
-from simtrain.io import write_json
+from simtrain.cli import JSON_HELP, cli, emit
 
 
 def _pct(x: float | None) -> str:
@@ -16,8 +15,9 @@ def _pct(x: float | None) -> str:
 
 @cli.command()
 @click.argument("cases", required=False, type=click.Path(dir_okay=False))
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="write per-case results and summaries")
-@click.option("--only", help="run only cases whose id contains this text")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False),
+              help="per-case results and summaries: " + JSON_HELP)
+@click.option("--only", help="run only cases whose id contains this text (case-sensitive; matching none is an error)")
 @click.option("--check", is_flag=True, help="exit 1 if the gated cases miss the targets (mean 5%, worst 10%)")
 def validate(cases: str | None, json_path: str | None, only: str | None, check: bool) -> None:
     """Compare predicted and measured step times on published runs.
@@ -71,10 +71,9 @@ def validate(cases: str | None, json_path: str | None, only: str | None, check: 
     met = g is not None and g.mean_abs_error <= v.TARGET_MEAN and g.worst_abs_error <= v.TARGET_WORST
     lines.append(f"targets (gated): mean <= {100 * v.TARGET_MEAN:.0f}%, worst <= {100 * v.TARGET_WORST:.0f}%: "
                  f"{'met' if met else 'NOT met'}")
-    click.echo("\n".join(lines))
-    if json_path:
-        write_json(json_path, {"cases": [r.to_dict() for r in results],
-                               "summary": {k: (s.to_dict() if s else None) for k, s in summaries.items()},
-                               "targets": {"mean": v.TARGET_MEAN, "worst": v.TARGET_WORST, "met": met}})
+    emit("\n".join(lines) + "\n", json_path,
+         {"cases": [r.to_dict() for r in results],
+          "summary": {k: (s.to_dict() if s else None) for k, s in summaries.items()},
+          "targets": {"mean": v.TARGET_MEAN, "worst": v.TARGET_WORST, "met": met}})
     if check and not met:
         sys.exit(1)

@@ -1,0 +1,329 @@
+"""Exit statuses and messages of the command line where a run cannot do what was asked (docs/errors.md):
+a missing Parquet engine, a sweep with no valid point, a --only that picks no case, a damaged saved
+report; and the small promises of the CLI: `--json -` is stdout, --samples without variation warns,
+`simtrain plot` says what it wrote, --resume counts what it ran.
+
+Expected messages and counts are written out here by hand from the inputs each test builds.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO, run_cli, scenario_dict
+
+AGAIN = "; write the report again with `simtrain run SCENARIO --json PATH`"
+
+
+@pytest.fixture
+def small(tmp_path, monkeypatch) -> Path:
+    """A one-GPU scenario on the ideal test node (fast to simulate), in the working folder as ok.yaml."""
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "ok.yaml"
+    path.write_text(yaml.safe_dump(scenario_dict()), encoding="utf-8")
+    return path
+
+
+def _files(folder: Path) -> list[str]:
+    """Every entry of ``folder``, hidden ones too (a temporary file left behind would show here)."""
+    return sorted(p.name for p in folder.iterdir())
+
+
+# --- Parquet without pyarrow ---------------------------------------------------------------------
+
+NO_PYARROW = ("cannot write '{}': Parquet tables need pyarrow, which is not installed; install it with "
+              "pip install 'simtrain[parquet]', or name a .csv or .jsonl file instead")
+
+
+@pytest.fixture
+def no_pyarrow(monkeypatch):
+    """Imports of pyarrow fail as on a plain `pip install simtrain` (None in sys.modules stops an import)."""
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+
+
+def test_extra_named_in_the_message_exists():
+    """The message tells people to install simtrain[parquet]: pyproject.toml defines that extra with pyarrow."""
+    import tomllib
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    assert any(dep.startswith("pyarrow") for dep in extras["parquet"])
+
+
+def test_sweep_to_parquet_without_pyarrow_exits_2_before_simulating(small, no_pyarrow, capsys, monkeypatch):
+    """No point is simulated and no file is left: the engine is checked before the sweep starts."""
+    import simtrain.sweeps
+
+    ran = []
+    monkeypatch.setattr(simtrain.sweeps, "evaluate_point", lambda *a: ran.append(a))
+    before = _files(small.parent)
+    code, out, err = run_cli(["sweep", "ok.yaml", "--grid", "training.micro_batch=1,2", "--out", "np.parquet",
+                              "--workers", "1"], capsys)
+    assert (code, out, err) == (2, "", "error: " + NO_PYARROW.format("np.parquet") + "\n")
+    assert ran == []
+    assert _files(small.parent) == before
+
+
+def test_search_to_parquet_without_pyarrow_exits_2_before_searching(small, no_pyarrow, capsys, monkeypatch):
+    """`simtrain search --out x.parquet` refuses up front instead of failing after the whole search."""
+    import simtrain.search
+
+    monkeypatch.setattr(simtrain.search, "search", lambda *a, **k: pytest.fail("the search ran"))
+    code, out, err = run_cli(["search", "ok.yaml", "--out", "x.parquet"], capsys)
+    assert (code, out, err) == (2, "", "error: " + NO_PYARROW.format("x.parquet") + "\n")
+
+
+def test_python_sweep_to_parquet_without_pyarrow_is_an_input_error(tmp_path, no_pyarrow, monkeypatch):
+    """sweep_to_file raises the same InputError before any point runs."""
+    import simtrain.sweeps
+    from conftest import make_scenario
+    from simtrain.errors import InputError
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(simtrain.sweeps, "run_points", lambda *a, **k: pytest.fail("points ran"))
+    with pytest.raises(InputError) as info:
+        simtrain.sweeps.sweep_to_file(make_scenario(), {"training.micro_batch": [1]}, "t.parquet")
+    assert str(info.value) == NO_PYARROW.format("t.parquet")
+    assert _files(tmp_path) == []
+
+
+# --- runs that did nothing useful ---------------------------------------------------------------
+
+def test_sweep_without_a_valid_point_exits_2_and_keeps_the_error_table(small, capsys):
+    """Every point sets an unknown key: exit 2, one line naming the first point's error and the file that
+    holds every point's error; that file is complete (header + 2 rows), nothing temporary is left."""
+    code, out, err = run_cli(["sweep", "ok.yaml", "--grid", "parallel.ppp=1,2", "--out", "s.csv", "--workers", "1"],
+                             capsys)
+    first = ("ok.yaml: parallel.ppp: unknown key (did you mean 'pp'?) (value set by an override such as --set, "
+             "not by the file)")
+    assert code == 2
+    assert out == ""
+    assert err == (f"error: no point of the sweep is valid: all 2 failed, the first with \"{first}\" "
+                   "(s.csv holds every point's error)\n")
+    lines = (small.parent / "s.csv").read_text(encoding="utf-8").splitlines()
+    assert lines[0] == "parallel.ppp,step_time_s,tokens_per_s,mfu,bubble_fraction,peak_memory_bytes_max," \
+                       "fits_in_memory,error"
+    assert lines[1:] == [f'{v},,,,,,,"{first}"' for v in (1, 2)]
+    assert _files(small.parent) == ["ok.yaml", "s.csv"]
+
+
+def test_sweep_with_one_valid_point_exits_0(small, capsys):
+    """micro_batch 3 does not divide global_batch 8 (invalid), micro_batch 1 does: the sweep did something."""
+    code, out, err = run_cli(["sweep", "ok.yaml", "--grid", "training.micro_batch=1,3", "--out", "s.csv",
+                              "--workers", "1"], capsys)
+    assert code == 0, err
+    assert out.startswith("2 points: 1 simulated, 1 invalid or failed\n")
+
+
+def test_resume_with_nothing_left_counts_what_ran(small, capsys, monkeypatch):
+    """A second --resume of a finished 3-point sweep runs nothing and says so: 0 simulated, 3 already done."""
+    args = ["sweep", "ok.yaml", "--grid", "training.micro_batch=1,2,4", "--out", "r.csv", "--workers", "1"]
+    code, out, _ = run_cli(args, capsys)
+    assert code == 0
+    assert out.startswith("3 points: 3 simulated, 0 invalid or failed\n")
+    import simtrain.sweeps
+
+    ran = []
+    real = simtrain.sweeps.evaluate_point
+    monkeypatch.setattr(simtrain.sweeps, "evaluate_point", lambda *a: ran.append(a) or real(*a))
+    code, out, _ = run_cli([*args, "--resume"], capsys)
+    assert code == 0
+    assert ran == []
+    assert out.startswith("resumed: 3 point(s) were already in r.csv\n"
+                          "3 points: 0 simulated, 0 invalid or failed, 3 already done\n")
+
+
+def test_resume_with_one_new_point_counts_one(small, capsys):
+    """Growing the grid from 2 to 3 values runs the one new point only."""
+    base = ["sweep", "ok.yaml", "--out", "r.csv", "--workers", "1"]
+    assert run_cli([*base, "--grid", "training.micro_batch=1,2"], capsys)[0] == 0
+    code, out, _ = run_cli([*base, "--grid", "training.micro_batch=1,2,4", "--resume"], capsys)
+    assert code == 0
+    assert "3 points: 1 simulated, 0 invalid or failed, 2 already done\n" in out
+
+
+def _cases_file(folder: Path) -> Path:
+    """Two cases (never simulated by the tests that use this file: --only picks neither)."""
+    cases = [{"id": f"alpha_one_{i}", "target_step_time_s": 1.0, "scenario": scenario_dict()} for i in (1, 2)]
+    cases.append({"id": "beta_two_3", "target_step_time_s": 1.0, "scenario": scenario_dict()})
+    path = folder / "c.yaml"
+    path.write_text(yaml.safe_dump(cases), encoding="utf-8")
+    return path
+
+
+def test_validate_only_matching_nothing_exits_2_listing_the_ids(tmp_path, capsys, monkeypatch):
+    """--only zzz on a file of ids alpha_one_1, alpha_one_2, beta_two_3: the rule, the id groups, a sample."""
+    monkeypatch.chdir(tmp_path)
+    _cases_file(tmp_path)
+    code, out, err = run_cli(["validate", "c.yaml", "--only", "zzz"], capsys)
+    assert (code, out) == (2, "")
+    assert err == ("error: c.yaml: --only 'zzz' matches no case (it keeps the cases whose id contains that text, "
+                   "case-sensitive); the 3 ids begin alpha_one_ (2), beta_two_ (1), e.g. alpha_one_1\n")
+
+
+def test_validate_only_in_another_case_says_matching_is_case_sensitive(tmp_path, capsys, monkeypatch):
+    """ALPHA is in two ids in lower case."""
+    monkeypatch.chdir(tmp_path)
+    _cases_file(tmp_path)
+    code, _, err = run_cli(["validate", "c.yaml", "--only", "ALPHA"], capsys)
+    assert code == 2
+    assert "case-sensitive; 2 ids contain it in another letter case)" in err
+
+
+def test_validate_only_on_the_bundled_cases_exits_2(capsys):
+    """The default (bundled) cases file: the same refusal, one line."""
+    code, _, err = run_cli(["validate", "--only", "zzz"], capsys)
+    assert code == 2
+    assert err.count("\n") == 1 and "--only 'zzz' matches no case" in err and "cases.yaml" in err
+
+
+# --- simtrain plot on a damaged report -----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def saved_report(tmp_path_factory) -> dict:
+    """The JSON report of `simtrain run --json` on a two-stage pipeline of the ideal node."""
+    from simtrain.io import dumps_json
+    from conftest import make_scenario
+    from simtrain.simulation import simulate
+
+    return json.loads(dumps_json(simulate(make_scenario(parallel={"pp": 2})).to_dict()))
+
+
+def _set(path: str, value):
+    def edit(report):
+        *parents, last = path.split(".")
+        node = report
+        for key in parents:
+            node = node[int(key)] if isinstance(node, list) else node[key]
+        node[last] = value
+    return edit
+
+
+def _drop(path: str):
+    def edit(report):
+        *parents, last = path.split(".")
+        node = report
+        for key in parents:
+            node = node[key]
+        del node[last]
+    return edit
+
+
+FIELDS = "lane, stream, kind, start_s, end_s, microbatch, vstage, layer_lo, layer_hi, bytes"
+
+
+@pytest.mark.parametrize("edit, message", [
+    (_set("timeline.records", [[1, 2]]), f"timeline.records.0: [1, 2] is not a record of the 10 fields {FIELDS}"),
+    (_set("timeline.records", "x"), 'timeline.records: "x" is not a list of records'),
+    (_set("timeline.fields", []), f"timeline.fields: [] is not a list naming the record fields {FIELDS}"),
+    (_set("timeline.step_time_s", None), "timeline.step_time_s: null is not a positive number of seconds"),
+    (_drop("timeline.lanes"), "timeline.lanes: missing from the report (it should be a non-empty list of lanes)"),
+    (_set("timeline.lanes.0.pp", 7), "timeline.lanes.0.pp: stage 7 is not among the report's stages"),
+    (_set("stages", {}), "stages: {} is not a list of pipeline stages"),
+    (_set("config.parallel.pp", 0), "config.parallel.pp: 0 is not a positive whole number"),
+    (_set("timeline", [1]), "timeline: [1] is not a timeline (an object with fields, records, lanes, step_time_s)"),
+])
+def test_plot_of_a_damaged_report_exits_2_naming_file_and_field(saved_report, edit, message, tmp_path, capsys,
+                                                                  monkeypatch):
+    """One field of a saved report edited: exit 2, `error: REPORT: FIELD: ...`, no chart written."""
+    monkeypatch.chdir(tmp_path)
+    report = copy.deepcopy(saved_report)
+    edit(report)
+    Path("bad.json").write_text(json.dumps(report), encoding="utf-8")
+    code, out, err = run_cli(["plot", "bad.json", "--gantt", "g.html"], capsys)
+    assert (code, out, err) == (2, "", f"error: bad.json: {message}{AGAIN}\n")
+    assert _files(tmp_path) == ["bad.json"]
+
+
+def test_plot_of_a_record_with_a_wrong_type_names_the_record(saved_report, tmp_path, capsys, monkeypatch):
+    """Record 3's start time as text: found while the records are read, still named with the report's file."""
+    monkeypatch.chdir(tmp_path)
+    report = copy.deepcopy(saved_report)
+    at = report["timeline"]["fields"].index("start_s")
+    report["timeline"]["records"][3][at] = "soon"
+    Path("bad.json").write_text(json.dumps(report), encoding="utf-8")
+    code, _, err = run_cli(["plot", "bad.json", "--gantt", "g.html"], capsys)
+    assert code == 2
+    assert err.startswith("error: bad.json: timeline.records.3: [") and '"soon"' in err
+    assert err.endswith(f"holds a value of the wrong type (lane, microbatch, vstage and layers are whole numbers, "
+                        f"stream and kind text, times and bytes numbers){AGAIN}\n")
+    assert _files(tmp_path) == ["bad.json"]
+
+
+def test_plot_says_what_it_wrote(saved_report, tmp_path, capsys, monkeypatch):
+    """Like the other commands, a successful plot prints `wrote ...` naming each file."""
+    monkeypatch.chdir(tmp_path)
+    Path("r.json").write_text(json.dumps(saved_report), encoding="utf-8")
+    code, out, err = run_cli(["plot", "r.json", "--gantt", "g.html", "--memory-plot", "m.html"], capsys)
+    assert (code, out, err) == (0, "wrote g.html and m.html\n", "")
+    assert run_cli(["plot", "r.json", "--memory-plot", "m.html"], capsys)[1] == "wrote m.html\n"
+
+
+# --- --json -, --samples, help, messages ---------------------------------------------------------
+
+@pytest.mark.parametrize("command", [["run", "ok.yaml"], ["memory", "ok.yaml"]])
+def test_json_dash_writes_the_report_to_stdout(small, command, capsys):
+    """`--json -` puts exactly the JSON the file would hold on stdout, the text report on stderr, and
+    creates no file named '-'."""
+    code, _, _ = run_cli([*command, "--json", "file.json"], capsys)
+    assert code == 0
+    code, out, err = run_cli([*command, "--json", "-"], capsys)
+    assert code == 0
+    assert out == (small.parent / "file.json").read_text(encoding="utf-8")
+    assert err.startswith("test: ")            # the text report, which begins with the scenario's name
+    assert not (small.parent / "-").exists()
+
+
+def test_validate_json_dash_writes_to_stdout(tmp_path, capsys, monkeypatch):
+    """validate --json - : the per-case JSON on stdout (one case of a hand-made file), the table on stderr."""
+    monkeypatch.chdir(tmp_path)
+    _cases_file(tmp_path)
+    code, out, err = run_cli(["validate", "c.yaml", "--only", "beta", "--json", "-"], capsys)
+    assert code == 0
+    assert [c["id"] for c in json.loads(out)["cases"]] == ["beta_two_3"]
+    assert err.startswith("case ")
+    assert not (tmp_path / "-").exists()
+
+
+def test_help_documents_json_dash_and_samples(capsys):
+    """--help of run says what '-' means and that --samples needs jitter."""
+    code, out, _ = run_cli(["run", "--help"], capsys)
+    assert code == 0
+    text = " ".join(out.split())
+    assert "or to stdout for '-'" in text
+    assert "needs simulation.jitter > 0" in text
+
+
+def test_samples_without_jitter_warn_in_one_line(small, capsys):
+    """--samples 3 with jitter 0: three copies of one step; one warning line on stderr, still exit 0."""
+    code, _, err = run_cli(["run", "ok.yaml", "--samples", "3"], capsys)
+    assert code == 0
+    assert err == ("warning: --samples 3 without simulation.jitter: every seed simulates the same step; add "
+                   "variation with e.g. --set simulation.jitter=0.05\n")
+
+
+def test_samples_with_jitter_do_not_warn(small, capsys):
+    """With jitter the seeds differ: no warning."""
+    code, _, err = run_cli(["run", "ok.yaml", "--samples", "2", "--set", "simulation.jitter=0.05"], capsys)
+    assert code == 0
+    assert "warning: --samples" not in err
+
+
+def test_unknown_graph_node_points_at_documentation_that_exists(tmp_path, capsys, monkeypatch):
+    """A degraded link to a node that does not exist points at docs/model.md section 4.1, which describes
+    the cluster graph; no message names a `simtrain topology` command (there is none)."""
+    monkeypatch.chdir(tmp_path)
+    raw = scenario_dict(simulation={"degraded_links": [{"a": "gpu9", "b": "gpu0", "factor": 0.5}]})
+    Path("s.yaml").write_text(yaml.safe_dump(raw), encoding="utf-8")
+    code, _, err = run_cli(["run", "s.yaml"], capsys)
+    assert code == 2
+    assert "'gpu9' is not a node of the cluster graph (GPUs are gpu0..gpu0; docs/model.md section 4.1 " \
+           "describes the cluster graph)" in err
+    assert "### 4.1 The cluster graph" in (REPO / "docs" / "model.md").read_text(encoding="utf-8")
+    assert not any("simtrain topology" in p.read_text(encoding="utf-8") for p in (REPO / "simtrain").rglob("*.py"))
