@@ -27,6 +27,7 @@ class DeviceResult:
     compute_utilization: float | None = None
     bubble_s: float | None = None
     ranks: tuple[int, ...] | None = None     # set when the entry stands for a class of ranks
+    exposed_comm_s: dict[str, float] | None = None   # time the compute stream waited on each kind of collective
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"rank": self.rank, "node": self.node, "dp": self.dp, "tp": self.tp, "pp": self.pp,
@@ -36,6 +37,8 @@ class DeviceResult:
             out["busy_s"] = {k: _r(v) for k, v in self.busy_s.items()}
             out["compute_utilization"] = _r(self.compute_utilization)
             out["bubble_s"] = _r(self.bubble_s)
+            if self.exposed_comm_s is not None:
+                out["exposed_comm_s"] = {k: _r(v) for k, v in self.exposed_comm_s.items()}
         if self.ranks is not None:
             out["ranks"] = _compress(self.ranks)
             out["count"] = len(self.ranks)
@@ -44,12 +47,16 @@ class DeviceResult:
 
 @dataclass(frozen=True)
 class StageSummary:
+    """One pipeline stage. Its times are one replica's (the stage's slowest), so that compute, exposed
+    communication and bubble add up to the step; its memory is the stage's largest."""
+
     pp: int
     layers: int
     compute_s: float
     bubble_s: float
     peak_memory_bytes: float
     memory: dict[str, float]
+    exposed_comm_s: dict[str, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -93,9 +100,7 @@ class Result:
             "fits_in_memory": self.fits_in_memory, "peak_memory_bytes_max": round(self.peak_memory_bytes_max),
             "memory_capacity_bytes": round(self.capacity_bytes),
             "config": self.config,
-            "stages": [{"pp": s.pp, "layers": s.layers, "compute_s": _r(s.compute_s), "bubble_s": _r(s.bubble_s),
-                        "peak_memory_bytes": round(s.peak_memory_bytes),
-                        "memory": {k: round(v) for k, v in s.memory.items()}} for s in self.stages],
+            "stages": [_stage_dict(s) for s in self.stages],
             "devices": [d.to_dict() for d in self.devices],
             "warnings": list(self.warnings), "advice": list(self.advice)})
         if timeline and self.timeline is not None:
@@ -103,6 +108,14 @@ class Result:
 
             out["timeline"] = timeline_dict(self)
         return out
+
+
+def _stage_dict(s: StageSummary) -> dict[str, Any]:
+    out: dict[str, Any] = {"pp": s.pp, "layers": s.layers, "compute_s": _r(s.compute_s), "bubble_s": _r(s.bubble_s)}
+    if s.exposed_comm_s is not None:
+        out["exposed_comm_s"] = {k: _r(v) for k, v in s.exposed_comm_s.items()}
+    out.update({"peak_memory_bytes": round(s.peak_memory_bytes), "memory": {k: round(v) for k, v in s.memory.items()}})
+    return out
 
 
 def _r(x: float | None) -> float | None:

@@ -8,14 +8,12 @@ from __future__ import annotations
 import statistics
 
 from simtrain.engine import Engine
-from simtrain.memory import StageMemory, advice, memory_report
+from simtrain.memory import EDGE_OF_MEMORY, StageMemory, advice, memory_report
 from simtrain.placement import placement_of
 from simtrain.plan import build_plan
 from simtrain.result import DEVICE_LIST_LIMIT, DeviceResult, Result, StageSummary
 from simtrain.scenario import Scenario
-
-#: above this fraction of the GPU's memory a run is "at the edge of memory" (a warning, not a model constant)
-EDGE_OF_MEMORY = 0.95
+from simtrain.units import format_time
 
 MFU_DEFINITION = ("MFU = (6 N + 12 L h s) x tokens / (step time x GPUs x peak FLOP/s), N = layer weights + output "
                   "projection (Narayanan et al. 2021 Eq. 3 without recompute; PaLM App. B); HFU adds recomputed work")
@@ -51,7 +49,7 @@ def _memory_with_activations(stage: StageMemory, act_peak: float | None, frag: f
 def _devices(s: Scenario, per_stage: list[dict], busy: dict | None = None) -> tuple[DeviceResult, ...]:
     """One entry per GPU, or per (pp rank) class past DEVICE_LIST_LIMIT GPUs.
 
-    ``busy`` maps (dp or None, pp) -> (busy_s, utilization, bubble_s, memory dict).
+    ``busy`` maps (dp or None, pp) -> (busy_s, utilization, bubble_s, memory dict, exposed_comm_s).
     """
     pl = placement_of(s)
     out = []
@@ -63,7 +61,8 @@ def _devices(s: Scenario, per_stage: list[dict], busy: dict | None = None) -> tu
             out.append(DeviceResult(rank=rank, node=pl.node(rank), dp=c.dp, tp=c.tp, pp=c.pp,
                                     peak_memory_bytes=sum(mem.values()), memory=mem,
                                     busy_s=extra[0] if extra else None, compute_utilization=extra[1] if extra else None,
-                                    bubble_s=extra[2] if extra else None))
+                                    bubble_s=extra[2] if extra else None,
+                                    exposed_comm_s=extra[4] if extra else None))
         return tuple(out)
     keys = sorted(busy, key=lambda k: (k[1], -1 if k[0] is None else k[0])) if busy else [(None, p) for p in range(s.parallel.pp)]
     for key in keys:
@@ -76,8 +75,29 @@ def _devices(s: Scenario, per_stage: list[dict], busy: dict | None = None) -> tu
         out.append(DeviceResult(rank=ranks[0], node=pl.node(ranks[0]), dp=first.dp, tp=first.tp, pp=p,
                                 peak_memory_bytes=sum(mem.values()), memory=mem,
                                 busy_s=extra[0] if extra else None, compute_utilization=extra[1] if extra else None,
-                                bubble_s=extra[2] if extra else None, ranks=ranks))
+                                bubble_s=extra[2] if extra else None, ranks=ranks,
+                                exposed_comm_s=extra[4] if extra else None))
     return tuple(out)
+
+
+def _replica_waits(lanes, step: float) -> list[str]:
+    """A warning when the DP replicas of a stage wait for one another (a straggler, jitter, a slow link): the
+    stage table shows its slowest replica, whose exposed communication does not hold that wait."""
+    worst = (0.0, None, None)
+    for p in sorted({ln.rank for ln in lanes}):
+        own = [ln for ln in lanes if ln.rank == p]
+        exposed = {ln.index: sum(ln.exposed.values()) for ln in own}
+        waiter = max(own, key=lambda ln: (exposed[ln.index], -ln.index))
+        least = min(own, key=lambda ln: (exposed[ln.index], ln.index))
+        wait = exposed[waiter.index] - exposed[least.index]
+        if wait > worst[0]:
+            worst = (wait, waiter, least)
+    wait, waiter, least = worst
+    if waiter is None or wait <= 0.01 * step:
+        return []
+    return [f"replicas differ: on stage {waiter.rank}, DP replica {waiter.dp} spends {format_time(wait)} more per "
+            f"step in exposed communication than replica {least.dp}, waiting for slower replicas (per device: "
+            "devices[].exposed_comm_s in --json)"]
 
 
 def memory(scenario: Scenario) -> Result:
@@ -140,7 +160,7 @@ def simulate(scenario: Scenario, *, fidelity: str | None = None, seed: int | Non
         # waits on pipeline receives, plus the idle tail after the lane's last work while later
         # stages drain (stage k idles k x t_b at the end of 1F1B: Narayanan et al. 2021 Sec. 2.2.1)
         bubble = lane.bubble + (step - lane.end)
-        busy[(lane.dp, lane.rank)] = (dict(lane.busy), util, bubble, mem)
+        busy[(lane.dp, lane.rank)] = (dict(lane.busy), util, bubble, mem, dict(lane.exposed))
         bubbles.append(bubble / step if step > 0 else 0.0)
     per_stage_mem = []
     stages = []
@@ -149,11 +169,11 @@ def simulate(scenario: Scenario, *, fidelity: str | None = None, seed: int | Non
         worst = max(lanes, key=lambda ln: ln.act_peak)
         mem = busy[(worst.dp, p)][3]
         per_stage_mem.append(mem)
-        stages.append(StageSummary(pp=p, layers=rep.stages[p].layers,
-                                   compute_s=max(ln.busy["compute"] for ln in lanes),
-                                   bubble_s=max(ln.bubble + (step - ln.end) for ln in lanes),
-                                   peak_memory_bytes=sum(mem.values()),
-                                   memory=mem))
+        # one replica's times (the slowest), so that compute + exposed comm + bubble = the step
+        slow = max(lanes, key=lambda ln: (ln.busy["compute"], -ln.index))
+        stages.append(StageSummary(pp=p, layers=rep.stages[p].layers, compute_s=slow.busy["compute"],
+                                   bubble_s=slow.bubble + (step - slow.end), exposed_comm_s=dict(slow.exposed),
+                                   peak_memory_bytes=sum(mem.values()), memory=mem))
     peak = max(st.peak_memory_bytes for st in stages)
     fits = peak <= rep.capacity
     if not fits:
@@ -164,6 +184,7 @@ def simulate(scenario: Scenario, *, fidelity: str | None = None, seed: int | Non
                         "retries), which simtrain does not time (in `simtrain validate`, the runs at 100-103% of "
                         "simtrain's ledger measured 15-27% slower than predicted)")
     critical = max(tl.lanes, key=lambda ln: (ln.end, -ln.index))
+    warnings += _replica_waits(tl.lanes, step)
     gpu_peak = s.hardware.gpu.peak(s.training.precision)
     return Result(
         scenario=s.name, gpus=s.gpus, microbatches=s.microbatches, params_total=rep.params_total,

@@ -59,10 +59,12 @@ def run_text(result: Result) -> str:
         f"{par.get('pp')} stages)",
         "exposed comm     " + ", ".join(f"{k.upper()} {format_time(v)}" for k, v in result.exposed_comm_s.items()),
         "",
-        f"{'stage':>5} {'layers':>6} {'compute':>10} {'bubble':>10} {'peak mem':>10} {'of cap':>7}",
+        f"{'stage':>5} {'layers':>6} {'compute':>10} {'exp. comm':>10} {'bubble':>10} {'peak mem':>10} {'of cap':>7}",
     ]
     for st in result.stages:
-        lines.append(f"{st.pp:>5} {st.layers:>6} {format_time(st.compute_s):>10} {format_time(st.bubble_s):>10} "
+        exposed = format_time(sum(st.exposed_comm_s.values())) if st.exposed_comm_s is not None else "-"
+        lines.append(f"{st.pp:>5} {st.layers:>6} {format_time(st.compute_s):>10} {exposed:>10} "
+                     f"{format_time(st.bubble_s):>10} "
                      f"{format_bytes(st.peak_memory_bytes):>10} {_pct(st.peak_memory_bytes / result.capacity_bytes):>7}")
     place = c.get("placement", {})
     if place:

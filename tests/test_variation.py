@@ -40,6 +40,28 @@ def test_straggler_in_pure_data_parallel_makes_the_step_its_slowdown_longer():
     assert busy[3] == pytest.approx(SLOW * busy[0], rel=1e-9)
 
 
+def test_healthy_replicas_wait_for_the_straggler_in_exposed_dp_time():
+    """pp=1, dp=8, negligible communication, all-reduce after the backward: every healthy GPU computes C and then
+    waits (1.3 - 1) x C for the slow one inside the all-reduce. That wait is exposed DP time on each healthy
+    device, so each device's compute + exposed communication + bubble is the step; the stage row shows the
+    slowest replica (compute 1.3 C, nothing exposed), and the report says the replicas differ."""
+    kw = dict(parallel={"dp": 8}, training={"global_batch": 16})
+    slow = simulate(make_scenario(**kw, simulation={"overlap_dp": False, **_straggle(3)}))
+    c = next(d.busy_s["compute"] for d in slow.devices if d.rank == 0)
+    for d in slow.devices:
+        wait = 0.0 if d.rank == 3 else (SLOW - 1) * c
+        assert d.exposed_comm_s["dp"] == pytest.approx(wait, rel=1e-6, abs=1e-9)   # the ideal links: < 1 ns
+        assert d.busy_s["compute"] + sum(d.exposed_comm_s.values()) + d.bubble_s == pytest.approx(slow.step_time_s,
+                                                                                                rel=1e-9)
+    (stage,) = slow.stages
+    assert stage.compute_s == pytest.approx(SLOW * c, rel=1e-9)
+    assert stage.compute_s + sum(stage.exposed_comm_s.values()) + stage.bubble_s == pytest.approx(slow.step_time_s,
+                                                                                                 rel=1e-9)
+    assert any(w.startswith("replicas differ: on stage 0, DP replica 0 spends") for w in slow.warnings)
+    healthy = simulate(make_scenario(**kw, simulation={"overlap_dp": False}))
+    assert not any(w.startswith("replicas differ") for w in healthy.warnings)
+
+
 def test_straggler_fraction_slows_that_share_of_the_devices():
     """fraction 0.25 of 8 GPUs slows round(0.25 x 8) = 2 of them by 1.2x, and the step with them."""
     kw = dict(parallel={"dp": 8}, training={"global_batch": 16})
