@@ -68,7 +68,22 @@ def warnings_for(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def _days(seconds: float) -> str:
-    return f"{seconds / 86400:.1f} days" if seconds >= 86400 else f"{seconds / 3600:.1f} h"
+    if seconds >= 86400:
+        return f"{seconds / 86400:.1f} days"
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.1f} s"
+
+
+def _energy(joules: float) -> str:
+    for unit, scale in (("MWh", 3.6e9), ("kWh", 3.6e6)):
+        if joules >= scale:
+            return f"{joules / scale:,.1f} {unit}"
+    return f"{joules / 3.6e3:,.1f} Wh"
+
+
+def _usd(dollars: float) -> str:
+    return f"${dollars:,.0f}" if dollars >= 100 else f"${dollars:.2f}"
 
 
 def _count(tokens: float) -> str:
@@ -95,9 +110,8 @@ def compare_text(rows: list[dict[str, Any]]) -> str:
         (f"time for {budget} tokens", [_days(r["time_to_train_s"]) for r in rows]),
         ("price per GPU-hour", ["-" if r["price_per_gpu_hour"] is None else f"${r['price_per_gpu_hour']:.2f}"
                                 for r in rows]),
-        (f"cost for {budget} tokens", ["-" if r["cost_usd"] is None else f"${r['cost_usd']:,.0f}" for r in rows]),
-        (f"energy for {budget} tokens *", ["-" if r["energy_j"] is None else f"{r['energy_j'] / 3.6e9:,.1f} MWh"
-                                           for r in rows]),
+        (f"cost for {budget} tokens", ["-" if r["cost_usd"] is None else _usd(r["cost_usd"]) for r in rows]),
+        (f"energy for {budget} tokens *", ["-" if r["energy_j"] is None else _energy(r["energy_j"]) for r in rows]),
     ]
     width0 = max(len(label) for label, _ in lines)
     widths = [max(len(cells[i]) for _, cells in lines) for i in range(len(rows))]

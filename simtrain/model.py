@@ -275,10 +275,30 @@ def _json_line(text: str | None, key: str | None) -> int | None:
     return text.count("\n", 0, m.start()) + 1 if m else None
 
 
+class _DuplicateKey(Exception):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are unique: json.loads keeps the last of two, silently; YAML files refuse them."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
 def _load_hf_json(path: Path) -> ModelSpec:
     text, shown = read_text(path, "JSON file")
     try:
-        config = json.loads(text)
+        config = json.loads(text, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as dup:
+        line = [m.start() for m in re.finditer(rf'"{re.escape(dup.key)}"\s*:', text)]
+        raise InputError(f"key '{dup.key}' appears twice in the same object", file=shown,
+                         line=text.count("\n", 0, line[1]) + 1 if len(line) > 1 else None, field=dup.key) from None
     except json.JSONDecodeError as err:
         raise InputError(f"JSON syntax error, column {err.colno}: {err.msg}", file=shown, line=err.lineno) from None
     except (ValueError, RecursionError) as err:

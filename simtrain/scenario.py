@@ -410,11 +410,23 @@ def _check_rules(s: Scenario, raw: dict) -> list[str]:
              + " or raise simulation.max_events", SimulationLimitError)
     if par.schedule == "interleaved-1f1b" and mb % par.pp:
         fail("parallel.schedule", f"interleaved-1f1b needs the micro-batch count ({mb}) to be a multiple of pp={par.pp}")
+    if par.sequence_parallel and par.tp > 1 and tr.seq_len % par.tp:
+        fail("training.seq_len", f"{tr.seq_len} is not divisible by tp={par.tp}: sequence parallelism splits each "
+             f"sequence over the TP ranks (Korthikanti et al. 2022, §4.2.2)")
+    seen: dict[int, int] = {}
     for i, st in enumerate(s.simulation.stragglers):
         if (st.rank is None) == (st.fraction is None):
             fail(f"simulation.stragglers.{i}", "give exactly one of 'rank' or 'fraction'")
         if st.rank is not None and st.rank >= gpus:
             fail(f"simulation.stragglers.{i}.rank", f"{st.rank} is not a rank of this {gpus}-GPU layout (0..{gpus - 1})")
+        if st.rank is not None and st.rank in seen:
+            fail(f"simulation.stragglers.{i}.rank", f"rank {st.rank} is already a straggler (entry {seen[st.rank]}): "
+                 "give one entry per rank, with its whole slowdown")
+        if st.rank is not None:
+            seen[st.rank] = i
+        if st.slowdown < 1:
+            fail(f"simulation.stragglers.{i}.slowdown", f"{st.slowdown:g} would make the device faster: a straggler's "
+                 "compute time is multiplied by slowdown >= 1 (1.3 = 30% slower)")
     for i, link in enumerate(s.simulation.degraded_links):
         for end in ("a", "b"):
             name = getattr(link, end)
@@ -431,6 +443,9 @@ def _check_rules(s: Scenario, raw: dict) -> list[str]:
     if par.tp > 1 and not s.hardware.explicit and (par.tp > s.gpus_per_node or s.gpus_per_node % par.tp):
         warnings.append(f"TP group of {par.tp} spans nodes ({s.gpus_per_node} GPUs per node): "
                         "every layer's all-reduce crosses the network (reference article rule 9)")
+    if par.sequence_parallel and par.tp == 1:
+        warnings.append("parallel.sequence_parallel has no effect with tp 1 (it splits the TP group's "
+                        "layer norms and dropouts over the sequence)")
     if par.zero_impl != "generic" and (par.zero < 2 or par.dp == 1):
         warnings.append(f"parallel.zero_impl: {par.zero_impl} has no effect with zero {par.zero} and dp {par.dp} "
                         "(it describes how ZeRO-2/3 hand gradients to their reduce-scatter)")

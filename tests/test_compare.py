@@ -83,3 +83,19 @@ def test_cli_compare_rejects_a_bad_token_count(capsys):
     code, _, err = run_cli(["compare", str(H100), "--tokens", "lots"], capsys)
     assert code == 2
     assert "'lots' is not a count" in err
+
+
+def test_small_budgets_print_in_small_units(capsys):
+    """1M tokens on pp4_dp4 take 1e6 / (tokens/s) seconds, about 11 s, and cost 16 GPUs x that x $/GPU-hour / 3600,
+    under a dollar: printed in seconds and cents, not as '0.0 h' and '$0'."""
+    pp4 = simulate(load_scenario(REPO / "scenarios/pp4_dp4.yaml"))
+    seconds = 1e6 / pp4.tokens_per_s
+    price = yaml.safe_load((REPO / "hardware/dgx-h100.yaml").read_text())["cost"]["price_per_gpu_hour"]["value"]
+    dollars = 16 * seconds * float(str(price).lstrip("$").split()[0]) / 3600
+    code, out, _ = run_cli(["compare", str(REPO / "scenarios/pp4_dp4.yaml"), str(REPO / "scenarios/compare_h100.yaml"),
+                            "--tokens", "1000000"], capsys)
+    assert code == 0 and 1 < seconds < 60 and dollars < 100
+    row = next(line for line in out.splitlines() if line.startswith("time for"))
+    assert f"{seconds:.1f} s" in row
+    cost = next(line for line in out.splitlines() if line.startswith("cost for"))
+    assert f"${dollars:.2f}" in cost
