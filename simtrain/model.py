@@ -322,7 +322,7 @@ def load_model(ref: Any, *, base_dir: Path, file: str | None, field: str = "mode
     if isinstance(ref, dict):
         return validate(ModelSpec, ref, file=file, prefix=field, root=root)
     if not isinstance(ref, str) or not ref.strip():
-        shown = "a list" if isinstance(ref, list) else repr(ref)
+        shown = "a list" if isinstance(ref, list) else "an empty value (null)" if ref is None else repr(ref)
         raise InputError(f"{shown} is neither a preset name, a file path nor a mapping", file=file, field=field)
     if ref in preset_names():
         return _load_preset(ref)

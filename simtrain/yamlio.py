@@ -226,8 +226,26 @@ def line_of(data: Any, dotted: str) -> int | None:
 
 def locate(data: Any, dotted: str) -> tuple[int | None, str]:
     """(line, note) for an error at ``dotted``: the file line, or None and a note when the value
-    came from an override rather than from the file."""
+    came from an override rather than from the file; for a section of the file, a note naming the
+    keys an override set inside it (a rule across the section may fail because of them)."""
     line = line_of(data, dotted)
     if line == OVERRIDE_LINE:
         return None, " (value set by an override such as --set, not by the file)"
+    node = data
+    for part in dotted.split("."):
+        node = node.get(part) if isinstance(node, LineDict) else None
+    overridden = _overridden(node, dotted) if isinstance(node, LineDict) else []
+    if overridden:
+        return line, f" (with {', '.join(overridden)} set by an override such as --set)"
     return line, ""
+
+
+def _overridden(node: LineDict, prefix: str) -> list[str]:
+    """Dotted keys under ``node`` whose values an override set."""
+    out = []
+    for key, value in node.items():
+        if node.key_lines.get(key) == OVERRIDE_LINE:
+            out.append(f"{prefix}.{key}")
+        elif isinstance(value, LineDict):
+            out.extend(_overridden(value, f"{prefix}.{key}"))
+    return out
