@@ -112,8 +112,8 @@ class RingShape:
         the time of S + S_half bytes at the full bandwidth."""
         steps = STEPS[self.kind](self.n)
         size = nbytes / self.divisor
-        return Phase(flow_bytes=steps * size / self.n / self.ramp.fraction(size),
-                     latency=steps * self.step_latency, links=self.links)
+        flow = steps * size / self.n / self.ramp.fraction(size) if size > 0 else 0.0
+        return Phase(flow_bytes=flow, latency=steps * self.step_latency, links=self.links)
 
 
 def _ring_shape(kind: str, rings: list[list[int]], cluster: Cluster, every: bool, divisor: int = 1) -> RingShape:

@@ -73,7 +73,8 @@ def _curve(value: object) -> tuple[tuple[float, float], ...]:
         raise ValueError("a curve is a list of at least two [size, fraction] pairs")
     points = []
     for item in value:
-        if not (isinstance(item, list) and len(item) == 2 and all(isinstance(x, (int, float)) for x in item)):
+        if not (isinstance(item, list) and len(item) == 2
+                and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in item)):
             raise ValueError(f"curve point {item!r} is not a [size, fraction] pair")
         size, frac = float(item[0]), float(item[1])
         if size <= 0 or not 0 < frac <= 1:
@@ -99,7 +100,7 @@ class IntraNode(Closed):
                          "a collective of S bytes then takes as long as one of S + this at full bandwidth")
     busbw_curve: Curve | None = Field(
         None, description="measured all-reduce bus bandwidth over one whole node, as [bytes per GPU, fraction of the "
-                          "large-message figure] points (nccl-tests); when given it replaces half_peak_message")
+                          "large-message figure] points (nccl-tests); give it instead of half_peak_message")
     overlap_slowdown: PositiveNumber | None = Field(
         None, description="compute slows by this factor while a collective on this fabric runs; "
                           "default compute.overlap_slowdown")

@@ -12,7 +12,7 @@ from typing import Annotated
 from pydantic import BeforeValidator, ValidationInfo
 
 from simtrain.errors import InputError
-from simtrain.units import KINDS, parse_quantity
+from simtrain.units import KINDS, has_unit, parse_quantity
 
 
 def _number(value: object) -> object:
@@ -53,7 +53,7 @@ def _quantity(kind: str, check, value: object, info: ValidationInfo) -> float:
         x = parse_quantity(raw, kind)
     except InputError as err:
         raise ValueError(err.message) from None
-    if from_file(info) and kind != "number" and x != 0 and not isinstance(raw, str):
+    if from_file(info) and kind != "number" and x != 0 and not has_unit(raw):
         example = KINDS[kind].split(", e.g. ")
         raise ValueError(f"{raw!r} has no unit: write {example[0]} with one, e.g. {example[1].split(' or ')[0].split(', ')[0]}")
     check(x, raw)

@@ -200,8 +200,10 @@ class Scenario:
         return self.training.global_batch * self.training.seq_len
 
     def with_overrides(self, overrides: dict[str, Any]) -> "Scenario":
+        """This scenario with dotted keys set (sweeps, search, notebooks). A quantity may be an SI number here,
+        as everywhere in Python; the file's own values had their units checked when it was loaded."""
         return scenario_from_dict(apply_overrides(self.raw, overrides, file=self.file),
-                                  file=self.file, base_dir=self.base_dir)
+                                  file=self.file, base_dir=self.base_dir, units=False)
 
 
 # --- overrides -------------------------------------------------------------
@@ -295,13 +297,15 @@ def _at_key(err: InputError, raw: dict, key: str, file: str | None) -> InputErro
     return err
 
 
-def scenario_from_dict(raw: dict, *, file: str | None = None, base_dir: Path | None = None) -> Scenario:
+def scenario_from_dict(raw: dict, *, file: str | None = None, base_dir: Path | None = None,
+                       units: bool = True) -> Scenario:
     """Validate a scenario mapping (as a notebook might build it); file references resolve against
-    ``base_dir`` (the scenario's folder; default the working folder)."""
+    ``base_dir`` (the scenario's folder; default the working folder). With ``file`` and ``units``, a
+    quantity must carry its unit, as in a file."""
     base_dir = base_dir or Path.cwd()
     if not isinstance(raw, LineDict):
         raw = _to_linedict(raw)
-    top = validate(ScenarioFile, raw, file=file)
+    top = validate(ScenarioFile, raw, file=file, units=units)
     try:
         hardware, hw_file = load_hardware(top.hardware, base_dir=base_dir, file=None)
     except InputError as err:

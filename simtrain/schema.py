@@ -204,10 +204,12 @@ def _dotted(loc: tuple) -> str:
     return ".".join(str(p) for p in loc if not (isinstance(p, str) and (p.startswith("function-") or p == "[key]")))
 
 
-def validate(model: type[T], data: Any, *, file: str | None, prefix: str = "", root: Any = None) -> T:
-    """Build ``model`` from ``data`` or raise an InputError naming file, line and field."""
+def validate(model: type[T], data: Any, *, file: str | None, prefix: str = "", root: Any = None,
+             units: bool = True) -> T:
+    """Build ``model`` from ``data`` or raise an InputError naming file, line and field. With ``file`` (and
+    ``units``) physical quantities must carry their unit (``simtrain.quantity``)."""
     try:
-        return model.model_validate(data, context={"file": file} if file else None)
+        return model.model_validate(data, context={"file": file} if file and units else None)
     except ValidationError as exc:
         err = _pick(exc.errors(include_url=False))
         where = getattr(err.get("ctx", {}).get("error"), "where", ())

@@ -75,7 +75,9 @@ def parse_quantity(value: object, kind: str) -> float:
     """
     if kind not in KINDS:
         raise ValueError(f"unknown quantity kind {kind!r}")
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+    if isinstance(value, bool):
+        raise InputError(f"{str(value).lower()} is a boolean, not {KINDS[kind]}")
+    if not isinstance(value, (int, float, str)):
         shown = "a mapping" if isinstance(value, dict) else "a list" if isinstance(value, list) else repr(value)
         raise InputError(f"{shown} is not {KINDS[kind]}")
     if isinstance(value, str):
@@ -91,6 +93,14 @@ def parse_quantity(value: object, kind: str) -> float:
             raise InputError(f"unknown unit '{unit}' in '{value}': expected {KINDS[kind]}")
         return _finite(number * scale, kind, value)
     return _finite(value, kind)
+
+
+def has_unit(value: object) -> bool:
+    """Whether a quantity as written names its unit: '450 GB/s' does; 450, '450' and '450e9' do not."""
+    if not isinstance(value, str):
+        return False
+    m = _RE.match(value)
+    return bool(m and m.group(2))
 
 
 def _finite(number: object, kind: str, shown: object = None) -> float:

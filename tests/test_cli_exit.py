@@ -336,3 +336,14 @@ def test_validate_names_the_targets_informational_outside_the_dev_set(capsys):
     assert code == 0 and "NOT met (informational here" in out
     code, out, _ = run_cli(["validate", "--only", "torchtitan_h100_t1"], capsys)
     assert code == 0 and "informational" not in out.splitlines()[-1]
+
+
+@pytest.mark.parametrize("args", [["run", "{s}", "--gantt", "-"], ["run", "{s}", "--trace", "-"],
+                                  ["sweep", "{s}", "--grid", "training.micro_batch=1", "--out", "-"]])
+def test_dash_is_stdout_only_for_json(args, capsys, tmp_path, monkeypatch):
+    """'-' means standard output for --json alone; for a chart, a trace or a table it is refused (exit 2),
+    never written as a file named '-'."""
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli([a.format(s=REPO / "scenarios/pp4_dp4.yaml") for a in args], capsys)
+    assert code == 2 and "'-' (standard output) is only for --json" in err
+    assert not (tmp_path / "-").exists()

@@ -30,6 +30,18 @@ def cli(ctx: click.Context, debug: bool) -> None:
 JSON_HELP = "write the JSON report to this file, or to stdout for '-' (the text report then goes to stderr)"
 
 
+class OutPath(click.Path):
+    """A file to write (a chart, a trace, a table): '-' (standard output) is only for --json."""
+
+    def __init__(self) -> None:
+        super().__init__(dir_okay=False)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value == "-":
+            self.fail("'-' (standard output) is only for --json; give a file name", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 def emit(text: str, json_path: str | None, report: Any) -> None:
     """The command's text, then its JSON report: to ``json_path`` (atomically) with the text on stdout,
     or for ``--json -`` the JSON on stdout and the text on stderr."""

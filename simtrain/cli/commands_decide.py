@@ -8,7 +8,7 @@ from typing import Any
 import click
 import yaml
 
-from simtrain.cli import cli
+from simtrain.cli import OutPath, cli
 from simtrain.errors import InputError
 from simtrain.scenario import load_scenario, parse_set
 
@@ -75,12 +75,12 @@ def _sweep_summary(df, keys: list[str], resume: bool) -> str:
 @click.argument("scenario", type=click.Path(dir_okay=False))
 @click.option("--grid", "grids", multiple=True, required=True, metavar="KEY=V1,V2,...",
               help="a swept key and its values; repeat for a cartesian product")
-@click.option("--out", "out", required=True, type=click.Path(dir_okay=False),
+@click.option("--out", "out", required=True, type=OutPath(),
               help="results table: .csv, .jsonl or .parquet (needs pyarrow: simtrain[parquet]); rows are added as "
                    "points finish")
 @click.option("--resume", is_flag=True, help="keep the rows already in --out and run only the missing points")
 @_WORKERS
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="write the sweep plot (HTML) here")
+@click.option("--plot", "plot_path", type=OutPath(), help="write the sweep plot (HTML) here")
 @_SET
 @_PROGRESS
 def sweep(scenario: str, grids: tuple[str, ...], out: str, resume: bool, workers: int | None,
@@ -115,7 +115,7 @@ def sweep(scenario: str, grids: tuple[str, ...], out: str, resume: bool, workers
 @click.argument("scenario", type=click.Path(dir_okay=False))
 @click.option("--gpus", type=int, default=None, help="GPU count to plan for (nodes = GPUs / GPUs per node)")
 @click.option("--top", type=click.IntRange(min=1), default=5, show_default=True, help="layouts to show")
-@click.option("--out", "out", type=click.Path(dir_okay=False),
+@click.option("--out", "out", type=OutPath(),
               help="every candidate with its status, estimate and metrics: .csv, .jsonl or .parquet (needs pyarrow: "
                    "simtrain[parquet])")
 @click.option("--max-memory", "max_memory", type=click.FloatRange(min=0.0, max=1.0, min_open=True), default=0.95,
@@ -143,7 +143,7 @@ def search(scenario: str, gpus: int | None, top: int, out: str | None, max_memor
 @cli.command()
 @click.argument("scenarios", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--tokens", default="1T", show_default=True, help="token budget for time, cost and energy")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="write the comparison chart (HTML)")
+@click.option("--plot", "plot_path", type=OutPath(), help="write the comparison chart (HTML)")
 @_SET
 def compare(scenarios: tuple[str, ...], tokens: str, plot_path: str | None, sets: tuple[str, ...]) -> None:
     """SCENARIOS side by side: speed, memory, time, cost and energy to train a token budget."""
