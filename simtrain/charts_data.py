@@ -23,6 +23,7 @@ from operator import itemgetter
 from typing import Any, NamedTuple
 
 from simtrain.errors import InputError
+from simtrain.units import is_number
 
 #: streams in display order (the engine's names)
 STREAMS = ("compute", "tp", "pp", "dp")
@@ -97,10 +98,6 @@ def _show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, _NUMBER) and not isinstance(value, bool)
-
-
 def _whole(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -110,7 +107,7 @@ def _positive_whole(value: Any) -> bool:
 
 
 def _pairs(value: Any) -> bool:
-    return isinstance(value, list) and all(isinstance(p, list) and len(p) == 2 and _number(p[0]) and _number(p[1])
+    return isinstance(value, list) and all(isinstance(p, list) and len(p) == 2 and is_number(p[0]) and is_number(p[1])
                                            for p in value)
 
 
@@ -138,7 +135,7 @@ def check_report(report: dict) -> dict:
     _want(tl, "fields", "timeline.", lambda v: isinstance(v, list) and all(f in v for f in RECORD_FIELDS),
           "a list naming the record fields " + ", ".join(RECORD_FIELDS))
     _want(tl, "records", "timeline.", lambda v: isinstance(v, list), "a list of records")
-    _want(tl, "step_time_s", "timeline.", lambda v: _number(v) and 0 < v < float("inf"), "a positive number of seconds")
+    _want(tl, "step_time_s", "timeline.", lambda v: is_number(v) and 0 < v < float("inf"), "a positive number of seconds")
     _want(tl, "pp", "timeline.", _positive_whole, "a positive whole number", required=False)
     _want(tl, "lanes", "timeline.", lambda v: isinstance(v, list) and len(v) > 0, "a non-empty list of lanes")
     _want_objects(tl["lanes"], "timeline.lanes", "a lane (an object with index, dp, pp, end_s)")
@@ -147,21 +144,21 @@ def check_report(report: dict) -> dict:
         _want(lane, "index", where, _whole, "a whole number")
         _want(lane, "dp", where, lambda v: v is None or _whole(v), "a whole number or null")
         _want(lane, "pp", where, _whole, "a whole number")
-        _want(lane, "end_s", where, _number, "a number of seconds")
+        _want(lane, "end_s", where, is_number, "a number of seconds")
         _want(lane, "memory_activations", where, _pairs, "a list of [time s, bytes] pairs", required=False)
     _want(report, "stages", "", lambda v: isinstance(v, list), "a list of pipeline stages")
     _want_objects(report["stages"], "stages", "a stage (an object with pp, memory, peak_memory_bytes)")
     for i, stage in enumerate(report["stages"]):
         _want(stage, "pp", f"stages.{i}.", _whole, "a whole number")
-        _want(stage, "memory", f"stages.{i}.", lambda v: isinstance(v, dict) and all(map(_number, v.values())),
+        _want(stage, "memory", f"stages.{i}.", lambda v: isinstance(v, dict) and all(map(is_number, v.values())),
               "an object of byte counts")
-        _want(stage, "peak_memory_bytes", f"stages.{i}.", _number, "a number of bytes")
+        _want(stage, "peak_memory_bytes", f"stages.{i}.", is_number, "a number of bytes")
     stage_pp = {stage["pp"] for stage in report["stages"]}
     for i, lane in enumerate(tl["lanes"]):
         if lane["pp"] not in stage_pp:
             raise _damaged(f"timeline.lanes.{i}.pp", f"stage {lane['pp']} is not among the report's stages")
-    _want(report, "bubble_fraction", "", lambda v: v is None or _number(v), "a fraction or null", required=False)
-    _want(report, "memory_capacity_bytes", "", _number, "a number of bytes", required=False)
+    _want(report, "bubble_fraction", "", lambda v: v is None or is_number(v), "a fraction or null", required=False)
+    _want(report, "memory_capacity_bytes", "", is_number, "a number of bytes", required=False)
     _want(report, "config", "", lambda v: isinstance(v, dict), "an object", required=False)
     config = report.get("config", {})
     _want(config, "gpus_per_node", "config.", lambda v: v is None or _positive_whole(v), "a positive whole number",

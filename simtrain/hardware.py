@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, PositiveInt, model_validator
 
 from simtrain.errors import InputError, allowed, display_path, suggest
+from simtrain.units import is_number
 from simtrain.quantity import Bandwidth, Bytes, BytesOrZero, Flops, Fraction, Number, PositiveNumber, Seconds, Watts
 from simtrain.schema import Closed, FieldError, validate
 from simtrain.yamlio import load_yaml, looks_like_path, reference_path
@@ -74,7 +75,7 @@ def _curve(value: object) -> tuple[tuple[float, float], ...]:
     points = []
     for item in value:
         if not (isinstance(item, list) and len(item) == 2
-                and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in item)):
+                and all(is_number(x) for x in item)):
             raise ValueError(f"curve point {item!r} is not a [size, fraction] pair")
         size, frac = float(item[0]), float(item[1])
         if size <= 0 or not 0 < frac <= 1:

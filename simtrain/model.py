@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import Field, PositiveInt, ValidationInfo, field_validator
 
 from simtrain.errors import InputError, allowed, display_path, suggest
+from simtrain.units import is_number
 from simtrain.schema import Closed, validate
 from simtrain.yamlio import LineDict, load_yaml, looks_like_path, read_text, reference_path
 
@@ -216,10 +217,6 @@ _BLOCK_KEYS = {
 }
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def _json_value(value: Any) -> str:
     """A config value as the JSON file spells it (true, null, 8), text quoted as elsewhere ('big')."""
     return repr(value) if isinstance(value, str) else json.dumps(value)
@@ -234,7 +231,7 @@ def _unsupported(config: dict[str, Any], prefix: str = "") -> Iterator[tuple[str
         path = f"{prefix}{key}"
         if isinstance(value, dict):
             yield from _unsupported(value, f"{path}.")
-        elif _EXPERT_COUNT.fullmatch(key) and _is_number(value) and value > 1:
+        elif _EXPERT_COUNT.fullmatch(key) and is_number(value) and value > 1:
             yield path, (f"{_json_value(value)} makes this a mixture-of-experts model (more than one expert MLP per "
                          f"layer), which simtrain does not model; {_DENSE}, one MLP per layer")
         elif key in _MLA_KEYS and value is not None:
@@ -253,14 +250,14 @@ def _head_dim_problem(config: dict[str, Any], head_dim: Any) -> str | None:
     """Why a config's ``head_dim`` cannot be modelled: simtrain's heads are hidden / heads wide."""
     if isinstance(head_dim, bool):
         return f"{_json_value(head_dim)} is a boolean, not a whole number (the width of one attention head)"
-    if not _is_number(head_dim):
+    if not is_number(head_dim):
         return f"{_json_value(head_dim)} is not a whole number (the width of one attention head)"
     hidden_key = next((k for k, v in _HF_KEYS.items() if v == "hidden" and config.get(k) is not None), None)
     heads_key = next((k for k, v in _HF_KEYS.items() if v == "heads" and config.get(k) is not None), None)
     if hidden_key is None or heads_key is None:
         return None                      # the missing width or head count is reported by the schema
     hidden, heads = config[hidden_key], config[heads_key]
-    if not (_is_number(hidden) and _is_number(heads) and heads > 0) or head_dim * heads == hidden:
+    if not (is_number(hidden) and is_number(heads) and heads > 0) or head_dim * heads == hidden:
         return None
     return (f"{head_dim} differs from {hidden_key} / {heads_key} = {hidden} / {heads} = {hidden / heads:g}, which "
             "simtrain does not model; it assumes head_dim = hidden / heads (query, key, value and output projections "

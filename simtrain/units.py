@@ -95,6 +95,11 @@ def parse_quantity(value: object, kind: str) -> float:
     return _finite(value, kind)
 
 
+def is_number(value: object) -> bool:
+    """An int or float, and not a bool (which Python counts as an int)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def has_unit(value: object) -> bool:
     """Whether a quantity as written names its unit: '450 GB/s' does; 450, '450' and '450e9' do not."""
     if not isinstance(value, str):
