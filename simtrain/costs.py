@@ -296,6 +296,22 @@ def fsdp1_grad_bytes(weight_bytes: float, grad_bytes: float) -> tuple[float, flo
     return 2.0 * weight_bytes, cast + 2.0 * grad_bytes
 
 
+#: PyTorch FSDP1's fixed cost per FSDP unit (one transformer layer) and micro-batch, in seconds: the time its
+#: hooks spend per unit beyond the kernels and collectives (the caching allocator's allocations and frees of the
+#: unsharded parameters and gradients, the flat-parameter views, the per-unit division of the gradient), which
+#: a leaner implementation of the same sharded data parallelism does not spend. Source: yandex/YaFSDP README.md
+#: (2024), "Benchmarks": iteration times of FSDP1 and YaFSDP on A100 80GB hosts, one sequence per GPU (one
+#: micro-batch per iteration), no activation checkpointing. Per layer, (FSDP - YaFSDP) / layers: Llama 2 7B on 64
+#: GPUs 1.56 (4096 tokens) and 1.88 ms (8192); on 128 GPUs 0.94 and 1.88 ms; Llama 2 13B on 128 GPUs 2.00 ms
+#: (4096); Llama 3 8B on 64 GPUs 3.75 ms (4096). The median, 1.875 ms, is taken. The 2048-token rows (2.8-5.3 ms
+#: per layer) are left out: their gap shrinks as the work per layer grows, so part of it scales with the work
+#: (overlap), while from 4096 to 8192 tokens it stays level - the fixed part. It is a lower bound of FSDP1's
+#: own overhead (YaFSDP's is not zero); it is charged on the compute stream, a third with each layer's forward
+#: and two thirds with its backward (the backward hook does about twice the forward's work: unshard, gradient
+#: handling, reduce-scatter, free), and to ZeRO-2 (SHARD_GRAD_OP) as to ZeRO-3, which YaFSDP measured.
+FSDP1_UNIT_OVERHEAD = 1.875e-3
+
+
 #: Adam's element-wise passes when unfused, bytes per parameter = UNFUSED_ADAM_BASE + 3 x gradient bytes. Reading
 #: PyTorch's single-tensor AdamW (torch/optim/adamw.py) and Composer's DecoupledAdamW (composer 0.15-0.16,
 #: optim/decoupled_weight_decay.py, adamw): decoupled decay p *= 1 - lr wd (8; Composer skips it at wd = 0 and

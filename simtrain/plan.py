@@ -180,6 +180,7 @@ def build_plan(scenario: Scenario) -> Plan:
     # PyTorch FSDP's flat-parameter gradient handling (parallel.zero_impl: fsdp1), ZeRO-2/3 over 2+ ranks
     fsdp1 = par.zero_impl == "fsdp1" and par.zero >= 2 and par.dp > 1
     cat_pp, prep_pp = costs.fsdp1_grad_bytes(state.weights, state.grads) if fsdp1 else (0.0, 0.0)
+    unit_overhead = costs.FSDP1_UNIT_OVERHEAD if fsdp1 else 0.0   # per layer (FSDP unit) and micro-batch
     # per gradient byte; the two kernels' launch gaps (cast, pre-divide) are below a microsecond per unit and left out
     prep_per_byte = dev.memory_time(prep_pp / state.grads, kernels=0)
 
@@ -200,7 +201,8 @@ def build_plan(scenario: Scenario) -> Plan:
         tp_bwd = tp_cost[rank] * _TP_RECOMPUTE.get(tr.recompute, 1.0)
         chunks.append(ChunkPlan(
             vstage=v, rank=rank, chunk=chunk, layer_lo=lo, layers=n_layers, has_embedding=first, has_head=last,
-            fwd_layer=lc.forward, bwd_layer=lc.backward + cat_time(per_layer_local), recompute_layer=lc.recompute,
+            fwd_layer=lc.forward + unit_overhead / 3.0,
+            bwd_layer=lc.backward + cat_time(per_layer_local) + 2.0 * unit_overhead / 3.0, recompute_layer=lc.recompute,
             tp_fwd_layer=tp_fwd, tp_bwd_layer=tp_bwd,
             embed_fwd=edge.embed_forward if first else 0.0,
             embed_bwd=edge.embed_backward + cat_time(n_edge) if first else 0.0,

@@ -99,7 +99,8 @@ class Parallel(Closed):
                                "are its input (Megatron-LM's contiguous gradient buffer); fsdp1 = PyTorch "
                                "FullyShardedDataParallel's flat parameters: each unit's gradient is concatenated "
                                "into the flat gradient, cast to the reduce dtype and pre-divided before its "
-                               "reduce-scatter")
+                               "reduce-scatter, and each unit costs FSDP1's fixed 1.875 ms per micro-batch "
+                               "(docs/model.md section 2.12)")
     sequence_parallel: bool = False
     layers_per_stage: list[int] | None = Field(None, description="uneven split, one entry per (virtual) stage")
 

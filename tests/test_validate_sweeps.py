@@ -97,12 +97,11 @@ def test_cost_of_one_more_sequence(results, model, rows):
     assert predicted == pytest.approx(measured, rel=0.05)
 
 
-@pytest.mark.xfail(strict=True, reason="simtrain misses part of the fixed cost of each micro-batch: on this sweep "
-                                       "it predicts 0.13 s (7b) and 0.21 s (13b) where the table implies 0.22 and 0.36 s "
-                                       "(docs/model.md section 12, item 1)")
 @pytest.mark.parametrize("model, rows", SWEEPS, ids=[m for m, _ in SWEEPS])
 def test_fixed_cost_of_a_microbatch(results, model, rows):
-    """The intercept of the sweep (test_measured_fixed_cost_by_hand): simtrain within 20% of it."""
+    """The intercept of the sweep (test_measured_fixed_cost_by_hand): simtrain within 20% of it. It was short by
+    40% until FSDP1's fixed cost per unit and micro-batch (1.875 ms, YaFSDP's measured gap; docs/model.md
+    section 2.12) was counted: 32 and 40 layers add 0.060 and 0.075 s."""
     measured = _line([(b, per_microbatch_s(b, tps)) for b, _, tps in rows])[1]
     predicted = _line([(b, results[cid].predicted_step_time_s / 2) for b, cid, _ in rows])[1]
     assert predicted == pytest.approx(measured, rel=0.20)
@@ -125,11 +124,11 @@ def test_two_images_measure_the_same_run_a_few_percent_apart(cases):
     assert a / b - 1 == pytest.approx(0.0338, abs=5e-4)
 
 
-# Regression guard, not a target: today's figures (2026-11-29, fifth session) are a mean |error| of 7.1% over the
-# 30 cases and 3.5% over the 11 activation-checkpointed runs on the pytorch 2.0.1 image; rounded up to the next
+# Regression guard, not a target: today's figures (2026-11-29, sixth session) are a mean |error| of 5.2% over the
+# 30 cases and 2.9% over the 11 activation-checkpointed runs on the pytorch 2.0.1 image; rounded up to the next
 # whole percent.
 def test_error_does_not_regress(results):
     everything = v.summarize(list(results.values()))
-    assert everything.cases == ROWS and everything.mean_abs_error <= 0.08
+    assert everything.cases == ROWS and everything.mean_abs_error <= 0.06
     torch201 = v.summarize([r for r in results.values() if "_torch201_" in r.id])
-    assert torch201.mean_abs_error <= 0.04
+    assert torch201.mean_abs_error <= 0.03
