@@ -304,11 +304,12 @@ def fsdp1_grad_bytes(weight_bytes: float, grad_bytes: float) -> tuple[float, flo
 #: micro-batch per iteration), no activation checkpointing. Per layer, (FSDP - YaFSDP) / layers: Llama 2 7B on 64
 #: GPUs 1.56 (4096 tokens) and 1.88 ms (8192); on 128 GPUs 0.94 and 1.88 ms; Llama 2 13B on 128 GPUs 2.00 ms
 #: (4096); Llama 3 8B on 64 GPUs 3.75 ms (4096). The median, 1.875 ms, is taken. The 2048-token rows (2.8-5.3 ms
-#: per layer) are left out: their gap shrinks as the work per layer grows, so part of it scales with the work
-#: (overlap), while from 4096 to 8192 tokens it stays level - the fixed part. It is a lower bound of FSDP1's
-#: own overhead (YaFSDP's is not zero); it is charged on the compute stream, a third with each layer's forward
-#: and two thirds with its backward (the backward hook does about twice the forward's work: unshard, gradient
-#: handling, reduce-scatter, free), and to ZeRO-2 (SHARD_GRAD_OP) as to ZeRO-3, which YaFSDP measured.
+#: per layer) are left out: there a layer's compute is shortest and its collectives least hidden, so their gap
+#: mixes in communication, which simtrain times itself (the 34B rows, 18-21 ms, also memory pressure). The form
+#: (fixed per layer and micro-batch) follows the validation residual; the size is this source's, with the
+#: readings and their effect in docs/model.md section 2.12. Charged on the compute stream, a third with each layer's
+#: forward and two thirds with its backward (assumed: the backward hook does about twice the forward's work), and
+#: to ZeRO-2 (SHARD_GRAD_OP) as to ZeRO-3, which YaFSDP measured (an extrapolation).
 FSDP1_UNIT_OVERHEAD = 1.875e-3
 
 

@@ -333,7 +333,7 @@ def test_validate_names_the_targets_informational_outside_the_dev_set(capsys):
     """The issue's targets belong to the bundled dev set; on a companion set the verdict line says so, and on
     the dev set it does not."""
     code, out, _ = run_cli(["validate", "llm_foundry_a100", "--only", "mosaic_a100_80gb_1b_s2048_8gpu"], capsys)
-    assert code == 0 and "met (informational here" in out
+    assert code == 0 and ": met (informational here" in out and "NOT met" not in out
     code, out, _ = run_cli(["validate", "--only", "torchtitan_h100_t1"], capsys)
     assert code == 0 and "informational" not in out.splitlines()[-1]
 

@@ -56,8 +56,8 @@ def test_summary_statistics_by_hand():
 # sustainable over the maximum achievable matmul rate; fifth session): 8.7 %, worst 20.6 %; with Composer's Adam as
 # PyTorch's element-wise kernels (training.optimizer_kernel: unfused): 8.5 %, worst 20.6 %; with the measured
 # nccl-tests curve for the message-size ramp (sixth session): 8.5 %, worst 20.6 %; with PyTorch FSDP1's fixed cost
-# per unit and micro-batch (1.875 ms, the measured gap between FSDP1 and YaFSDP): 4.7 %, worst 19.0 %; guards rounded
-# up to 5 % / 20 %. A100 Megatron-LM Table 1 cases: mean 6.9 %, worst 14.1 %. A change that makes them worse fails here. These record today's state; the
+# per unit and micro-batch (1.875 ms, the measured gap between FSDP1 and YaFSDP): 4.7 %, worst 19.0 %; guards are
+# today's output rounded up to 5 % / 20 % (the mean guard is also the issue's target). A100 Megatron-LM Table 1 cases: mean 6.9 %, worst 14.1 %. A change that makes them worse fails here. These record today's state; the
 # issue's targets are test_targets_met below.
 def test_gated_error_does_not_regress(results):
     """Gated mean |error| stays at or below 5% (the issue's mean target) and the worst at or below 20% (today's
@@ -74,8 +74,8 @@ def test_megatron_a100_cases_stay_within_17_percent(results):
     assert max(abs(r.error) for r in sel) <= 0.17
 
 
-@pytest.mark.xfail(strict=True, reason="fidelity targets not met yet: the mean is (4.7%), but 4 of the 70 H100 FSDP "
-                                       "cases miss by more than 10% (see the issue note and docs/model.md, limitations)")
+@pytest.mark.xfail(strict=True, reason="fidelity targets not met yet: the mean target is met (4.7%), but 4 of the 70 "
+                                       "H100 FSDP cases miss by more than 10% (docs/model.md, limitations)")
 def test_targets_met(results):
     """Issue target: gated mean |error| <= 5% and every gated case within 10%."""
     s = v.summarize([r for r in results if r.gate])
