@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from simtrain.errors import InputError
-from simtrain.scenario import Scenario
 from simtrain.memory import EDGE_OF_MEMORY
+from simtrain.scenario import Scenario
 from simtrain.sweeps import ScenarioPayload, error_text, open_executor, progress_bar, run_tasks
 from simtrain.units import format_time
 
