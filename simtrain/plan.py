@@ -70,6 +70,7 @@ class Plan:
     model_flops_per_step: float
     hardware_flops_per_step: float
     dtype_bytes: int
+    framework_overhead_layer: float = 0.0    # s per layer and micro-batch charged for the framework (FSDP1 hooks)
     phases: dict = field(default_factory=dict, repr=False)
 
     # --- collectives -------------------------------------------------------
@@ -223,7 +224,8 @@ def build_plan(scenario: Scenario) -> Plan:
     schedule = tuple(tuple(ops) for ops in build_schedule(par.schedule, par.pp, mb, par.vpp))
     return Plan(scenario=scenario, placement=placement, chunks=tuple(chunks), schedule=schedule, microbatches=mb,
                 stage_memory=mems, optimizer_time=opt, model_flops_per_step=model_flops,
-                hardware_flops_per_step=hardware_flops, dtype_bytes=dev.element_bytes)
+                hardware_flops_per_step=hardware_flops, dtype_bytes=dev.element_bytes,
+                framework_overhead_layer=unit_overhead)
 
 
 def model_flops_per_token(scenario: Scenario) -> float:

@@ -81,6 +81,7 @@ class Result:
     hfu: float | None = None
     bubble_fraction: float | None = None
     exposed_comm_s: dict[str, float] | None = None
+    framework_overhead_s: float = 0.0   # inside compute: FSDP1's fixed cost per layer and micro-batch, critical GPU
     events: int | None = None
     fidelity: str | None = None
     config: dict = field(default_factory=dict)
@@ -95,6 +96,7 @@ class Result:
                 "step_time_s": _r(self.step_time_s), "tokens_per_s": _r(self.tokens_per_s), "mfu": _r(self.mfu),
                 "hfu": _r(self.hfu), "bubble_fraction": _r(self.bubble_fraction),
                 "exposed_comm_s": {k: _r(v) for k, v in self.exposed_comm_s.items()},
+                "framework_overhead_s": _r(self.framework_overhead_s),
                 "fidelity": self.fidelity, "events": self.events})
         out.update({
             "fits_in_memory": self.fits_in_memory, "peak_memory_bytes_max": round(self.peak_memory_bytes_max),

@@ -195,4 +195,6 @@ def simulate(scenario: Scenario, *, fidelity: str | None = None, seed: int | Non
         mfu=plan.model_flops_per_step / (step * s.gpus * gpu_peak),
         hfu=plan.hardware_flops_per_step / (step * s.gpus * gpu_peak),
         bubble_fraction=statistics.fmean(bubbles), exposed_comm_s=dict(critical.exposed),
+        framework_overhead_s=plan.framework_overhead_layer * plan.microbatches
+        * sum(c.layers for c in plan.chunks if c.rank == critical.rank),
         events=tl.events, fidelity=mode, config=_config(s), timeline=tl)

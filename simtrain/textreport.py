@@ -58,6 +58,8 @@ def run_text(result: Result) -> str:
         f"pipeline bubble  {_pct(result.bubble_fraction)}  ({result.microbatches} micro-batches, "
         f"{par.get('pp')} stages)",
         "exposed comm     " + ", ".join(f"{k.upper()} {format_time(v)}" for k, v in result.exposed_comm_s.items()),
+        *([f"framework        FSDP1 hooks {format_time(result.framework_overhead_s)} per step, inside compute "
+           "(a fixed cost per layer and micro-batch; docs/model.md section 2.12)"] if result.framework_overhead_s else []),
         "",
         f"{'stage':>5} {'layers':>6} {'compute':>10} {'exp. comm':>10} {'bubble':>10} {'peak mem':>10} {'of cap':>7}",
     ]

@@ -212,6 +212,9 @@ def test_fsdp1_gradient_handling_costs_its_bytes(tmp_path):
     n_all = 2 * layer_params_per_rank(generic.model, 1) + edge_params(generic.model, 1, 1, first=True, last=True)
     delta = simulate(fsdp1).step_time_s - simulate(generic).step_time_s
     assert delta == pytest.approx((4 + 1) * 4 * n_all / 1e12 + 2 * 4 * FSDP1_UNIT, rel=1e-6)
+    # the report names that fixed part: L x m x 1.875 ms on the critical GPU, none without fsdp1
+    assert simulate(fsdp1).framework_overhead_s == pytest.approx(2 * 4 * FSDP1_UNIT, rel=1e-12)
+    assert simulate(generic).framework_overhead_s == 0.0
 
 
 @pytest.mark.parametrize("fraction, warned", [(0.97, True), (0.90, False)])
