@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from simtrain.topology import Cluster, Link
@@ -105,6 +105,7 @@ class RingShape:
     links: tuple[tuple[Link, int], ...]      # (link, flows on it from every concurrent ring)
     step_latency: float                      # worst route latency between ring neighbours
     ramp: Ramp = Ramp()                      # the fabric's message-size ramp
+    latency_rounds: int = 1                  # the stage's step latencies are paid this many times (flat ring)
 
     def phase(self, nbytes: float) -> Phase:
         """The phase for ``nbytes`` per GPU: its bytes move at the ramp's fraction of the bandwidth
@@ -113,7 +114,7 @@ class RingShape:
         steps = STEPS[self.kind](self.n)
         size = nbytes / self.divisor
         flow = steps * size / self.n / self.ramp.fraction(size) if size > 0 else 0.0
-        return Phase(flow_bytes=flow, latency=steps * self.step_latency, links=self.links)
+        return Phase(flow_bytes=flow, latency=self.latency_rounds * steps * self.step_latency, links=self.links)
 
 
 def _ring_shape(kind: str, rings: list[list[int]], cluster: Cluster, every: bool, divisor: int = 1) -> RingShape:
@@ -186,11 +187,14 @@ def collective_shape(kind: str, groups: list[list[int]], cluster: Cluster, every
         return [_ring_shape("reduce_scatter", intra, cluster, every),
                 _ring_shape("all_reduce", inter, cluster, every, local),
                 _ring_shape("all_gather", intra, cluster, every)]
-    if kind == "reduce_scatter":
-        return [_ring_shape("reduce_scatter", intra, cluster, every),
-                _ring_shape("reduce_scatter", inter, cluster, every, local)]
-    return [_ring_shape("all_gather", inter, cluster, every, local),
-            _ring_shape("all_gather", intra, cluster, every)]
+    # NCCL runs reduce-scatter and all-gather as one flat ring over all n ranks: its bytes cross each
+    # node's NICs as in the two stages below, but a chunk makes n - 1 hops, n - nodes of them inside a
+    # node (tuning.cc: nsteps = nRanks - 1, nInterSteps = nNodes - 1). The node stage's local - 1 step
+    # latencies are therefore paid once per node.
+    nodes = len(per_node)
+    inside = replace(_ring_shape(kind, intra, cluster, every), latency_rounds=nodes)
+    across = _ring_shape(kind, inter, cluster, every, local)
+    return [inside, across] if kind == "reduce_scatter" else [across, inside]
 
 
 def collective_phases(kind: str, nbytes: float, groups: list[list[int]], cluster: Cluster,

@@ -120,6 +120,21 @@ def test_hierarchical_all_reduce_is_the_sum_of_its_phases():
     assert _run_fluid(cluster, {"ar": phases})["ar"] == pytest.approx(rs_intra + ar_inter + ag_intra, rel=1e-12)
 
 
+@pytest.mark.parametrize("kind", ["all_gather", "reduce_scatter"])
+def test_all_gather_reduce_scatter_across_nodes_pay_the_flat_rings_step_latencies(kind):
+    """8 GPUs on 2 nodes. The bytes: (l-1)/l x S in the node plus (m-1)/m x S/l across it (l = 4 per node,
+    m = 2 nodes). The latency: NCCL runs one flat ring of 8, whose 7 hops are 8 - 2 = 6 inside a node and
+    2 - 1 = 1 across (NCCL src/graph/tuning.cc: nsteps = nRanks - 1, nInterSteps = nNodes - 1)."""
+    cluster = _cluster(DATA / "core_two_nodes.yaml")
+    size = 400e6
+    node_bytes = 3 / 4 * size / INTRA_B
+    net_bytes = 1 / 2 * (size / 4) / NIC_B
+    expected = node_bytes + net_bytes + 6 * INTRA_ALPHA + 1 * NET_ALPHA
+    phases = collective_phases(kind, size, [list(range(8))], cluster)
+    assert sum(phase_time_alone(p, cluster) for p in phases) == pytest.approx(expected, rel=1e-12)
+    assert _run_fluid(cluster, {"c": phases})["c"] == pytest.approx(expected, rel=1e-12)
+
+
 def test_concurrent_rings_share_a_nic(tmp_path):
     """Two DP rings whose GPUs share one NIC each get half of it (2 NICs for 4 GPUs per node)."""
     path = hardware_variant(tmp_path, {"inter_node.nics_per_node": 2}, base=DATA / "core_two_nodes.yaml")
