@@ -74,7 +74,7 @@ def test_megatron_a100_cases_stay_within_17_percent(results):
     assert max(abs(r.error) for r in sel) <= 0.17
 
 
-@pytest.mark.xfail(strict=True, reason="fidelity targets not met yet: the mean target is met (4.7%), but 4 of the 70 "
+@pytest.mark.xfail(strict=True, reason="fidelity targets not met yet: the mean target is met (4.9%), but 4 of the 70 "
                                        "H100 FSDP cases miss by more than 10% (docs/model.md, limitations)")
 def test_targets_met(results):
     """Issue target: gated mean |error| <= 5% and every gated case within 10%."""
