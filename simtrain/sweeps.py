@@ -399,15 +399,55 @@ def write_table(frame, path: str | Path) -> Path:
     return write_atomic(path, header + "".join(_line(r, columns, fmt) for r in rows))
 
 
+def sweep_identity(scenario: Scenario, grid: dict[str, list]) -> dict[str, Any]:
+    """What a sweep's rows depend on besides the swept values: the scenario as written (with its overrides,
+    the swept keys left out) and the hardware it resolves to. ``--resume`` refuses a file written for another."""
+    raw = json.loads(json.dumps(scenario.raw, default=str))
+    for key in grid:
+        node, *path = key.split(".")
+        parent, last = raw, node
+        for part in path:
+            if not isinstance(parent.get(last), dict):
+                parent = None
+                break
+            parent, last = parent[last], part
+        if isinstance(parent, dict):
+            parent.pop(last, None)
+    hardware = json.loads(scenario.hardware.model_dump_json())
+    return {"scenario": raw, "hardware": hardware}
+
+
+def _identity_file(path: Path) -> Path:
+    return path.with_name(path.name + ".sweep.json")
+
+
+def _check_identity(path: Path, identity: dict[str, Any], resume: bool) -> None:
+    """Refuse to resume a table whose rows came from another scenario or hardware; record this sweep's."""
+    side = _identity_file(path)
+    if resume and side.exists() and (path.exists() or path.with_name(path.name + ".partial.jsonl").exists()):
+        try:
+            found = json.loads(side.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            found = None
+        if found is not None and found != identity:
+            what = "hardware" if found.get("scenario") == identity["scenario"] else "scenario (or its --set overrides)"
+            raise InputError(f"cannot resume: its rows were computed for another {what} "
+                             f"(recorded in {display_path(side)}); use another --out file or drop --resume",
+                             file=display_path(path))
+    write_atomic(side, json.dumps(identity, sort_keys=True, indent=1) + "\n")
+
+
 def sweep_to_file(scenario: Scenario, grid: dict[str, list], path: str | Path, *, resume: bool = False,
                   workers: int | None = None, executor: Executor | None = None, progress: bool | None = None):
     """:func:`sweep`, with each row appended to ``path`` as it finishes; ``resume`` skips the points
-    already in the file (matched on the swept values). Returns the whole table as written: the grid's
+    already in the file (matched on the swept values), and refuses a file whose rows came from another
+    scenario or hardware (``<path>.sweep.json`` records what they came from). Returns the whole table as written: the grid's
     points first, in grid order, then rows of other grids kept from a resume. Its ``attrs`` count the
     grid's points (``grid_points``), those found in the file and not run again (``resumed_points``) and,
     of those run now, the ones simulated (``simulated_points``) and the invalid or failed ones
     (``failed_points``)."""
     points = grid_points(grid)
+    _check_identity(Path(path), sweep_identity(scenario, grid), resume)
     table = RowFile(path, list(grid), resume=resume)
     try:
         todo = [p for p in points if not table.done(p)]

@@ -15,7 +15,7 @@ import simtrain
 from simtrain.simulation import simulate
 from simtrain.sweeps import COLUMNS, ScenarioPayload, read_table, sweep, sweep_to_file
 
-from conftest import make_scenario, run_cli
+from conftest import hardware_variant, make_scenario, run_cli
 
 GRID = {"parallel.schedule": ["gpipe", "1f1b"], "training.global_batch": [4, 8, 16]}
 
@@ -205,6 +205,33 @@ def test_resume_refuses_a_file_of_another_grid(pipe, tmp_path):
     sweep_to_file(pipe, {"training.global_batch": [4]}, path, workers=1, progress=False)
     with pytest.raises(simtrain.InputError, match="cannot resume"):
         sweep_to_file(pipe, GRID, path, resume=True, workers=1, progress=False)
+
+
+def test_resume_refuses_rows_of_another_scenario(pipe, tmp_path):
+    """Rows computed for one scenario must not be reused as another's: resuming into a file written for a
+    different base scenario is an InputError, and the file is left as it was; the same scenario resumes."""
+    path = tmp_path / "out.csv"
+    grid = {"training.global_batch": [4]}
+    sweep_to_file(pipe, grid, path, workers=1, progress=False)
+    before = path.read_bytes()
+    with pytest.raises(simtrain.InputError, match="cannot resume: its rows were computed for another scenario"):
+        sweep_to_file(pipe.with_overrides({"parallel.schedule": "gpipe"}), grid, path, resume=True, workers=1,
+                      progress=False)
+    assert path.read_bytes() == before
+    again = sweep_to_file(pipe, grid, path, resume=True, workers=1, progress=False)
+    assert again.attrs["resumed_points"] == 1
+
+
+def test_resume_refuses_rows_of_an_edited_hardware_file(tmp_path):
+    """The same scenario file on a hardware file edited since the rows were written: an InputError."""
+    hw = hardware_variant(tmp_path, {})
+    path = tmp_path / "out.csv"
+    grid = {"training.global_batch": [4]}
+    sweep_to_file(make_scenario(hardware=hw, parallel={"pp": 2}), grid, path, workers=1, progress=False)
+    hardware_variant(tmp_path, {"intra_node.bandwidth": "50 GB/s"})          # rewrites hw.yaml
+    with pytest.raises(simtrain.InputError, match="cannot resume: its rows were computed for another hardware"):
+        sweep_to_file(make_scenario(hardware=hw, parallel={"pp": 2}), grid, path, resume=True, workers=1,
+                      progress=False)
 
 
 def test_cli_sweep_writes_table_and_summary(tmp_path, capsys, repo):
