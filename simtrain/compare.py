@@ -60,7 +60,7 @@ def warnings_for(rows: list[dict[str, Any]]) -> list[str]:
     """Differences that make a comparison unfair: other models or batches."""
     out = []
     for key, what in (("model", "models"), ("global_batch", "global batches"), ("seq_len", "sequence lengths")):
-        values = sorted({str(r[key]) for r in rows})
+        values = list(dict.fromkeys(str(r[key]) for r in rows))   # distinct, in the scenarios' order
         if len(values) > 1:
             out.append(f"the scenarios train different {what} ({', '.join(values)}): not like for like")
     out += [f"{r['scenario']}: does not fit in memory" for r in rows if not r["fits_in_memory"]]

@@ -422,7 +422,7 @@ def _identity_file(path: Path) -> Path:
 
 
 def _check_identity(path: Path, identity: dict[str, Any], resume: bool) -> None:
-    """Refuse to resume a table whose rows came from another scenario or hardware; record this sweep's."""
+    """Refuse to resume a table whose rows came from another scenario or hardware."""
     side = _identity_file(path)
     if resume and side.exists() and (path.exists() or path.with_name(path.name + ".partial.jsonl").exists()):
         try:
@@ -434,7 +434,6 @@ def _check_identity(path: Path, identity: dict[str, Any], resume: bool) -> None:
             raise InputError(f"cannot resume: its rows were computed for another {what} "
                              f"(recorded in {display_path(side)}); use another --out file or drop --resume",
                              file=display_path(path))
-    write_atomic(side, json.dumps(identity, sort_keys=True, indent=1) + "\n")
 
 
 def sweep_to_file(scenario: Scenario, grid: dict[str, list], path: str | Path, *, resume: bool = False,
@@ -447,8 +446,11 @@ def sweep_to_file(scenario: Scenario, grid: dict[str, list], path: str | Path, *
     of those run now, the ones simulated (``simulated_points``) and the invalid or failed ones
     (``failed_points``)."""
     points = grid_points(grid)
-    _check_identity(Path(path), sweep_identity(scenario, grid), resume)
+    output_format(path)
+    identity = sweep_identity(scenario, grid)
+    _check_identity(Path(path), identity, resume)
     table = RowFile(path, list(grid), resume=resume)
+    write_atomic(_identity_file(Path(path)), json.dumps(identity, sort_keys=True, indent=1) + "\n")
     try:
         todo = [p for p in points if not table.done(p)]
         rows = run_points(scenario, todo, workers=workers, executor=executor, progress=progress,

@@ -97,7 +97,8 @@ def test_python_sweep_to_parquet_without_pyarrow_is_an_input_error(tmp_path, no_
 
 def test_sweep_without_a_valid_point_exits_2_and_keeps_the_error_table(small, capsys):
     """Every point sets an unknown key: exit 2, one line naming the first point's error and the file that
-    holds every point's error; that file is complete (header + 2 rows), nothing temporary is left."""
+    holds every point's error; that file is complete (header + 2 rows), nothing temporary is left (the
+    sidecar recording the sweep's scenario stays, for --resume)."""
     code, out, err = run_cli(["sweep", "ok.yaml", "--grid", "parallel.ppp=1,2", "--out", "s.csv", "--workers", "1"],
                              capsys)
     first = ("ok.yaml: parallel.ppp: unknown key (did you mean 'pp'?) (value set by an override such as --set, "
@@ -110,7 +111,7 @@ def test_sweep_without_a_valid_point_exits_2_and_keeps_the_error_table(small, ca
     assert lines[0] == "parallel.ppp,step_time_s,tokens_per_s,mfu,bubble_fraction,peak_memory_bytes_max," \
                        "fits_in_memory,error"
     assert lines[1:] == [f'{v},,,,,,,"{first}"' for v in (1, 2)]
-    assert _files(small.parent) == ["ok.yaml", "s.csv"]
+    assert _files(small.parent) == ["ok.yaml", "s.csv", "s.csv.sweep.json"]   # the table and what its rows came from
 
 
 def test_sweep_with_one_valid_point_exits_0(small, capsys):
@@ -347,3 +348,24 @@ def test_dash_is_stdout_only_for_json(args, capsys, tmp_path, monkeypatch):
     code, _, err = run_cli([a.format(s=REPO / "scenarios/pp4_dp4.yaml") for a in args], capsys)
     assert code == 2 and "'-' (standard output) is only for --json" in err
     assert not (tmp_path / "-").exists()
+
+
+def test_bare_simtrain_shows_the_help_as_lines(capsys):
+    """`simtrain` with no command prints the usage and the command list, one per line (not one escaped line)."""
+    code, _, stderr = run_cli([], capsys)
+    assert code == 2
+    assert "\\n" not in stderr
+    lines = stderr.splitlines()
+    assert lines[0].startswith("Usage: simtrain")
+    assert any(line.strip().startswith("run ") for line in lines)
+
+
+@pytest.mark.parametrize("args", [["--json", "out.json", "--trace", "./out.json"],
+                                  ["--gantt", "g.html", "--memory-plot", "g.html"]])
+def test_two_outputs_naming_one_file_exit_2(small, args, capsys, monkeypatch, tmp_path):
+    """Two output options naming one file would leave only the last one written: refused, nothing written."""
+    monkeypatch.chdir(tmp_path)
+    code, _, stderr = run_cli(["run", str(small), *args], capsys)
+    assert code == 2
+    assert "both write" in stderr and len(stderr.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == [] or all(p == small for p in tmp_path.iterdir())

@@ -65,6 +65,14 @@ def test_different_models_are_flagged():
     assert "different models" in text and "different global batches" in text
 
 
+def test_differences_are_listed_in_the_scenarios_order():
+    """The warning's values follow the columns (64 then 128), not text order ('128' < '64' as strings)."""
+    a = make_scenario(training={"global_batch": 64})
+    b = make_scenario(training={"global_batch": 128})
+    text = compare_text(compare([a, b], tokens=1e9))
+    assert "different global batches (64, 128)" in text
+
+
 def test_cli_compare_table_and_plot(tmp_path, capsys):
     """`simtrain compare A B --tokens 1T --plot x.html`: one column per scenario, a board-power note, a chart."""
     plot = tmp_path / "c.html"

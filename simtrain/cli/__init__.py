@@ -42,6 +42,21 @@ class OutPath(click.Path):
         return super().convert(value, param, ctx)
 
 
+def distinct_outputs(**paths: str | None) -> None:
+    """Refuse two output options naming one file (the second would overwrite the first): exit 2."""
+    import os
+
+    seen: dict[str, str] = {}
+    for option, path in paths.items():
+        if not path or path == "-":
+            continue
+        key = os.path.normcase(os.path.abspath(path))
+        flag = "--" + option.replace("_", "-")
+        if key in seen:
+            raise click.UsageError(f"{seen[key]} and {flag} both write {path}; give each its own file")
+        seen[key] = flag
+
+
 def emit(text: str, json_path: str | None, report: Any) -> None:
     """The command's text, then its JSON report: to ``json_path`` (atomically) with the text on stdout,
     or for ``--json -`` the JSON on stdout and the text on stderr."""
@@ -83,6 +98,9 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("interrupted", err=True)
         sys.exit(130)
     except click.ClickException as err:
+        if type(err).__name__ == "NoArgsIsHelpError":   # bare `simtrain` (click >= 8.2): show the help as it is
+            click.echo(err.format_message(), err=True)
+            sys.exit(2)
         click.echo(f"error: {one_line(err.format_message())}", err=True)
         sys.exit(2 if isinstance(err, click.UsageError) or err.exit_code == 2 else err.exit_code)
     except KeyboardInterrupt:

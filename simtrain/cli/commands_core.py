@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from simtrain.cli import JSON_HELP, OutPath, cli, emit
+from simtrain.cli import JSON_HELP, OutPath, cli, distinct_outputs, emit
 from simtrain.scenario import load_scenario, parse_set
 
 
@@ -45,6 +45,7 @@ def run(scenario: str, sets: tuple[str, ...], json_path: str | None, gantt_path:
     from simtrain.simulation import simulate
     from simtrain.textreport import run_text
 
+    distinct_outputs(json=json_path, gantt=gantt_path, memory_plot=memory_path, trace=trace_path)
     sc = _load(scenario, sets, full)
     if samples > 1 and not sc.simulation.jitter > 0:
         # only jitter draws from the seed (straggler ranks use simulation.seed), so the samples would be copies
@@ -78,6 +79,7 @@ def plot(report: str, gantt_path: str | None, memory_path: str | None) -> None:
     from simtrain import charts
     from simtrain.charts_data import ReportError
 
+    distinct_outputs(gantt=gantt_path, memory_plot=memory_path)
     try:
         charts.plot_saved(report, gantt=gantt_path, memory=memory_path)
     except ReportError as err:      # a damaged field found while drawing: name the report it is in

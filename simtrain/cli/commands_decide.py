@@ -8,7 +8,7 @@ from typing import Any
 import click
 import yaml
 
-from simtrain.cli import OutPath, cli
+from simtrain.cli import OutPath, cli, distinct_outputs
 from simtrain.errors import InputError
 from simtrain.scenario import load_scenario, parse_set
 
@@ -91,6 +91,7 @@ def sweep(scenario: str, grids: tuple[str, ...], out: str, resume: bool, workers
     from simtrain.sweeps import output_format, sweep_to_file
 
     grid = parse_grid(grids)
+    distinct_outputs(out=out, plot=plot_path)
     output_format(out)
     sc = load_scenario(scenario, parse_set(list(sets)))
     df = sweep_to_file(sc, grid, out, resume=resume, workers=workers, progress=progress)
