@@ -11,7 +11,8 @@
    is an optimistic throughput.
 4. Simulate candidates in order of their estimate, skipping any whose optimistic
    throughput is below the K-th best simulated so far: a skipped layout cannot be
-   in the top K, so the answer equals simulating every candidate (a test checks it).
+   in the top K, so the answer equals simulating every candidate (a test checks it). Candidates go in
+   rounds of ``SIMULATE_BATCH``, whatever the worker count, so the table is the same on every machine.
 
 Screening and simulation run on the sweep's executors (:mod:`simtrain.sweeps`).
 """
@@ -161,6 +162,11 @@ class SearchResult:
         return pd.DataFrame(self.rows)
 
 
+#: layouts simulated per round; the pruning bound is updated between rounds. A constant, not the worker count,
+#: so that which layouts are simulated or pruned (and so ``--out``) is the same on every machine.
+SIMULATE_BATCH = 4
+
+
 def search(scenario: Scenario, *, gpus: int | None = None, top: int = 5, workers: int | None = None,
            executor: Executor | None = None, progress: bool | None = None,
            max_memory: float = EDGE_OF_MEMORY) -> SearchResult:
@@ -205,7 +211,7 @@ def search(scenario: Scenario, *, gpus: int | None = None, top: int = 5, workers
             pos = 0
             while pos < len(order):
                 batch = []
-                while pos < len(order) and len(batch) < lanes:
+                while pos < len(order) and len(batch) < SIMULATE_BATCH:
                     i = order[pos]
                     pos += 1
                     bound = rows[i]["lower_bound_s"]

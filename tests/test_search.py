@@ -133,3 +133,15 @@ def test_max_memory_keeps_headroom(small_case):
                                         and r["peak_memory_bytes_max"] > 0.5 * cap)
     with pytest.raises(InputError):
         search(small_case, max_memory=1.5)
+
+
+def test_search_table_is_the_same_on_any_number_of_workers(small_case):
+    """Which layouts are simulated and which pruned does not depend on the worker count (else --out would
+    differ from machine to machine): one worker and a pool of three give the same rows."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    serial = search(small_case, top=3, workers=1, progress=False)
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        pooled = search(small_case, top=3, executor=pool, progress=False)
+    assert serial.rows == pooled.rows
+    assert serial.counts == pooled.counts
