@@ -11,6 +11,8 @@ case within 10%, with one hardware file per GPU type shared by all cases.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -103,10 +105,18 @@ def _attention(flash: object) -> str:
     return " attn=none" if flash is False else f" attn={flash}"
 
 
-def run_case(case: dict, base_dir: Path) -> CaseResult:
+def run_case(case: dict, base_dir: Path, file: str | None = None) -> CaseResult:
+    """One case simulated; a scenario simtrain refuses becomes the result's ``failure``, located in ``file``."""
     from simtrain.simulation import simulate
+    from simtrain.yamlio import LineDict
 
-    sc = dict(case["scenario"])
+    sc = case["scenario"]
+    if isinstance(sc, LineDict):     # keep the lines of its keys, so that a refusal names them
+        named = LineDict(sc)
+        named.key_lines, named.line = dict(sc.key_lines), sc.line
+        sc = named
+    else:
+        sc = dict(sc)
     sc.setdefault("name", case["id"])
     measured = dict(case.get("measured") or {})
     target = float(case["target_step_time_s"])
@@ -114,7 +124,7 @@ def run_case(case: dict, base_dir: Path) -> CaseResult:
                   config=_config(sc), target_step_time_s=target, measured=measured,
                   assumed=tuple(case.get("assumed") or ()), notes=str(case.get("notes", "") or ""))
     try:
-        scenario = scenario_from_dict(sc, base_dir=base_dir)
+        scenario = scenario_from_dict(sc, file=file, base_dir=base_dir)
         result = simulate(scenario)
     except InputError as err:
         return CaseResult(predicted_step_time_s=None, error=None, failure=str(err), **common)
@@ -164,6 +174,12 @@ def load_cases(path: str | Path | None = None) -> tuple[list[dict], Path]:
         for key in ("id", "scenario", "target_step_time_s"):
             if not isinstance(case, dict) or key not in case:
                 raise InputError(f"case {i} lacks '{key}'", file=str(path), line=getattr(case, "line", None))
+        target = case["target_step_time_s"]
+        if isinstance(target, bool) or not isinstance(target, (int, float)) or not math.isfinite(target) or target <= 0:
+            lines = getattr(case, "key_lines", {})
+            raise InputError(f"case {case['id']}: {target!r} is not a measured step time; give the seconds per step, "
+                             "a number > 0", file=str(path), line=lines.get("target_step_time_s"),
+                             field="target_step_time_s")
     return data, path.resolve().parent
 
 
@@ -192,8 +208,9 @@ def validate(path: str | Path | None = None, *, only: str | None = None, progres
             raise InputError(_no_case_matches(only, cases), file=display_path(resolve_cases(path)))
         cases = chosen
     out = []
+    file = display_path(resolve_cases(path))
     for case in cases:
-        out.append(run_case(case, base))
+        out.append(run_case(case, base, file))
         if progress:
             progress()
     return out

@@ -369,3 +369,35 @@ def test_two_outputs_naming_one_file_exit_2(small, args, capsys, monkeypatch, tm
     assert code == 2
     assert "both write" in stderr and len(stderr.strip().splitlines()) == 1
     assert list(tmp_path.iterdir()) == [] or all(p == small for p in tmp_path.iterdir())
+
+
+CASE = """- id: x
+  scenario:
+    hardware: dgx-h100
+    model: llama2-7b
+    training: {{seq_len: 4096, global_batch: {batch}, micro_batch: 1}}
+    parallel: {{dp: 8}}
+  target_step_time_s: {target}
+"""
+
+
+def test_validate_refuses_a_step_time_that_is_not_positive(tmp_path, capsys, monkeypatch):
+    """A measured step time of -1 s is bad input (it would print an error of -140%): file, line, field."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c.yaml").write_text(CASE.format(batch=8, target=-1), encoding="utf-8")
+    code, out, err = run_cli(["validate", "c.yaml"], capsys)
+    assert code == 2 and out == ""
+    assert err.startswith("error: c.yaml:7: target_step_time_s: case x: -1 is not a measured step time")
+
+
+def test_validate_exits_2_when_a_case_cannot_be_simulated(tmp_path, capsys, monkeypatch):
+    """A case whose scenario simtrain refuses: the report still lists it, then exit 2 with one line naming
+    the cases file and the line of the refused field."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c.yaml").write_text(CASE.format(batch=12, target=1.0), encoding="utf-8")
+    code, out, err = run_cli(["validate", "c.yaml"], capsys)
+    assert code == 2
+    assert "could not simulate: c.yaml:5: training.global_batch: 12 is not divisible" in out
+    assert err.count("\n") == 1
+    assert err.startswith("error: 1 of 1 cases could not be simulated (listed above); the first, x: c.yaml:5: "
+                          "training.global_batch")

@@ -141,3 +141,12 @@ def test_configuration_names_non_default_kernels(results):
     assert by_id["narayanan21_t1_1.7B"].config.endswith(" attn=none")
     assert "attn=" not in by_id["torchtitan_h100_t1_8B_0"].config
     assert "ce=" not in by_id["torchtitan_h100_t1_8B_0"].config
+
+
+@pytest.mark.parametrize("error, shown", [(-0.1003, "-10.03%"), (0.0996, "+9.96%"), (0.1, "+10.0%"),
+                                          (-0.1234, "-12.3%"), (0.0449, "+4.5%")])
+def test_an_error_next_to_the_target_is_not_rounded_onto_it(error, shown):
+    """-10.03% misses the 10% target and must not print as '-10.0%' beside 'NOT met'."""
+    from simtrain.cli.commands_validate import _pct
+
+    assert _pct(error).strip() == shown

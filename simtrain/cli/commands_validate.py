@@ -9,8 +9,15 @@ import click
 from simtrain.cli import JSON_HELP, cli, emit
 
 
+def _digits(x: float, limit: float) -> int:
+    """One decimal, or two where one would round a value across a target onto it (10.03% is not '10.0%')."""
+    return 2 if abs(x) != limit and round(100 * abs(x), 1) == round(100 * limit, 1) else 1
+
+
 def _pct(x: float | None) -> str:
-    return "   -   " if x is None else f"{100 * x:+6.1f}%"
+    from simtrain.validate import TARGET_WORST
+
+    return "   -   " if x is None else f"{100 * x:+6.{_digits(x, TARGET_WORST)}f}%"
 
 
 @cli.command()
@@ -63,8 +70,9 @@ def validate(cases: str | None, json_path: str | None, only: str | None, check: 
     for name, s in summaries.items():
         if s is None:
             continue
-        lines.append(f"{name:>5}: {s.cases} cases, mean |error| {100 * s.mean_abs_error:.1f}%, worst "
-                     f"{100 * s.worst_abs_error:.1f}% ({s.worst_case}), bias {100 * s.bias:+.1f}% "
+        mean_digits, worst_digits = _digits(s.mean_abs_error, v.TARGET_MEAN), _digits(s.worst_abs_error, v.TARGET_WORST)
+        lines.append(f"{name:>5}: {s.cases} cases, mean |error| {100 * s.mean_abs_error:.{mean_digits}f}%, worst "
+                     f"{100 * s.worst_abs_error:.{worst_digits}f}% ({s.worst_case}), bias {100 * s.bias:+.1f}% "
                      f"({'predicts too fast' if s.bias < 0 else 'predicts too slow'}), "
                      f"{s.within_10pct}/{s.cases} within 10%")
     g = summaries["gated"]
@@ -78,5 +86,11 @@ def validate(cases: str | None, json_path: str | None, only: str | None, check: 
          {"cases": [r.to_dict() for r in results],
           "summary": {k: (s.to_dict() if s else None) for k, s in summaries.items()},
           "targets": {"mean": v.TARGET_MEAN, "worst": v.TARGET_WORST, "met": met}})
+    failed = [r for r in results if r.failure]
+    if failed:   # a case simtrain refuses is bad input in the cases file: the report above, then exit 2
+        from simtrain.errors import InputError
+
+        raise InputError(f"{len(failed)} of {len(results)} cases could not be simulated (listed above); the first, "
+                         f"{failed[0].id}: {failed[0].failure}")
     if check and not met:
         sys.exit(1)
