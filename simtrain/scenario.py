@@ -454,6 +454,11 @@ def _check_rules(s: Scenario, raw: dict) -> list[str]:
     if par.zero_impl != "generic" and (par.zero < 2 or par.dp == 1):
         warnings.append(f"parallel.zero_impl: {par.zero_impl} has no effect with zero {par.zero} and dp {par.dp} "
                         "(it describes how ZeRO-2/3 hand gradients to their reduce-scatter)")
+    missing = [key for key in ("compute", "memory_overheads") if key not in s.hardware.model_fields_set]
+    if missing:
+        warnings.append(f"hardware {s.hardware.name} has no {' or '.join(missing)} section: kernels run at the "
+                        "datasheet peaks and memory has no framework overhead, so step time and memory are optimistic "
+                        "(the bundled hardware/*.yaml give measured values)")
     if par.backward_prefetch != "pre" and (par.zero < 3 or par.dp == 1):
         warnings.append(f"parallel.backward_prefetch: {par.backward_prefetch} has no effect with zero {par.zero} and "
                         f"dp {par.dp} (it describes ZeRO-3's weight gathers)")

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from simtrain.errors import InputError
 from simtrain.scenario import load_scenario
@@ -211,3 +212,18 @@ def test_flash_kernel_choice_changes_only_the_attention_time(repo, kernel, speed
     expected_diff = fa2 / speed - fa2
     diff = build_plan(other).chunks[0].fwd_layer - build_plan(base).chunks[0].fwd_layer
     assert diff == pytest.approx(expected_diff, rel=1e-9)
+
+
+@pytest.mark.parametrize("drop, named", [(("compute",), "no compute section"),
+                                         (("memory_overheads",), "no memory_overheads section"),
+                                         (("compute", "memory_overheads"), "no compute or memory_overheads section")])
+def test_hardware_without_measured_sections_warns(tmp_path, drop, named):
+    """A hardware file without `compute` (or `memory_overheads`) silently means datasheet-peak kernels (or no
+    framework memory): say so, since every figure is then optimistic; `compute: {}` states it on purpose."""
+    data = yaml.safe_load(IDEAL_HW.read_text(encoding="utf-8"))
+    for key in drop:
+        data.pop(key)
+    hw = tmp_path / "hw.yaml"
+    hw.write_text(yaml.safe_dump(data), encoding="utf-8")
+    s = load_scenario(_write(tmp_path, [(f"hardware: {IDEAL_HW}", f"hardware: {hw}")]))
+    assert [w for w in s.warnings if "datasheet peaks" in w] and named in " ".join(s.warnings)
