@@ -39,6 +39,12 @@ class ModelSpec(Closed):
     norm: Literal["layernorm", "rmsnorm"] | None = Field(
         None, description="layernorm has weight+bias (2h), rmsnorm weight only (h); default rmsnorm for swiglu")
     position_embeddings: int = Field(0, ge=0, description="learned position table rows (GPT-3: 2048); 0 for RoPE/ALiBi")
+    max_positions: PositiveInt | None = Field(
+        None, description="longest sequence the model was built for (HF max_position_embeddings or n_positions); "
+                          "informational: a longer training.seq_len warns")
+    attention_window: PositiveInt | None = Field(
+        None, description="sliding-window attention width (HF sliding_window); informational: simtrain costs full "
+                          "causal attention, so a longer training.seq_len warns")
 
     # Field validators (not one model validator) so that an error names the field and its line.
     @field_validator("heads")
@@ -176,7 +182,16 @@ def from_hf_config(config: dict[str, Any], *, file: str, name: str | None = None
         out.setdefault("tied_embeddings", True)
     if config.get("attention_bias") or config.get("mlp_bias"):
         out["bias"] = True
-    out.setdefault("tied_embeddings", False)
+    # a config.json without tie_word_embeddings means its class's default (transformers' PreTrainedConfig: True;
+    # LlamaConfig, MistralConfig, Qwen2Config...: False; GemmaConfig: True)
+    out.setdefault("tied_embeddings", _TIED_BY_DEFAULT.get(str(config.get("model_type")), True))
+    positions = config.get("max_position_embeddings", config.get("n_positions"))
+    if is_number(positions) and not isinstance(positions, bool) and positions > 0:
+        out["max_positions"] = int(positions)
+    window = config.get("sliding_window")
+    windowed = config.get("use_sliding_window", True) if config.get("model_type") in {"qwen2", "qwen3"} else True
+    if windowed and is_number(window) and not isinstance(window, bool) and window > 0:
+        out["attention_window"] = int(window)
     try:
         return validate(ModelSpec, out, file=file)
     except InputError as err:
@@ -187,6 +202,11 @@ def from_hf_config(config: dict[str, Any], *, file: str, name: str | None = None
         raise InputError(message, file=file, line=None if missing else _json_line(text, source.get(ours)),
                          field=hf_key if ours else None) from None
 
+
+#: tie_word_embeddings when a config.json leaves it out: its config class's default (transformers
+#: src/transformers/models/*/configuration_*.py; PreTrainedConfig's own default, True, for the others)
+_TIED_BY_DEFAULT = {"llama": False, "mistral": False, "mixtral": False, "qwen2": False, "qwen3": False,
+                    "phi3": False, "gemma": True, "gemma2": True, "gpt2": True}
 
 _DENSE = "it supports dense decoder-only transformers (Llama, Mistral, Qwen2, GPT-2 style)"
 _SEQUENTIAL = ("which simtrain does not model; it supports blocks that run attention, then the MLP (Llama, Mistral, "

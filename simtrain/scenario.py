@@ -454,6 +454,16 @@ def _check_rules(s: Scenario, raw: dict) -> list[str]:
     if par.zero_impl != "generic" and (par.zero < 2 or par.dp == 1):
         warnings.append(f"parallel.zero_impl: {par.zero_impl} has no effect with zero {par.zero} and dp {par.dp} "
                         "(it describes how ZeRO-2/3 hand gradients to their reduce-scatter)")
+    m, seq = s.model, s.training.seq_len
+    if m.position_embeddings and seq > m.position_embeddings:
+        warnings.append(f"training.seq_len {seq} is longer than the model's learned position table "
+                        f"({m.position_embeddings} rows): the model as described cannot take it")
+    elif m.max_positions and seq > m.max_positions:
+        warnings.append(f"training.seq_len {seq} is longer than the model was built for (max_position_embeddings "
+                        f"{m.max_positions}); simtrain costs it as given")
+    if m.attention_window and seq > m.attention_window:
+        warnings.append(f"the model attends within a sliding window of {m.attention_window} tokens; simtrain costs "
+                        f"full causal attention over {seq}, so attention time and memory are overestimated")
     missing = [key for key in ("compute", "memory_overheads") if key not in s.hardware.model_fields_set]
     if missing:
         warnings.append(f"hardware {s.hardware.name} has no {' or '.join(missing)} section: kernels run at the "

@@ -221,3 +221,49 @@ def test_boolean_from_set_names_the_override(capsys):
     assert code == 2
     assert err.strip() == (f"error: {base}: parallel.zero: true is a boolean, not a whole number (allowed: 0, 1, 2 "
                            "or 3) (value set by an override such as --set, not by the file)")
+
+
+# Gemma-2B's released config.json (google/gemma-2b) has no tie_word_embeddings: GemmaConfig's default, True,
+# applies. Gemma report (Gemma Team 2024, Table 2): 1,981,884,416 non-embedding parameters for 2B; its embedding
+# counts a 256,128-row table, the config's vocab_size is 256,000, so the config's model has 256,000 x 2,048 more.
+GEMMA_2B = {"model_type": "gemma", "architectures": ["GemmaForCausalLM"], "hidden_size": 2048, "head_dim": 256,
+            "intermediate_size": 16384, "num_attention_heads": 8, "num_hidden_layers": 18,
+            "num_key_value_heads": 1, "vocab_size": 256000, "hidden_act": "gelu", "max_position_embeddings": 8192}
+
+
+def test_gemma_without_tie_key_is_tied_as_its_config_class_says(tmp_path):
+    """A missing tie_word_embeddings means the config class's default (GemmaConfig: True), not untied."""
+    spec, _, _ = _load(tmp_path, GEMMA_2B)
+    assert spec.tied_embeddings
+    assert spec.params_total == 1_981_884_416 + 256_000 * 2048
+
+
+def test_llama_without_tie_key_stays_untied(tmp_path):
+    """LlamaConfig's default is False: Llama-2-7b without the key keeps its published count."""
+    config = {k: v for k, v in _config("core_hf_llama-2-7b").items() if k != "tie_word_embeddings"}
+    spec, _, _ = _load(tmp_path, config)
+    assert not spec.tied_embeddings and spec.params_total == LLAMA2_7B
+
+
+@pytest.mark.parametrize("extra, seq, warned", [
+    ({"sliding_window": 4096, "max_position_embeddings": 32768}, 32768, "sliding window of 4096 tokens"),
+    ({"sliding_window": 4096}, 4096, None),
+    ({"max_position_embeddings": 4096}, 8192, "longer than the model was built for (max_position_embeddings 4096)"),
+    ({"model_type": "qwen2", "sliding_window": 4096, "use_sliding_window": False, "max_position_embeddings": 32768},
+     32768, None),
+])
+def test_what_simtrain_does_not_cost_is_said(tmp_path, extra, seq, warned):
+    """Sliding-window attention (costed as full attention) and a sequence beyond the model's positions warn."""
+    config = {**_config("core_hf_llama-2-7b"), **extra}
+    _, path, _ = _load(tmp_path, config)
+    sc = make_scenario(model=str(path), training={"seq_len": seq, "global_batch": 1})
+    found = [w for w in sc.warnings if "sliding window" in w or "built for" in w]
+    assert (found == []) if warned is None else (len(found) == 1 and warned in found[0])
+
+
+def test_sequence_beyond_a_learned_position_table_warns():
+    """GPT-2 style: 1,024 learned positions cannot index a 2,048-token sequence."""
+    from conftest import gpt_model
+
+    sc = make_scenario(model={**gpt_model(), "position_embeddings": 1024}, training={"seq_len": 2048})
+    assert any("learned position table (1024 rows)" in w for w in sc.warnings)
