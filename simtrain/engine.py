@@ -18,7 +18,7 @@ import math
 from simtrain.engine_comm import CommMixin, _buckets
 from simtrain.errors import SimulationLimitError
 from simtrain.fluid import FluidNetwork
-from simtrain.lane import CountingEnvironment, Lane, Record, Timeline  # noqa: F401  (Record, Timeline re-exported)
+from simtrain.lane import CountingEnvironment, EventLimitReached, Lane, Record, Timeline  # noqa: F401  (Record, Timeline re-exported)
 from simtrain.plan import ChunkPlan, Plan
 from simtrain.yamlio import locate
 
@@ -52,7 +52,7 @@ class Engine(CommMixin):
         self.sim = self.sc.simulation
         self.jitter = jitter
         self.seed = seed
-        self.env = CountingEnvironment()
+        self.env = CountingEnvironment(limit=self.sim.max_events)
         cluster = self.sc.cluster
         scale = link_scale or {}
 
@@ -95,18 +95,27 @@ class Engine(CommMixin):
                                   tp_scale=self.plan.tp_scale(r, d)))
         return lanes
 
+    def _over_limit(self, what: str) -> SimulationLimitError:
+        """The refusal of a run beyond simulation.max_events, with the ways out that apply to it."""
+        line, note = locate(self.sc.raw, "simulation.max_events")
+        way = ("use simulation.fidelity: folded (one lane per stage), a larger micro_batch" if self.full
+               else "use a larger micro_batch (fewer micro-batches)")
+        return SimulationLimitError(f"{what}; {way} or raise the limit{note}", file=self.sc.file, line=line,
+                                    field="simulation.max_events")
+
     def run(self) -> Timeline:
         est = estimate_events(self.plan, self.full)
-        if est > self.sim.max_events:
-            line, note = locate(self.sc.raw, "simulation.max_events")
-            raise SimulationLimitError(
-                f"this run needs about {est:,} simulated events, more than simulation.max_events="
-                f"{self.sim.max_events:,}; use simulation.fidelity: folded (one lane per stage) or raise the "
-                f"limit{note}", file=self.sc.file, line=line, field="simulation.max_events")
+        if est > self.sim.max_events:     # refused before any work, from the plan
+            raise self._over_limit(f"this run needs about {est:,} simulated events, more than "
+                                   f"simulation.max_events={self.sim.max_events:,}")
         self.lanes = self._make_lanes()
         for lane in self.lanes:
             self.env.process(self._lane(lane))
-        self.env.run()
+        try:
+            self.env.run()
+        except EventLimitReached:          # the estimate fell short: stop at the limit all the same
+            raise self._over_limit(f"this run reached simulation.max_events={self.sim.max_events:,} simulated events "
+                                   f"before its step ended (estimated {est:,} beforehand)") from None
         step = max(lane.end for lane in self.lanes)
         self.records.sort(key=lambda r: (r[0], r[3], r[4], r[1]))
         return Timeline(step_time=step, lanes=self.lanes, records=self.records,

@@ -10,15 +10,23 @@ import simpy
 Record = tuple
 
 
-class CountingEnvironment(simpy.Environment):
-    """A simpy environment that counts the events it schedules (for reports and benchmarks)."""
+class EventLimitReached(Exception):
+    """The run scheduled more simpy events than its limit (``simulation.max_events``)."""
 
-    def __init__(self) -> None:
+
+class CountingEnvironment(simpy.Environment):
+    """A simpy environment that counts the events it schedules (for reports and benchmarks) and stops a run
+    at ``limit`` of them."""
+
+    def __init__(self, limit: int | None = None) -> None:
         super().__init__()
         self.scheduled = 0
+        self.limit = limit
 
     def schedule(self, event, priority=1, delay=0):
         self.scheduled += 1
+        if self.limit is not None and self.scheduled > self.limit:
+            raise EventLimitReached(self.scheduled)
         super().schedule(event, priority, delay)
 
 

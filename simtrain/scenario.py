@@ -130,7 +130,8 @@ class Simulation(Closed):
     # Measured on the folded engine: ~250 bytes and ~5 us of CPU per event (a 721,319-event run took
     # 3.0 s and 178 MB), so the default bounds a run at about 250 MB and 5 s; full fidelity costs more
     # per event (link sharing among the flows in flight). Raise it knowingly.
-    max_events: PositiveInt = Field(1_000_000, description="refuse scenarios that need more simulated events")
+    max_events: PositiveInt = Field(1_000_000, description="refuse scenarios that need more simulated events, and "
+                                                            "stop a run that schedules more")
     # Measured: the network graph of 100,000 GPUs (DGX H100 template) takes 3.7 s and 0.5 GB to build.
     max_gpus: PositiveInt = Field(200_000, description="refuse clusters with more GPUs (graph and plan are O(GPUs))")
     seed: int = 0

@@ -151,3 +151,28 @@ def test_refusal_time_grows_at_most_linearly_with_gpus(tmp_path):
     small = min(refusal_seconds(3200) for _ in range(2))
     large = min(refusal_seconds(12500) for _ in range(2))
     assert large < 8 * max(small, 0.05), (small, large)
+
+
+def test_the_limit_binds_while_the_run_goes():
+    """simulation.max_events is a limit, not only a check of the estimate: where the estimate falls short of the
+    events a run schedules, the run may schedule exactly the limit, one fewer stops it, and a folded run is not
+    told to fold."""
+    from simtrain.engine import estimate_events
+    from simtrain.plan import build_plan
+    from simtrain.scenario import scenario_from_dict
+
+    raw = {"name": "dp8", "hardware": "dgx-h100", "model": "llama2-7b",
+           "training": {"seq_len": 4096, "global_batch": 64, "micro_batch": 1}, "parallel": {"dp": 8}}
+    scenario = scenario_from_dict(raw)
+    events = simulate(scenario).events
+    assert estimate_events(build_plan(scenario), False) < events - 1      # the case this test is about
+
+    def limited(limit):
+        return scenario_from_dict({**raw, "simulation": {"max_events": limit}})
+
+    assert simulate(limited(events)).events == events
+    with pytest.raises(SimulationLimitError) as info:
+        simulate(limited(events - 1))
+    message = str(info.value)
+    assert f"reached simulation.max_events={events - 1:,}" in message
+    assert "fidelity: folded" not in message and "larger micro_batch" in message
