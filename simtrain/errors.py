@@ -89,6 +89,10 @@ def suggest(word: str, choices: Iterable[str]) -> str:
         if ours in choices and (key in names or key == ours):
             return f" (did you mean '{ours}'?)"
     match = difflib.get_close_matches(str(word), choices, n=1, cutoff=0.6)
+    if not match:   # another letter case: DGX-H100 for dgx-h100
+        lowered = {str(c).lower(): c for c in choices}
+        close = difflib.get_close_matches(str(word).lower(), list(lowered), n=1, cutoff=0.6)
+        match = [lowered[close[0]]] if close else []
     return f" (did you mean '{match[0]}'?)" if match else ""
 
 

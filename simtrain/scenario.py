@@ -293,7 +293,8 @@ def _at_key(err: InputError, raw: dict, key: str, file: str | None) -> InputErro
     if err.file is None:
         if err.line is None:
             line, note = locate(raw, key)
-            err.message += note
+            if note not in err.message:      # the model's own check may have said it already
+                err.message += note
             err.line = line
         err.located(file=file, field=key)
     return err

@@ -401,3 +401,16 @@ def test_validate_exits_2_when_a_case_cannot_be_simulated(tmp_path, capsys, monk
     assert err.count("\n") == 1
     assert err.startswith("error: 1 of 1 cases could not be simulated (listed above); the first, x: c.yaml:5: "
                           "training.global_batch")
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["run", "ok.yaml", "--set", "model={layers: 2, hidden: 8, heads: 3, ffn_hidden: 8, vocab: 8}"],
+     "(value set by an override such as --set, not by the file)"),
+    (["run", "ok.yaml", "--set", "hardware=DGX-H100"], "(did you mean 'dgx-h100'?)"),
+    (["compare", "ok.yaml", "--tokens", "abc"], "error: --tokens abc: 'abc' is not a count"),
+])
+def test_messages_say_it_once_and_name_the_way_out(small, args, expected, capsys):
+    """The override note appears once; another letter case of a hardware name is suggested; --tokens is named."""
+    code, _, stderr = run_cli(args, capsys)
+    assert code == 2
+    assert stderr.count(expected) == 1, stderr

@@ -114,7 +114,8 @@ def sweep(scenario: str, grids: tuple[str, ...], out: str, resume: bool, workers
 
 @cli.command()
 @click.argument("scenario", type=click.Path(dir_okay=False))
-@click.option("--gpus", type=int, default=None, help="GPU count to plan for (nodes = GPUs / GPUs per node)")
+@click.option("--gpus", type=int, default=None,
+              help="GPU count to plan for: part of one node, or a whole number of nodes (nodes = GPUs / GPUs per node)")
 @click.option("--top", type=click.IntRange(min=1), default=5, show_default=True, help="layouts to show")
 @click.option("--out", "out", type=OutPath(),
               help="every candidate with its status, estimate and metrics: .csv, .jsonl or .parquet (needs pyarrow: "
@@ -152,7 +153,10 @@ def compare(scenarios: tuple[str, ...], tokens: str, plot_path: str | None, sets
     from simtrain.compare import compare_figure, compare_text
     from simtrain.units import parse_count
 
-    budget = parse_count(tokens)
+    try:
+        budget = parse_count(tokens)
+    except InputError as err:
+        raise InputError(f"--tokens {tokens}: {err.message}") from None
     if budget <= 0:
         raise InputError(f"--tokens {tokens}: give a positive token count, e.g. 1T or 300B")
     overrides = parse_set(list(sets))
