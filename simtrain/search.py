@@ -114,7 +114,7 @@ def screen(payload: ScenarioPayload, base: dict[str, Any], layouts: list[dict[st
         try:
             sc = scenario.with_overrides({**base, **_overrides(layout)})
             mem = memory(sc)
-            row.update(status="oom", peak_memory_bytes_max=mem.peak_memory_bytes_max)
+            row.update(status="oom", peak_memory_bytes_max=round(mem.peak_memory_bytes_max))
             if mem.fits_in_memory and mem.peak_memory_bytes_max > max_memory * mem.capacity_bytes:
                 row.update(status="tight")
             elif mem.fits_in_memory:
@@ -138,7 +138,7 @@ def simulate_layout(payload: ScenarioPayload, base: dict[str, Any], layout: dict
     except Exception as err:  # noqa: BLE001
         return {"status": "failed", "error": error_text(err)}
     return {"status": "simulated", "step_time_s": r.step_time_s, "tokens_per_s": r.tokens_per_s, "mfu": r.mfu,
-            "bubble_fraction": r.bubble_fraction, "peak_memory_bytes_max": r.peak_memory_bytes_max,
+            "bubble_fraction": r.bubble_fraction, "peak_memory_bytes_max": round(r.peak_memory_bytes_max),
             "exposed_tp_s": r.exposed_comm_s.get("tp", 0.0), "exposed_pp_s": r.exposed_comm_s.get("pp", 0.0),
             "exposed_dp_s": r.exposed_comm_s.get("dp", 0.0),
             "compute_s": max(st.compute_s for st in r.stages)}

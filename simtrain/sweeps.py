@@ -83,7 +83,7 @@ def evaluate_point(payload: ScenarioPayload, overrides: dict[str, Any]) -> dict[
     try:
         result = simulate(payload.build().with_overrides(overrides))
         row.update(step_time_s=result.step_time_s, tokens_per_s=result.tokens_per_s, mfu=result.mfu,
-                   bubble_fraction=result.bubble_fraction, peak_memory_bytes_max=result.peak_memory_bytes_max,
+                   bubble_fraction=result.bubble_fraction, peak_memory_bytes_max=round(result.peak_memory_bytes_max),
                    fits_in_memory=bool(result.fits_in_memory), error=None)
     except Exception as err:  # noqa: BLE001 - a failing point is data, not a reason to stop the sweep
         row["error"] = error_text(err)

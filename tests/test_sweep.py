@@ -295,3 +295,12 @@ def test_killed_sweep_resumes_to_the_uninterrupted_file(tmp_path, capsys, repo, 
     assert code == 0
     assert killed.read_bytes() == whole.read_bytes()
     assert whole.read_text().count("\n") == 1 + 8
+
+
+def test_table_bytes_are_whole_numbers_as_in_the_json_report(pipe, tmp_path):
+    """peak_memory_bytes_max is a byte count: the CSV writes it as the run's JSON report does (an integer)."""
+    path = tmp_path / "out.csv"
+    sweep_to_file(pipe, {"training.global_batch": [4]}, path, workers=1, progress=False)
+    header, row = path.read_text(encoding="utf-8").splitlines()[:2]
+    cell = row.split(",")[header.split(",").index("peak_memory_bytes_max")]
+    assert cell == str(simulate(pipe.with_overrides({"training.global_batch": 4})).to_dict()["peak_memory_bytes_max"])
