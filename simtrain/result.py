@@ -52,11 +52,12 @@ class StageSummary:
 
     pp: int
     layers: int
-    compute_s: float
-    bubble_s: float
+    compute_s: float | None      # None: the memory ledger alone (``simtrain memory``), nothing timed
+    bubble_s: float | None
     peak_memory_bytes: float
     memory: dict[str, float]
     exposed_comm_s: dict[str, float] | None = None
+    other_detail: dict[str, float] | None = None   # what "other" memory holds (the ledger's parts), when known
 
 
 @dataclass(frozen=True)
@@ -113,10 +114,14 @@ class Result:
 
 
 def _stage_dict(s: StageSummary) -> dict[str, Any]:
-    out: dict[str, Any] = {"pp": s.pp, "layers": s.layers, "compute_s": _r(s.compute_s), "bubble_s": _r(s.bubble_s)}
+    out: dict[str, Any] = {"pp": s.pp, "layers": s.layers}
+    if s.compute_s is not None:
+        out.update(compute_s=_r(s.compute_s), bubble_s=_r(s.bubble_s))
     if s.exposed_comm_s is not None:
         out["exposed_comm_s"] = {k: _r(v) for k, v in s.exposed_comm_s.items()}
     out.update({"peak_memory_bytes": round(s.peak_memory_bytes), "memory": {k: round(v) for k, v in s.memory.items()}})
+    if s.other_detail is not None:
+        out["other_detail"] = {k: round(v) for k, v in s.other_detail.items()}
     return out
 
 

@@ -104,8 +104,9 @@ def memory(scenario: Scenario) -> Result:
     """The memory ledger alone (``simtrain memory``): no simulation."""
     rep = memory_report(scenario)
     per_stage = [st.breakdown() for st in rep.stages]
-    stages = tuple(StageSummary(pp=st.pp, layers=st.layers, compute_s=0.0, bubble_s=0.0,
-                                peak_memory_bytes=st.total, memory=st.breakdown()) for st in rep.stages)
+    stages = tuple(StageSummary(pp=st.pp, layers=st.layers, compute_s=None, bubble_s=None,
+                                peak_memory_bytes=st.total, memory=st.breakdown(),
+                                other_detail=dict(st.other_detail)) for st in rep.stages)
     return Result(scenario=scenario.name, gpus=scenario.gpus, microbatches=scenario.microbatches,
                   params_total=rep.params_total, capacity_bytes=rep.capacity, fits_in_memory=rep.fits,
                   peak_memory_bytes_max=rep.peak_max, devices=_devices(scenario, per_stage), stages=stages,

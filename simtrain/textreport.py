@@ -39,7 +39,7 @@ def memory_text(result: Result) -> str:
     c = result.config
     lines = [f"{result.scenario}: {result.gpus} x {c.get('gpu')} ({c.get('hardware')}), model {c.get('model')} "
              f"({result.params_total / 1e9:.2f} B parameters), {result.microbatches} micro-batches per step", ""]
-    lines += memory_table(result) + [""] + verdict(result)
+    lines += memory_table(result) + _other_parts(result) + [""] + verdict(result)
     lines += [f"warning: {w}" for w in result.warnings]
     return "\n".join(lines) + "\n"
 
@@ -76,3 +76,16 @@ def run_text(result: Result) -> str:
     lines += [f"warning: {w}" for w in result.warnings]
     lines.append(f"({result.fidelity} simulation, {result.events:,} events)")
     return "\n".join(lines) + "\n"
+
+
+_OTHER_NAMES = {"fragmentation": "allocator fragmentation", "cuda_context": "CUDA context", "workspace": "workspaces",
+                "comm_buffers": "NCCL buffers", "zero3_gather_buffers": "ZeRO-3 gathered layers"}
+
+
+def _other_parts(result: Result) -> list[str]:
+    """What 'other' holds on the stage with the peak, largest first (when the ledger's parts are known)."""
+    worst = max(result.stages, key=lambda s: s.peak_memory_bytes)
+    if not worst.other_detail:
+        return []
+    parts = sorted(((v, k) for k, v in worst.other_detail.items() if v > 0), reverse=True)
+    return [f"other (stage {worst.pp}): " + ", ".join(f"{_OTHER_NAMES.get(k, k)} {format_bytes(v)}" for v, k in parts)]

@@ -354,3 +354,18 @@ def test_gpipe_out_of_memory_advice_names_1f1b(capsys):
     assert "switch to 1F1B (parallel.schedule: 1f1b)" in out
     code, out, _ = run_cli(["memory", PP4_DP4, "--set", "training.global_batch=256"], capsys)
     assert code == 0 and "NOT FIT" not in out.upper()
+
+
+def test_memory_report_says_what_other_is_and_times_nothing(capsys):
+    """`simtrain memory --json`: a stage has no compute or bubble time (nothing was simulated), and its
+    other_detail parts add up to its 'other'; the text names the parts on the peak stage."""
+    from conftest import REPO, run_cli
+
+    code, out, _ = run_cli(["memory", str(REPO / "scenarios" / "tp8_llama3_70b.yaml"), "--json", "-"], capsys)
+    assert code == 0
+    report = json.loads(out)
+    for stage in report["stages"]:
+        assert "compute_s" not in stage and "bubble_s" not in stage
+        assert abs(sum(stage["other_detail"].values()) - stage["memory"]["other"]) <= len(stage["other_detail"])
+    code, out, _ = run_cli(["memory", str(REPO / "scenarios" / "tp8_llama3_70b.yaml")], capsys)
+    assert "other (stage 0): allocator fragmentation" in out
