@@ -187,10 +187,11 @@ def collective_shape(kind: str, groups: list[list[int]], cluster: Cluster, every
         return [_ring_shape("reduce_scatter", intra, cluster, every),
                 _ring_shape("all_reduce", inter, cluster, every, local),
                 _ring_shape("all_gather", intra, cluster, every)]
-    # NCCL runs reduce-scatter and all-gather as one flat ring over all n ranks: its bytes cross each
-    # node's NICs as in the two stages below, but a chunk makes n - 1 hops, n - nodes of them inside a
-    # node (tuning.cc: nsteps = nRanks - 1, nInterSteps = nNodes - 1). The node stage's local - 1 step
-    # latencies are therefore paid once per node.
+    # NCCL runs reduce-scatter and all-gather as one flat ring over all n ranks, whose chunks make n - 1
+    # hops, n - nodes of them inside a node (tuning.cc: nsteps = nRanks - 1, nInterSteps = nNodes - 1):
+    # the node stage's local - 1 step latencies are paid once per node. The bytes stay the two stages',
+    # timed one after the other (docs/model.md section 4.3: that matches the one multi-node nccl-tests
+    # all-gather found, where a ring pipelining NVLink and NICs would be about twice as fast).
     nodes = len(per_node)
     inside = replace(_ring_shape(kind, intra, cluster, every), latency_rounds=nodes)
     across = _ring_shape(kind, inter, cluster, every, local)

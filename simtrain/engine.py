@@ -98,7 +98,9 @@ class Engine(CommMixin):
     def _over_limit(self, what: str) -> SimulationLimitError:
         """The refusal of a run beyond simulation.max_events, with the ways out that apply to it."""
         line, note = locate(self.sc.raw, "simulation.max_events")
-        way = ("use simulation.fidelity: folded (one lane per stage), a larger micro_batch" if self.full
+        # stragglers, jitter and degraded links need every lane: folding is then no way out
+        can_fold = self.full and self.sc.simulation.fidelity == "full"
+        way = ("use simulation.fidelity: folded (one lane per stage), a larger micro_batch" if can_fold
                else "use a larger micro_batch (fewer micro-batches)")
         return SimulationLimitError(f"{what}; {way} or raise the limit{note}", file=self.sc.file, line=line,
                                     field="simulation.max_events")

@@ -189,7 +189,8 @@ def from_hf_config(config: dict[str, Any], *, file: str, name: str | None = None
     if is_number(positions) and not isinstance(positions, bool) and positions > 0:
         out["max_positions"] = int(positions)
     window = config.get("sliding_window")
-    windowed = config.get("use_sliding_window", True) if config.get("model_type") in {"qwen2", "qwen3"} else True
+    # Qwen2/Qwen3 configs window only with use_sliding_window (default False in Qwen2Config/Qwen3Config)
+    windowed = config.get("use_sliding_window", False) if config.get("model_type") in {"qwen2", "qwen3"} else True
     if windowed and is_number(window) and not isinstance(window, bool) and window > 0:
         out["attention_window"] = int(window)
     try:

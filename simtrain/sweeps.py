@@ -401,7 +401,8 @@ def write_table(frame, path: str | Path) -> Path:
 
 def sweep_identity(scenario: Scenario, grid: dict[str, list]) -> dict[str, Any]:
     """What a sweep's rows depend on besides the swept values: the scenario as written (with its overrides,
-    the swept keys left out) and the hardware it resolves to. ``--resume`` refuses a file written for another."""
+    the swept keys left out), the model and hardware it resolves to, and the grid's keys. ``--resume`` refuses a
+    file written for another."""
     raw = json.loads(json.dumps(scenario.raw, default=str))
     for key in grid:
         node, *path = key.split(".")
@@ -414,7 +415,8 @@ def sweep_identity(scenario: Scenario, grid: dict[str, list]) -> dict[str, Any]:
         if isinstance(parent, dict):
             parent.pop(last, None)
     hardware = json.loads(scenario.hardware.model_dump_json())
-    return {"scenario": raw, "hardware": hardware}
+    model = json.loads(scenario.model.model_dump_json())     # a model file may change under the same path
+    return {"grid": list(grid), "scenario": raw, "model": model, "hardware": hardware}
 
 
 def _identity_file(path: Path) -> Path:
@@ -429,8 +431,12 @@ def _check_identity(path: Path, identity: dict[str, Any], resume: bool) -> None:
             found = json.loads(side.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError):
             found = None
-        if found is not None and found != identity:
-            what = "hardware" if found.get("scenario") == identity["scenario"] else "scenario (or its --set overrides)"
+        if isinstance(found, dict) and found != identity:
+            if found.get("grid", identity["grid"]) != identity["grid"]:
+                return          # another grid: the table's columns say so (RowFile names it)
+            what = next((name for key, name in (("scenario", "scenario (or its --set overrides)"),
+                                                ("model", "model (its file changed)"), ("hardware", "hardware"))
+                         if found.get(key) != identity[key]), "scenario")
             raise InputError(f"cannot resume: its rows were computed for another {what} "
                              f"(recorded in {display_path(side)}); use another --out file or drop --resume",
                              file=display_path(path))

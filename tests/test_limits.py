@@ -176,3 +176,15 @@ def test_the_limit_binds_while_the_run_goes():
     message = str(info.value)
     assert f"reached simulation.max_events={events - 1:,}" in message
     assert "fidelity: folded" not in message and "larger micro_batch" in message
+
+
+def test_a_run_that_must_be_full_is_not_told_to_fold():
+    """Stragglers need every lane (fidelity full whatever the file says): the limit's advice leaves folding out."""
+    from simtrain.scenario import scenario_from_dict
+
+    raw = {"name": "slow", "hardware": "dgx-h100", "model": "llama2-7b",
+           "training": {"seq_len": 4096, "global_batch": 64, "micro_batch": 1}, "parallel": {"dp": 8},
+           "simulation": {"fidelity": "folded", "max_events": 100, "stragglers": [{"rank": 3, "slowdown": 1.2}]}}
+    with pytest.raises(SimulationLimitError) as info:
+        simulate(scenario_from_dict(raw))
+    assert "fidelity: folded" not in str(info.value) and "larger micro_batch" in str(info.value)

@@ -304,3 +304,37 @@ def test_table_bytes_are_whole_numbers_as_in_the_json_report(pipe, tmp_path):
     header, row = path.read_text(encoding="utf-8").splitlines()[:2]
     cell = row.split(",")[header.split(",").index("peak_memory_bytes_max")]
     assert cell == str(simulate(pipe.with_overrides({"training.global_batch": 4})).to_dict()["peak_memory_bytes_max"])
+
+
+def test_resume_refuses_rows_of_an_edited_model_file(tmp_path):
+    """A model given as a file path: editing the file between runs changes the rows' model, so --resume refuses."""
+    import yaml as _yaml
+
+    from conftest import gpt_model
+
+    model = tmp_path / "m.yaml"
+    model.write_text(_yaml.safe_dump(gpt_model(layers=4)), encoding="utf-8")
+    path = tmp_path / "out.csv"
+    grid = {"training.global_batch": [4]}
+    sweep_to_file(make_scenario(model=str(model), parallel={"pp": 2}), grid, path, workers=1, progress=False)
+    model.write_text(_yaml.safe_dump(gpt_model(layers=8)), encoding="utf-8")
+    with pytest.raises(simtrain.InputError, match="computed for another model"):
+        sweep_to_file(make_scenario(model=str(model), parallel={"pp": 2}), grid, path, resume=True, workers=1,
+                      progress=False)
+
+
+def test_resume_with_another_grid_names_the_grid(pipe, tmp_path):
+    """Another grid on the same file is refused for its columns (not blamed on the scenario)."""
+    path = tmp_path / "out.csv"
+    sweep_to_file(pipe, {"training.global_batch": [4]}, path, workers=1, progress=False)
+    with pytest.raises(simtrain.InputError, match="a different grid"):
+        sweep_to_file(pipe, {"parallel.schedule": ["gpipe"]}, path, resume=True, workers=1, progress=False)
+
+
+def test_a_damaged_record_is_not_an_internal_error(pipe, tmp_path):
+    """A record file that is not a JSON object (edited by hand) is ignored, not a crash."""
+    path = tmp_path / "out.csv"
+    sweep_to_file(pipe, {"training.global_batch": [4]}, path, workers=1, progress=False)
+    (tmp_path / "out.csv.sweep.json").write_text("[1]", encoding="utf-8")
+    again = sweep_to_file(pipe, {"training.global_batch": [4]}, path, resume=True, workers=1, progress=False)
+    assert again.attrs["resumed_points"] == 1

@@ -144,6 +144,7 @@ def test_configuration_names_non_default_kernels(results):
 
 
 @pytest.mark.parametrize("error, shown", [(-0.1003, "-10.03%"), (0.0996, "+9.96%"), (0.1, "+10.0%"),
+                                          (-0.10004, "-10.004%"), (0.09996, "+9.996%"),
                                           (-0.1234, "-12.3%"), (0.0449, "+4.5%")])
 def test_an_error_next_to_the_target_is_not_rounded_onto_it(error, shown):
     """-10.03% misses the 10% target and must not print as '-10.0%' beside 'NOT met'."""

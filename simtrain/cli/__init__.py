@@ -51,7 +51,7 @@ def distinct_outputs(**paths: str | None) -> None:
         if not path or path == "-":
             continue
         key = os.path.normcase(os.path.abspath(path))
-        flag = "--" + option.replace("_", "-")
+        flag = "the sweep's record" if option == "record" else "--" + option.replace("_", "-")
         if key in seen:
             raise click.UsageError(f"{seen[key]} and {flag} both write {path}; give each its own file")
         seen[key] = flag

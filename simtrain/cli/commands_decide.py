@@ -91,7 +91,7 @@ def sweep(scenario: str, grids: tuple[str, ...], out: str, resume: bool, workers
     from simtrain.sweeps import output_format, sweep_to_file
 
     grid = parse_grid(grids)
-    distinct_outputs(out=out, plot=plot_path)
+    distinct_outputs(out=out, plot=plot_path, record=f"{out}.sweep.json")
     output_format(out)
     sc = load_scenario(scenario, parse_set(list(sets)))
     df = sweep_to_file(sc, grid, out, resume=resume, workers=workers, progress=progress)

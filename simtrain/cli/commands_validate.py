@@ -10,8 +10,12 @@ from simtrain.cli import JSON_HELP, cli, emit
 
 
 def _digits(x: float, limit: float) -> int:
-    """One decimal, or two where one would round a value across a target onto it (10.03% is not '10.0%')."""
-    return 2 if abs(x) != limit and round(100 * abs(x), 1) == round(100 * limit, 1) else 1
+    """One decimal, or as many more as it takes for a value beside a target not to print as the target
+    (10.03% is not '10.0%', 10.004% not '10.00%')."""
+    digits = 1
+    while digits < 6 and abs(x) != limit and round(100 * abs(x), digits) == round(100 * limit, digits):
+        digits += 1
+    return digits
 
 
 def _pct(x: float | None) -> str:
