@@ -179,7 +179,6 @@ def from_hf_config(config: dict[str, Any], *, file: str, name: str | None = None
         out["bias"] = True
         out["position_embeddings"] = config.get("n_positions", 0)
         source["position_embeddings"] = "n_positions"
-        out.setdefault("tied_embeddings", True)
     if config.get("attention_bias") or config.get("mlp_bias"):
         out["bias"] = True
     # a config.json without tie_word_embeddings means its class's default (transformers' PreTrainedConfig: True;
