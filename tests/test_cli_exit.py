@@ -414,3 +414,27 @@ def test_messages_say_it_once_and_name_the_way_out(small, args, expected, capsys
     code, _, stderr = run_cli(args, capsys)
     assert code == 2
     assert stderr.count(expected) == 1, stderr
+
+
+def test_search_and_sweep_start_from_a_base_whose_own_layout_breaks_a_rule(capsys, tmp_path, monkeypatch):
+    """Every searched layout and sweep point sets its own layout, so the base's broken layout is no error:
+    pp4_dp4 with a global batch of 2 (not divisible by its micro_batch x dp = 1 x 4) is searched; a base
+    micro-batch of 3 (64 is not divisible by 3 x 4) is swept over micro-batches 1 and 2."""
+    monkeypatch.chdir(tmp_path)
+    base = str(REPO / "scenarios" / "pp4_dp4.yaml")
+    code, out, err = run_cli(["search", base, "--set", "training.global_batch=2", "--workers", "1", "--top", "1"],
+                             capsys)
+    assert code == 0, err
+    assert "layouts of 16 GPUs" in out
+    code, out, err = run_cli(["sweep", base, "--set", "training.micro_batch=3", "--grid", "training.micro_batch=1,2",
+                              "--out", "s.csv", "--workers", "1"], capsys)
+    assert code == 0, err
+    assert "2 points: 2 simulated" in out
+
+
+def test_a_base_error_outside_the_layout_is_still_the_bases(capsys, tmp_path, monkeypatch):
+    """An unknown key is the base's own error, whatever the grid: exit 2, named at once."""
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli(["sweep", str(REPO / "scenarios" / "pp4_dp4.yaml"), "--set", "training.bogus=1",
+                            "--grid", "training.micro_batch=1,2", "--out", "s.csv"], capsys)
+    assert code == 2 and "training.bogus" in err

@@ -41,6 +41,44 @@ def parse_grid(items: tuple[str, ...]) -> dict[str, list[Any]]:
     return grid
 
 
+#: the rules a sweep point or a searched layout sets anew: a base scenario that breaks only these still has points
+_LAYOUT_FIELDS = ("parallel", "training.global_batch", "training.micro_batch")
+
+
+def _load_base(path: str, overrides: dict[str, Any], starts) -> Any:
+    """The scenario a sweep or a search starts from. Every point (grid point, searched layout) sets its own
+    layout, so a base whose layout breaks a rule is read again with the first of ``starts()`` that passes;
+    any other error, or none passing, is the base's own error."""
+    try:
+        return load_scenario(path, overrides)
+    except InputError as first:
+        if not (first.field or "").startswith(_LAYOUT_FIELDS):
+            raise
+        for start in starts():
+            try:
+                return load_scenario(path, {**overrides, **start})
+            except InputError:
+                continue
+        raise first
+
+
+def _search_starts(path: str, overrides: dict[str, Any]):
+    """Plain layouts of the base's own cluster, for a base whose layout breaks a rule: TP over t GPUs of a node,
+    DP over the rest, one micro-batch of one sequence."""
+    from pathlib import Path
+
+    from simtrain.hardware import load_hardware
+    from simtrain.scenario import apply_overrides
+    from simtrain.yamlio import load_yaml
+
+    raw = apply_overrides(load_yaml(Path(path)), overrides, file=path)
+    spec = load_hardware(raw.get("hardware"), base_dir=Path(path).resolve().parent, file=None)[0]
+    gpn = raw.get("gpus_per_node") or spec.gpus_per_node
+    gpus = (raw.get("nodes") or spec.nodes) * gpn
+    for tp in (t for t in (1, 2, 4, 8, 16) if t <= gpn and gpn % t == 0):
+        yield {"parallel": {"tp": tp, "dp": gpus // tp, "pp": 1}, "training.micro_batch": 1}
+
+
 def _write_figures(path: str, title: str, figures: list) -> None:
     from simtrain.charts import write_figure
 
@@ -88,12 +126,13 @@ def sweep(scenario: str, grids: tuple[str, ...], out: str, resume: bool, workers
     """Simulate SCENARIO at every point of a grid and write one row per point.
 
     Exits with status 2 when no point of the grid is valid (the table of their errors is still written)."""
-    from simtrain.sweeps import output_format, sweep_to_file
+    from simtrain.sweeps import grid_points, output_format, sweep_to_file
 
     grid = parse_grid(grids)
     distinct_outputs(out=out, plot=plot_path, record=f"{out}.sweep.json")
     output_format(out)
-    sc = load_scenario(scenario, parse_set(list(sets)))
+    overrides = parse_set(list(sets))
+    sc = _load_base(scenario, overrides, lambda: grid_points(grid)[:64])
     df = sweep_to_file(sc, grid, out, resume=resume, workers=workers, progress=progress)
     keys = list(grid)
     grid_rows = df.iloc[:df.attrs["grid_points"]]
@@ -135,7 +174,8 @@ def search(scenario: str, gpus: int | None, top: int, out: str | None, max_memor
 
     if out:
         output_format(out)     # before the search: a missing Parquet engine must not cost a whole search
-    sc = load_scenario(scenario, parse_set(list(sets)))
+    overrides = parse_set(list(sets))
+    sc = _load_base(scenario, overrides, lambda: _search_starts(scenario, overrides))
     result = run_search(sc, gpus=gpus, top=top, workers=workers, progress=progress, max_memory=max_memory)
     if out:
         write_table(result.table(), out)
