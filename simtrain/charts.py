@@ -35,7 +35,8 @@ __all__ = ["gantt_figure", "memory_figure", "sweep_figure", "heatmap_figure", "t
 
 def figures_html(title: str, figures: list) -> str:
     """One self-contained HTML page holding ``figures``, with plotly.js embedded once."""
-    divs = [fig.to_html(full_html=False, include_plotlyjs=(i == 0),
+    # fixed div ids (plotly draws random ones): the same report gives the same page, byte for byte
+    divs = [fig.to_html(full_html=False, include_plotlyjs=(i == 0), div_id=f"simtrain-figure-{i}",
                         config={"displaylogo": False, "responsive": True})
             for i, fig in enumerate(figures)]
     return ("<!DOCTYPE html>\n<html>\n<head>\n<meta charset=\"utf-8\">\n"
@@ -68,11 +69,13 @@ def write_outputs(result: Any, gantt: str | None = None, memory: str | None = No
     _write(report_of(result), gantt, memory, trace)
 
 
-def plot_saved(report_json_path: str | Path, gantt: str | None = None, memory: str | None = None) -> None:
-    """Redraw the charts of a saved `simtrain run --json` report."""
+def plot_saved(report_json_path: str | Path, gantt: str | None = None, memory: str | None = None,
+               trace: str | None = None) -> None:
+    """Redraw the charts (and the trace) of a saved `simtrain run --json` report."""
     path = Path(report_json_path)
-    if not (gantt or memory):
-        raise InputError("nothing to draw: give --gantt PATH.html and/or --memory-plot PATH.html", file=str(path))
+    if not (gantt or memory or trace):
+        raise InputError("nothing to draw: give --gantt PATH.html, --memory-plot PATH.html and/or --trace PATH.json",
+                         file=str(path))
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -89,4 +92,4 @@ def plot_saved(report_json_path: str | Path, gantt: str | None = None, memory: s
         report = report_of(report)
     except InputError as err:
         raise err.located(file=str(path)) from None
-    _write(report, gantt, memory, None)
+    _write(report, gantt, memory, trace)

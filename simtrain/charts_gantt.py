@@ -84,6 +84,7 @@ def gantt_rows(report: dict, max_bars: int = 5000) -> tuple[list[GanttRow], str]
             pieces = row.bars
             row.bars = merge_ops(pieces)
             row.overlay = [b for b in pieces if b.kind == "recompute"]
+            _close_with_tp(row.bars, by_lane[lane].get("tp", []), tol)
             # idle = neither computing nor in a TP all-reduce: the engine runs TP collectives
             # synchronously inside each layer, so they are part of the operation, not a bubble
             spans = [(b.start, b.end) for b in row.bars]
@@ -118,6 +119,21 @@ def gantt_rows(report: dict, max_bars: int = 5000) -> tuple[list[GanttRow], str]
         note = f"bars closer than {min_gap * 1e3:.3g} ms joined"
         min_gap *= 2
     return rows, note
+
+
+def _close_with_tp(bars: list[Bar], tp: list, tol: float) -> None:
+    """Extend each operation's bar over the TP all-reduce that ends it (after its last layer): the engine runs
+    TP collectives inside the operation, so that span is neither idle nor another operation's."""
+    from bisect import bisect_left
+
+    tp = sorted(tp, key=lambda r: r.start)
+    starts = [r.start for r in tp]
+    for bar in bars:
+        i = bisect_left(starts, bar.end - tol)
+        while i < len(tp) and tp[i].start <= bar.end + tol:
+            if tp[i].mb == bar.mb and tp[i].vstage == bar.vstage:
+                bar.end = max(bar.end, tp[i].end)
+            i += 1
 
 
 def _hover(bar: Bar, last_vstage: int, vpp: int, pp: int) -> str:
@@ -230,7 +246,7 @@ def gantt_figure(result_or_report, *, max_bars: int = 5000):
     n = len(rows)
     bubble = report.get("bubble_fraction")
     title = (f"{html.escape(str(report.get('scenario', '')))}: one step, {step * 1e3:.1f} ms · "
-             f"{pp} stages x {report.get('microbatches')} micro-batches, {html.escape(str(par.get('schedule', '')))}"
+             f"{pp} stage{'s' if pp != 1 else ''} x {report.get('microbatches')} micro-batch{'es' if report.get('microbatches') != 1 else ''}, {html.escape(str(par.get('schedule', '')))}"
              + (f" · bubble {bubble * 100:.1f}%" if bubble is not None else "")
              + f"<br><sup>{lanes_note}; hatched: compute idle" + (f"; {note}" if note else "") + "</sup>")
     fig.update_layout(

@@ -84,11 +84,13 @@ def sweep_figure(df, x: str, metrics=("step_time_s", "mfu")):
     fig = make_subplots(rows=len(metrics), cols=1, shared_xaxes=True, vertical_spacing=0.08)
     palette = ["#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#B279A2", "#9D755D", "#FF9DA6"]
     parts = list(data.groupby(groups, dropna=False, sort=True)) if groups else [((), data)]
+    any_oom = False
     for g, (key, sub) in enumerate(parts):
         key = key if isinstance(key, tuple) else (key,)
         name = ", ".join(f"{c}={v}" for c, v in zip(groups, key)) or x
         sub = sub.sort_values(x)
         fits = _fits(sub["fits_in_memory"]) if "fits_in_memory" in sub else [True] * len(sub)
+        any_oom = any_oom or not all(fits)
         for i, m in enumerate(metrics, start=1):
             label, scale, _ = _metric(m)
             y = [v * scale if v is not None and not _nan(v) else None for v in sub[m].tolist()]
@@ -100,8 +102,8 @@ def sweep_figure(df, x: str, metrics=("step_time_s", "mfu")):
                 row=i, col=1)
             fig.update_yaxes(title_text=label, row=i, col=1)
     fig.update_xaxes(title_text=html.escape(str(x)), row=len(metrics), col=1)
-    notes = ["x: does not fit in memory"] + ([f"{failed} failed point(s) left out (see the error column)"]
-                                            if failed else [])
+    notes = (["x: does not fit in memory"] if any_oom else []) + (
+        [f"{failed} failed point(s) left out (see the error column)"] if failed else [])
     fig.update_layout(title=dict(text=f"{', '.join(_metric(m)[0] for m in metrics)} vs {html.escape(str(x))}"
                                       f"<br><sup>{'; '.join(notes)}</sup>", x=0.01),
                       template="plotly_white", height=max(360, 80 + 260 * len(metrics)))

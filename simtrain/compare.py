@@ -136,7 +136,9 @@ def compare_figure(rows: list[dict[str, Any]]):
     if any(r["energy_j"] is not None for r in rows):
         panels.append((f"GPU board energy for {budget} tokens (MWh)", "energy_j", 1 / 3.6e9))
     fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[p[0] for p in panels])
-    names = [r["scenario"] for r in rows]
+    import html
+
+    names = [html.escape(str(r["scenario"])) for r in rows]   # plotly renders tags in axis labels
     for i, (_, key, scale) in enumerate(panels, start=1):
         values = [None if r[key] is None else r[key] * scale for r in rows]
         fig.add_trace(go.Bar(x=names, y=values, showlegend=False, marker_color="#4C78A8",

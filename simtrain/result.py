@@ -125,11 +125,14 @@ def _stage_dict(s: StageSummary) -> dict[str, Any]:
     return out
 
 
-def _r(x: float | None) -> float | None:
-    """Round to 9 significant digits: stable JSON across platforms' last-bit float noise."""
+def report_float(x: float | None) -> float | None:
+    """Round to 9 significant digits: stable reports and tables across platforms' last-bit float noise."""
     if x is None:
         return None
     return float(f"{x:.9g}")
+
+
+_r = report_float
 
 
 def _compress(ranks: tuple[int, ...]) -> list:

@@ -159,7 +159,10 @@ class SearchResult:
     def table(self):
         import pandas as pd
 
-        return pd.DataFrame(self.rows)
+        from simtrain.result import report_float
+
+        return pd.DataFrame([{k: report_float(v) if isinstance(v, float) else v for k, v in row.items()}
+                             for row in self.rows])
 
 
 #: layouts simulated per round; the pruning bound is updated between rounds. A constant, not the worker count,

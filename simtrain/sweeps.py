@@ -81,10 +81,8 @@ def evaluate_point(payload: ScenarioPayload, overrides: dict[str, Any]) -> dict[
 
     row: dict[str, Any] = {k: None for k in METRICS}
     try:
-        result = simulate(payload.build().with_overrides(overrides))
-        row.update(step_time_s=result.step_time_s, tokens_per_s=result.tokens_per_s, mfu=result.mfu,
-                   bubble_fraction=result.bubble_fraction, peak_memory_bytes_max=round(result.peak_memory_bytes_max),
-                   fits_in_memory=bool(result.fits_in_memory), error=None)
+        report = simulate(payload.build().with_overrides(overrides)).to_dict(timeline=False)   # as --json writes it
+        row.update({k: report[k] for k in METRICS}, fits_in_memory=bool(report["fits_in_memory"]), error=None)
     except Exception as err:  # noqa: BLE001 - a failing point is data, not a reason to stop the sweep
         row["error"] = error_text(err)
     return row

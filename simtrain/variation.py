@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from simtrain.result import report_float
 from simtrain.scenario import Scenario
 
 
@@ -13,5 +14,6 @@ def sample_step_times(scenario: Scenario, samples: int) -> dict[str, float]:
 
     base = scenario.simulation.seed
     times = np.array([simulate(scenario, seed=base + i).step_time_s for i in range(samples)])
-    return {"samples": samples, "mean_s": float(np.mean(times)), "p50_s": float(np.percentile(times, 50)),
-            "p95_s": float(np.percentile(times, 95)), "min_s": float(times.min()), "max_s": float(times.max())}
+    stats = {"mean_s": np.mean(times), "p50_s": np.percentile(times, 50), "p95_s": np.percentile(times, 95),
+             "min_s": times.min(), "max_s": times.max()}
+    return {"samples": samples, **{k: report_float(float(v)) for k, v in stats.items()}}

@@ -317,3 +317,27 @@ def test_import_does_not_load_plotly():
     code = "import sys, simtrain, simtrain.charts, simtrain.trace; print('plotly' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_gantt_bars_and_idle_cover_the_step_with_tp_and_pp():
+    """With TP and PP both > 1 (dp8_pp4_tp2) each operation's bar ends with its last layer's TP all-reduce, so on
+    every compute row the bars and the idle spans add up to the step (no unlabelled gap)."""
+    from simtrain.charts_gantt import gantt_rows
+
+    report = simulate(load_scenario(ROOT / "scenarios" / "dp8_pp4_tp2.yaml")).to_dict()
+    rows, _ = gantt_rows(report)
+    compute = [r for r in rows if r.stream == "compute"]
+    assert len(compute) == 4
+    for row in compute:
+        covered = sum(b.end - b.start for b in row.bars)
+        assert covered + row.idle_s == pytest.approx(report["step_time_s"], rel=1e-9), row.label
+
+
+def test_plot_saved_writes_the_trace_run_would_write(tiny, tmp_path):
+    """`simtrain plot REPORT --trace t.json` gives byte for byte the trace `simtrain run --trace` writes."""
+    result = tiny
+    report = tmp_path / "r.json"
+    report.write_text(json.dumps(result.to_dict()), encoding="utf-8")
+    write_outputs(result, trace=str(tmp_path / "run.json"))
+    plot_saved(report, trace=str(tmp_path / "plot.json"))
+    assert (tmp_path / "plot.json").read_bytes() == (tmp_path / "run.json").read_bytes()

@@ -107,3 +107,13 @@ def test_small_budgets_print_in_small_units(capsys):
     assert f"{seconds:.1f} s" in row
     cost = next(line for line in out.splitlines() if line.startswith("cost for"))
     assert f"${dollars:.2f}" in cost
+
+
+def test_scenario_names_are_text_in_the_chart():
+    """A scenario name with markup is shown as text on the bars' axis (escaped), as in the other charts."""
+    from simtrain.compare import compare_figure
+
+    a = make_scenario(training={"global_batch": 8})
+    rows = compare([a], tokens=1e9)
+    rows[0]["scenario"] = "<b>x</b>"
+    assert list(compare_figure(rows).data[0].x) == ["&lt;b&gt;x&lt;/b&gt;"]

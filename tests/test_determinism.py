@@ -74,13 +74,27 @@ def test_spawned_worker_matches_direct_run():
 
 
 def test_sweep_workers_match_direct_runs():
-    """simtrain.sweep(..., workers=2) gives exactly (bit for bit) the metrics of direct runs of each point."""
+    """simtrain.sweep(..., workers=2) gives exactly (bit for bit) the metrics of direct runs of each point, as their
+    JSON reports write them."""
     sweep_module = pytest.importorskip("simtrain.sweeps")
     scenario = load_scenario(SCENARIO, parse_set(SETS))
     grid = {"simulation.seed": [1, 2], "training.micro_batch": [1, 2]}
     table = sweep_module.sweep(scenario, grid, workers=2, progress=False)
     assert len(table) == 4 and table["error"].isna().all()
     for row in table.to_dict("records"):
-        direct = simulate(scenario.with_overrides({key: row[key] for key in grid}))
+        direct = simulate(scenario.with_overrides({key: row[key] for key in grid})).to_dict(timeline=False)
         for metric in ("step_time_s", "tokens_per_s", "mfu", "bubble_fraction", "peak_memory_bytes_max"):
-            assert row[metric] == getattr(direct, metric), (row, metric)
+            assert row[metric] == direct[metric], (row, metric)
+
+
+def test_charts_are_the_same_page_twice(tmp_path):
+    """The Gantt and memory pages of one report are byte-identical from run to run (plotly's div ids would
+    otherwise be random)."""
+    from simtrain import charts
+
+    result = simulate(load_scenario(SCENARIO))
+    pages = []
+    for k in (1, 2):
+        charts.write_outputs(result, gantt=tmp_path / f"g{k}.html", memory=tmp_path / f"m{k}.html")
+        pages.append(((tmp_path / f"g{k}.html").read_bytes(), (tmp_path / f"m{k}.html").read_bytes()))
+    assert pages[0] == pages[1]

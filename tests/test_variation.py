@@ -37,7 +37,7 @@ def test_straggler_in_pure_data_parallel_makes_the_step_its_slowdown_longer():
     assert slow.fidelity == "full"
     assert slow.step_time_s == pytest.approx(SLOW * healthy.step_time_s, rel=1e-6)
     busy = {d.rank: d.busy_s["compute"] for d in slow.devices}
-    assert busy[3] == pytest.approx(SLOW * busy[0], rel=1e-9)
+    assert busy[3] == pytest.approx(SLOW * busy[0], rel=5e-9)
 
 
 def test_healthy_replicas_wait_for_the_straggler_in_exposed_dp_time():
@@ -52,11 +52,11 @@ def test_healthy_replicas_wait_for_the_straggler_in_exposed_dp_time():
         wait = 0.0 if d.rank == 3 else (SLOW - 1) * c
         assert d.exposed_comm_s["dp"] == pytest.approx(wait, rel=1e-6, abs=1e-9)   # the ideal links: < 1 ns
         assert d.busy_s["compute"] + sum(d.exposed_comm_s.values()) + d.bubble_s == pytest.approx(slow.step_time_s,
-                                                                                                rel=1e-9)
+                                                                                                rel=5e-9)
     (stage,) = slow.stages
-    assert stage.compute_s == pytest.approx(SLOW * c, rel=1e-9)
+    assert stage.compute_s == pytest.approx(SLOW * c, rel=5e-9)
     assert stage.compute_s + sum(stage.exposed_comm_s.values()) + stage.bubble_s == pytest.approx(slow.step_time_s,
-                                                                                                 rel=1e-9)
+                                                                                                 rel=5e-9)
     assert any(w.startswith("replicas differ: on stage 0, DP replica 0 spends") for w in slow.warnings)
     healthy = simulate(make_scenario(**kw, simulation={"overlap_dp": False}))
     assert not any(w.startswith("replicas differ") for w in healthy.warnings)
@@ -68,8 +68,8 @@ def test_straggler_fraction_slows_that_share_of_the_devices():
     healthy = simulate(make_scenario(**kw))
     slow = simulate(make_scenario(**kw, simulation={"stragglers": [{"fraction": 0.25, "slowdown": 1.2}]}))
     busy = sorted(d.busy_s["compute"] for d in slow.devices)
-    assert busy[:6] == pytest.approx([busy[0]] * 6, rel=1e-9)
-    assert busy[6:] == pytest.approx([1.2 * busy[0]] * 2, rel=1e-9)
+    assert busy[:6] == pytest.approx([busy[0]] * 6, rel=5e-9)
+    assert busy[6:] == pytest.approx([1.2 * busy[0]] * 2, rel=5e-9)
     assert slow.step_time_s == pytest.approx(1.2 * healthy.step_time_s, rel=1e-6)
 
 
@@ -182,16 +182,17 @@ def test_jitter_is_deterministic_through_the_python_api():
 
 
 def test_samples_report_mean_p50_p95_by_their_definition(tmp_path, capsys):
-    """--samples 8 reports the mean, median and 95th percentile of the step times of seeds 0..7."""
+    """--samples 8 reports the mean, median and 95th percentile of the step times of seeds 0..7 (to the report's
+    9 significant digits: a relative error below 5e-9)."""
     report = json.loads(_run_json(tmp_path, capsys, "s.json", "--set", "simulation.jitter=0.05", "--samples", "8"))
     stats = report["step_time_samples"]
     sc = load_scenario(REPO / "scenarios" / "straggler.yaml", {"simulation.jitter": 0.05})
     t = sorted(simulate(sc, seed=i).step_time_s for i in range(8))
     # linear-interpolated percentiles of 8 values: P50 at position 3.5, P95 at 0.95 x 7 = 6.65
     assert stats["samples"] == 8
-    assert stats["mean_s"] == pytest.approx(sum(t) / 8, rel=1e-12)
-    assert stats["p50_s"] == pytest.approx((t[3] + t[4]) / 2, rel=1e-12)
-    assert stats["p95_s"] == pytest.approx(t[6] + 0.65 * (t[7] - t[6]), rel=1e-12)
+    assert stats["mean_s"] == pytest.approx(sum(t) / 8, rel=5e-9)
+    assert stats["p50_s"] == pytest.approx((t[3] + t[4]) / 2, rel=5e-9)
+    assert stats["p95_s"] == pytest.approx(t[6] + 0.65 * (t[7] - t[6]), rel=5e-9)
     assert t[0] <= stats["p50_s"] <= stats["p95_s"] <= t[7]
 
 

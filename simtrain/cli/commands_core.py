@@ -72,16 +72,17 @@ def run(scenario: str, sets: tuple[str, ...], json_path: str | None, gantt_path:
 @click.argument("report", type=click.Path(dir_okay=False))
 @click.option("--gantt", "gantt_path", type=OutPath(), help="write the Gantt chart (HTML) here")
 @click.option("--memory-plot", "memory_path", type=OutPath(), help="write the memory timeline (HTML)")
-def plot(report: str, gantt_path: str | None, memory_path: str | None) -> None:
+@click.option("--trace", "trace_path", type=OutPath(), help="write a Perfetto/Chrome trace (JSON)")
+def plot(report: str, gantt_path: str | None, memory_path: str | None, trace_path: str | None) -> None:
     """Draw charts from a saved `simtrain run --json` REPORT (it must include the timeline)."""
     from pathlib import Path
 
     from simtrain import charts
     from simtrain.charts_data import ReportError
 
-    distinct_outputs(gantt=gantt_path, memory_plot=memory_path)
+    distinct_outputs(gantt=gantt_path, memory_plot=memory_path, trace=trace_path)
     try:
-        charts.plot_saved(report, gantt=gantt_path, memory=memory_path)
+        charts.plot_saved(report, gantt=gantt_path, memory=memory_path, trace=trace_path)
     except ReportError as err:      # a damaged field found while drawing: name the report it is in
         raise err.located(file=str(Path(report))) from None
-    click.echo("wrote " + " and ".join(path for path in (gantt_path, memory_path) if path))
+    click.echo("wrote " + " and ".join(path for path in (gantt_path, memory_path, trace_path) if path))
