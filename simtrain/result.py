@@ -34,11 +34,11 @@ class DeviceResult:
                                "peak_memory_bytes": round(self.peak_memory_bytes),
                                "memory": {k: round(v) for k, v in self.memory.items()}}
         if self.busy_s is not None:
-            out["busy_s"] = {k: _r(v) for k, v in self.busy_s.items()}
-            out["compute_utilization"] = _r(self.compute_utilization)
-            out["bubble_s"] = _r(self.bubble_s)
+            out["busy_s"] = {k: report_float(v) for k, v in self.busy_s.items()}
+            out["compute_utilization"] = report_float(self.compute_utilization)
+            out["bubble_s"] = report_float(self.bubble_s)
             if self.exposed_comm_s is not None:
-                out["exposed_comm_s"] = {k: _r(v) for k, v in self.exposed_comm_s.items()}
+                out["exposed_comm_s"] = {k: report_float(v) for k, v in self.exposed_comm_s.items()}
         if self.ranks is not None:
             out["ranks"] = _compress(self.ranks)
             out["count"] = len(self.ranks)
@@ -94,10 +94,11 @@ class Result:
                                "params_total": self.params_total}
         if self.step_time_s is not None:
             out.update({
-                "step_time_s": _r(self.step_time_s), "tokens_per_s": _r(self.tokens_per_s), "mfu": _r(self.mfu),
-                "hfu": _r(self.hfu), "bubble_fraction": _r(self.bubble_fraction),
-                "exposed_comm_s": {k: _r(v) for k, v in self.exposed_comm_s.items()},
-                "framework_overhead_s": _r(self.framework_overhead_s),
+                "step_time_s": report_float(self.step_time_s), "tokens_per_s": report_float(self.tokens_per_s),
+                "mfu": report_float(self.mfu),
+                "hfu": report_float(self.hfu), "bubble_fraction": report_float(self.bubble_fraction),
+                "exposed_comm_s": {k: report_float(v) for k, v in self.exposed_comm_s.items()},
+                "framework_overhead_s": report_float(self.framework_overhead_s),
                 "fidelity": self.fidelity, "events": self.events})
         out.update({
             "fits_in_memory": self.fits_in_memory, "peak_memory_bytes_max": round(self.peak_memory_bytes_max),
@@ -116,9 +117,9 @@ class Result:
 def _stage_dict(s: StageSummary) -> dict[str, Any]:
     out: dict[str, Any] = {"pp": s.pp, "layers": s.layers}
     if s.compute_s is not None:
-        out.update(compute_s=_r(s.compute_s), bubble_s=_r(s.bubble_s))
+        out.update(compute_s=report_float(s.compute_s), bubble_s=report_float(s.bubble_s))
     if s.exposed_comm_s is not None:
-        out["exposed_comm_s"] = {k: _r(v) for k, v in s.exposed_comm_s.items()}
+        out["exposed_comm_s"] = {k: report_float(v) for k, v in s.exposed_comm_s.items()}
     out.update({"peak_memory_bytes": round(s.peak_memory_bytes), "memory": {k: round(v) for k, v in s.memory.items()}})
     if s.other_detail is not None:
         out["other_detail"] = {k: round(v) for k, v in s.other_detail.items()}
@@ -131,8 +132,6 @@ def report_float(x: float | None) -> float | None:
         return None
     return float(f"{x:.9g}")
 
-
-_r = report_float
 
 
 def _compress(ranks: tuple[int, ...]) -> list:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from simtrain.result import _r
+from simtrain.result import report_float
 
 FIELDS = ("lane", "stream", "kind", "start_s", "end_s", "microbatch", "vstage", "layer_lo", "layer_hi", "bytes")
 
@@ -22,9 +22,10 @@ def timeline_dict(result) -> dict[str, Any] | None:
     tp = result.config.get("parallel", {}).get("tp", 1)
     lanes = []
     for lane in tl.lanes:
-        lanes.append({"index": lane.index, "dp": lane.dp, "pp": lane.rank, "end_s": _r(lane.end),
-                      "memory_activations": [[_r(t), round(b)] for t, b in lane.mem_events],
-                      "memory_buffers": [[_r(t), round(b)] for t, b in lane.buf_events]})
-    records = [[r[0], r[1], r[2], _r(r[3]), _r(r[4]), r[5], r[6], r[7], r[8], round(r[9])] for r in tl.records]
-    return {"fields": list(FIELDS), "step_time_s": _r(tl.step_time), "full": tl.full, "pp": sc_pp, "tp": tp,
+        lanes.append({"index": lane.index, "dp": lane.dp, "pp": lane.rank, "end_s": report_float(lane.end),
+                      "memory_activations": [[report_float(t), round(b)] for t, b in lane.mem_events],
+                      "memory_buffers": [[report_float(t), round(b)] for t, b in lane.buf_events]})
+    records = [[r[0], r[1], r[2], report_float(r[3]), report_float(r[4]), r[5], r[6], r[7], r[8], round(r[9])]
+               for r in tl.records]
+    return {"fields": list(FIELDS), "step_time_s": report_float(tl.step_time), "full": tl.full, "pp": sc_pp, "tp": tp,
             "lanes": lanes, "records": records}
