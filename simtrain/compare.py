@@ -52,18 +52,20 @@ def compare(scenarios: list[Scenario], tokens: float = DEFAULT_TOKENS) -> list[d
             "fits_in_memory": r.fits_in_memory, "tokens": tokens, "time_to_train_s": seconds,
             "price_per_gpu_hour": price, "cost_usd": None if price is None else price * s.gpus * seconds / 3600.0,
             "gpu_power_w": power, "energy_j": None if power is None else power * s.gpus * seconds,
+            "warnings": list(r.warnings),
         })
     return rows
 
 
 def warnings_for(rows: list[dict[str, Any]]) -> list[str]:
-    """Differences that make a comparison unfair: other models or batches."""
+    """Differences that make a comparison unfair (other models or batches), then each scenario's own warnings."""
     out = []
     for key, what in (("model", "models"), ("global_batch", "global batches"), ("seq_len", "sequence lengths")):
         values = list(dict.fromkeys(str(r[key]) for r in rows))   # distinct, in the scenarios' order
         if len(values) > 1:
             out.append(f"the scenarios train different {what} ({', '.join(values)}): not like for like")
     out += [f"{r['scenario']}: does not fit in memory" for r in rows if not r["fits_in_memory"]]
+    out += [f"{r['scenario']}: {w}" for r in rows for w in r.get("warnings", ()) if not w.startswith("does not fit")]
     return out
 
 

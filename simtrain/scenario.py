@@ -456,26 +456,35 @@ def _check_rules(s: Scenario, raw: dict) -> list[str]:
     if par.zero_impl != "generic" and (par.zero < 2 or par.dp == 1):
         warnings.append(f"parallel.zero_impl: {par.zero_impl} has no effect with zero {par.zero} and dp {par.dp} "
                         "(it describes how ZeRO-2/3 hand gradients to their reduce-scatter)")
-    m, seq = s.model, s.training.seq_len
-    if m.position_embeddings and seq > m.position_embeddings:
-        warnings.append(f"training.seq_len {seq} is longer than the model's learned position table "
-                        f"({m.position_embeddings} rows): the model as described cannot take it")
-    elif m.max_positions and seq > m.max_positions:
-        warnings.append(f"training.seq_len {seq} is longer than the model was built for (max_position_embeddings "
-                        f"{m.max_positions}); simtrain costs it as given")
-    if m.attention_window and seq > m.attention_window:
-        warnings.append(f"the model attends within a sliding window of {m.attention_window} tokens; simtrain costs "
-                        f"full causal attention over {seq}, so attention time and memory are overestimated")
-    missing = [key for key in ("compute", "memory_overheads") if key not in s.hardware.model_fields_set]
-    if missing:
-        warnings.append(f"hardware {s.hardware.name} has no {' or '.join(missing)} section: kernels run at the "
-                        "datasheet peaks and memory has no framework overhead, so step time and memory are optimistic "
-                        "(the bundled hardware/*.yaml give measured values)")
+    warnings += setup_warnings(s)
     if par.backward_prefetch != "pre" and (par.zero < 3 or par.dp == 1):
         warnings.append(f"parallel.backward_prefetch: {par.backward_prefetch} has no effect with zero {par.zero} and "
                         f"dp {par.dp} (it describes ZeRO-3's weight gathers)")
     return warnings
 
 
+def setup_warnings(s: Scenario) -> list[str]:
+    """The warnings that do not depend on the parallel layout: the model against the sequence, the hardware
+    file's missing sections (`simtrain search` prints these once for all its layouts)."""
+    out: list[str] = []
+    m, seq = s.model, s.training.seq_len
+    if m.position_embeddings and seq > m.position_embeddings:
+        out.append(f"training.seq_len {seq} is longer than the model's learned position table "
+                   f"({m.position_embeddings} rows): the model as described cannot take it")
+    elif m.max_positions and seq > m.max_positions:
+        out.append(f"training.seq_len {seq} is longer than the model was built for (max_position_embeddings "
+                   f"{m.max_positions}); simtrain costs it as given")
+    if m.attention_window and seq > m.attention_window:
+        out.append(f"the model attends within a sliding window of {m.attention_window} tokens; simtrain costs "
+                   f"full causal attention over {seq}, so attention time and memory are overestimated")
+    effects = {"compute": "kernels run at the datasheet peaks, so step time is optimistic",
+               "memory_overheads": "memory has no framework overhead or fragmentation, so peak memory is optimistic"}
+    missing = [key for key in effects if key not in s.hardware.model_fields_set]
+    if missing:
+        out.append(f"hardware {s.hardware.name} has no {' or '.join(missing)} section: "
+                   f"{'; '.join(effects[key] for key in missing)} (the bundled hardware/*.yaml give measured values)")
+    return out
+
+
 __all__ = ["Scenario", "load_scenario", "scenario_from_dict", "parse_set", "apply_overrides", "SCHEDULES",
-           "allowed"]
+           "allowed", "setup_warnings"]

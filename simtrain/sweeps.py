@@ -21,7 +21,9 @@ import itertools
 import json
 import multiprocessing
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
 from contextlib import contextmanager
@@ -112,12 +114,47 @@ def open_executor(workers: int | None, executor: Executor | None, tasks: int) ->
     if count == 1:
         yield SerialExecutor()
         return
-    pool = ProcessPoolExecutor(max_workers=count, mp_context=multiprocessing.get_context("spawn"))
+    pool = ProcessPoolExecutor(max_workers=count, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_ignore_interrupt)
+    with _interrupts_ignored():   # workers start with SIGINT ignored (a spawned child keeps SIG_IGN)
+        for _ in range(count):    # a spawn pool starts a worker per submit while none is idle
+            pool.submit(os.getpid)
     try:
         yield pool
     except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)
+        _stop(pool)
         raise
+    pool.shutdown(wait=True)
+
+
+@contextmanager
+def _interrupts_ignored() -> Iterator[None]:
+    """SIGINT ignored in this process for the block (main thread only; a signal that comes meanwhile is lost:
+    the block only starts processes)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _ignore_interrupt() -> None:
+    """Workers leave Ctrl-C to the parent, which stops them: a terminal sends SIGINT to the whole
+    process group, and a worker interrupted mid-task would print its own traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Drop queued tasks and end the workers now, not after their current point (an interrupt, an error)."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())   # CPython's pool keeps them there
+    for process in processes:     # first, so that no worker sees its pipes close and reports it
+        if process.is_alive():
+            process.terminate()
+    for process in processes:
+        process.join(timeout=5)
     pool.shutdown(wait=True)
 
 
@@ -169,8 +206,11 @@ def run_tasks(fn: Callable, args: list[tuple], executor: Executor, *, bar=None) 
                 if len(pending) < window:
                     submit_next()
     finally:
-        for future in pending:
-            future.cancel()
+        # a process pool is stopped whole by open_executor; cancelling here would race its manager thread,
+        # which then fails the cancelled futures as broken (InvalidStateError on Python 3.11)
+        if not isinstance(executor, ProcessPoolExecutor):
+            for future in pending:
+                future.cancel()
 
 
 def run_points(scenario: Scenario, points: list[dict[str, Any]], *, workers: int | None = None,

@@ -117,3 +117,26 @@ def test_scenario_names_are_text_in_the_chart():
     rows = compare([a], tokens=1e9)
     rows[0]["scenario"] = "<b>x</b>"
     assert list(compare_figure(rows).data[0].x) == ["&lt;b&gt;x&lt;/b&gt;"]
+
+
+def test_compare_repeats_each_scenario_warnings(tmp_path, capsys):
+    """`simtrain run` warns of a hardware file without its `compute` section; `simtrain compare` must too, named by
+    scenario."""
+    hw = _hardware_yaml("dgx-h100")
+    hw.pop("compute")
+    (tmp_path / "hw.yaml").write_text(yaml.safe_dump(hw), encoding="utf-8")
+    raw = yaml.safe_load(H100.read_text(encoding="utf-8"))
+    raw.update(hardware="hw.yaml", name="bare")
+    (tmp_path / "bare.yaml").write_text(yaml.safe_dump(raw), encoding="utf-8")
+    code, out, err = run_cli(["compare", str(H100), str(tmp_path / "bare.yaml")], capsys)
+    assert code == 0, err
+    warned = [line for line in out.splitlines() if line.startswith("warning: ")]
+    assert [line for line in warned if line.startswith("warning: bare: hardware") and "no compute section" in line]
+    assert not [line for line in warned if line.startswith("warning: compare_h100:")]
+
+
+def test_a_layout_that_does_not_fit_is_warned_of_once():
+    """The run's own "does not fit: peak ..." warning is not repeated beside compare's "does not fit in memory"."""
+    row = {"scenario": "big", "model": "m", "global_batch": 8, "seq_len": 2048, "fits_in_memory": False,
+           "warnings": ["does not fit: peak 90.0 GB > 85.5 GB per GPU", "TP group of 16 spans nodes"]}
+    assert warnings_for([row]) == ["big: does not fit in memory", "big: TP group of 16 spans nodes"]

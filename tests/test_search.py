@@ -4,6 +4,7 @@ not fit dropped, the rest pruned by a bound that never excludes a winner, and a 
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from simtrain.errors import InputError
 from simtrain.search import enumerate_layouts, gpu_overrides, search, why_slower
@@ -145,3 +146,18 @@ def test_search_table_is_the_same_on_any_number_of_workers(small_case):
         pooled = search(small_case, top=3, executor=pool, progress=False)
     assert serial.rows == pooled.rows
     assert serial.counts == pooled.counts
+
+
+def test_cli_search_repeats_the_base_scenario_warnings_once(tmp_path, capsys):
+    """A hardware file without its `compute` section makes every layout optimistic: `simtrain search` says so
+    once under its table, as `simtrain run` does for one layout."""
+    hw = yaml.safe_load(TWO_NODES.read_text(encoding="utf-8"))
+    hw.pop("compute")
+    (tmp_path / "hw.yaml").write_text(yaml.safe_dump(hw), encoding="utf-8")
+    path = tmp_path / "s.yaml"
+    path.write_text("hardware: hw.yaml\nnodes: 1\ngpus_per_node: 4\n"
+                    "model: {layers: 4, hidden: 1024, heads: 16, ffn_hidden: 4096, vocab: 32000, mlp: gelu}\n"
+                    "training: {seq_len: 512, global_batch: 4}\nparallel: {dp: 4}\n")
+    code, stdout, stderr = run_cli(["search", str(path), "--top", "1", "--workers", "1"], capsys)
+    assert code == 0, stderr
+    assert stdout.count("no compute section: kernels run at the datasheet peaks") == 1

@@ -339,3 +339,37 @@ def test_a_damaged_record_is_not_an_internal_error(pipe, tmp_path):
     (tmp_path / "out.csv.sweep.json").write_text("[1]", encoding="utf-8")
     again = sweep_to_file(pipe, {"training.global_batch": [4]}, path, resume=True, workers=1, progress=False)
     assert again.attrs["resumed_points"] == 1
+
+
+def _sigint_disposition() -> int:
+    import signal
+    return int(signal.getsignal(signal.SIGINT))
+
+
+def test_pool_workers_leave_ctrl_c_to_the_parent():
+    """A terminal's Ctrl-C reaches every process of the group; workers ignore it (SIG_IGN = 1), from their start,
+    so only the parent reports it, once."""
+    import signal
+
+    from simtrain.sweeps import open_executor
+
+    with open_executor(2, None, tasks=2) as pool:
+        seen = {pool.submit(_sigint_disposition).result() for _ in range(4)}
+    assert seen == {int(signal.SIG_IGN)}
+    assert signal.getsignal(signal.SIGINT) is not signal.SIG_IGN     # the parent's own handler is back
+
+
+def test_an_interrupted_pool_stops_its_workers_now():
+    """On an exception in the caller (Ctrl-C) the workers are ended, not left to finish their points."""
+    import time
+
+    from simtrain.sweeps import open_executor
+
+    processes = []
+    with pytest.raises(KeyboardInterrupt):
+        with open_executor(2, None, tasks=2) as pool:
+            pool.submit(time.sleep, 60)
+            time.sleep(0.5)
+            processes = list(pool._processes.values())
+            raise KeyboardInterrupt
+    assert processes and not any(p.is_alive() for p in processes)

@@ -169,6 +169,7 @@ def search(scenario: str, gpus: int | None, top: int, out: str | None, max_memor
            sets: tuple[str, ...], progress: bool | None) -> None:
     """Find the fastest parallel layouts of SCENARIO's model, hardware and global batch."""
     from simtrain.search import search as run_search
+    from simtrain.scenario import setup_warnings
     from simtrain.search import search_text
     from simtrain.sweeps import output_format, write_table
 
@@ -179,7 +180,8 @@ def search(scenario: str, gpus: int | None, top: int, out: str | None, max_memor
     result = run_search(sc, gpus=gpus, top=top, workers=workers, progress=progress, max_memory=max_memory)
     if out:
         write_table(result.table(), out)
-    click.echo(search_text(result) + (f"wrote {out}\n" if out else ""), nl=False)
+    warned = "".join(f"warning: {w}\n" for w in setup_warnings(sc))
+    click.echo(search_text(result) + warned + (f"wrote {out}\n" if out else ""), nl=False)
 
 
 @cli.command()
