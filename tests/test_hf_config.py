@@ -268,3 +268,22 @@ def test_sequence_beyond_a_learned_position_table_warns():
 
     sc = make_scenario(model={**gpt_model(), "position_embeddings": 1024}, training={"seq_len": 2048})
     assert any("learned position table (1024 rows)" in w for w in sc.warnings)
+
+
+def test_a_gated_mlp_without_its_width_is_refused(tmp_path):
+    """Llama-2-7b without intermediate_size: a SwiGLU width has no standard (LlamaConfig's 11008 goes with its
+    default hidden 4096; 4 x 4096 = 16384 would make the model 8.85e9 instead of 6.74e9), so the import stops
+    at the key, rather than read it as GPT-2's 4 x hidden."""
+    config = _config("core_hf_llama-2-7b")
+    del config["intermediate_size"]
+    with pytest.raises(InputError, match="is required but missing: a gated") as err:
+        _load(tmp_path, config)
+    assert err.value.field == "intermediate_size"
+
+
+def test_gpt2_without_n_inner_takes_four_times_hidden(tmp_path):
+    """GPT2Config: n_inner None means 4 x n_embd (GPT-2 small: 768 -> 3072)."""
+    config = {"model_type": "gpt2", "n_layer": 12, "n_embd": 768, "n_head": 12, "vocab_size": 50257,
+              "n_positions": 1024, "activation_function": "gelu_new", "n_inner": None}
+    spec, _, _ = _load(tmp_path, config)
+    assert (spec.mlp, spec.ffn_hidden) == ("gelu", 3072)
