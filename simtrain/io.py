@@ -6,13 +6,47 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
 from simtrain.errors import InputError
 
 
+_STAGE: ContextVar[list[tuple[str, Path]] | None] = ContextVar("simtrain_staged_outputs", default=None)
+
+
+@contextmanager
+def staged_outputs() -> Iterator[None]:
+    """Files written inside the block land together: each goes to a temporary file beside its target, and
+    all are renamed only when the block ends without an error, so an interrupted command leaves all of its
+    outputs or none (never a new chart beside an old report)."""
+    pending: list[tuple[str, Path]] = []
+    token = _STAGE.set(pending)
+    try:
+        yield
+    except BaseException:
+        for tmp, _ in pending:
+            _unlink(tmp)
+        raise
+    finally:
+        _STAGE.reset(token)
+    for tmp, path in pending:
+        os.replace(tmp, path)
+
+
+def _unlink(tmp: str) -> None:
+    try:
+        os.unlink(tmp)
+    except FileNotFoundError:
+        pass
+
+
 def write_atomic(path: str | Path, data: str | bytes) -> Path:
+    """Write ``data`` to ``path`` through a temporary file and a rename (inside ``staged_outputs``, the rename
+    waits for the block's end)."""
     path = Path(path)
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
@@ -27,12 +61,13 @@ def write_atomic(path: str | Path, data: str | bytes) -> Path:
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
+        stage = _STAGE.get()
+        if stage is None:
+            os.replace(tmp, path)
+        else:
+            stage.append((tmp, path))
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        _unlink(tmp)
         raise
     return path
 

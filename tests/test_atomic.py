@@ -154,3 +154,39 @@ def test_sigkill_at_random_moments_never_leaves_a_partial_report(tmp_path, simtr
         proc.wait(timeout=30)
         data = json.loads(target.read_text(encoding="utf-8"))      # never a partial file
         assert data == json.loads(OLD) or data["scenario"] == "base"
+
+
+def test_one_run_writes_all_its_outputs_or_none(tmp_path, monkeypatch, capsys):
+    """`simtrain run --gantt g.html --json r.json` interrupted while the report is written (after the chart):
+    neither file changes, so a new chart never sits beside an old report, and no temporary file is left."""
+    pytest.importorskip("simtrain.charts")
+    gantt, report = tmp_path / "g.html", tmp_path / "r.json"
+    gantt.write_text(OLD, encoding="utf-8")
+    report.write_text(OLD, encoding="utf-8")
+
+    def interrupted(obj):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(simtrain_io, "dumps_json", interrupted)
+    code, _, err = run_cli(["run", str(SCENARIO), "--gantt", str(gantt), "--json", str(report)], capsys)
+    assert code == 130, err
+    assert gantt.read_text(encoding="utf-8") == OLD and report.read_text(encoding="utf-8") == OLD
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["g.html", "r.json"]
+
+
+def test_staged_outputs_land_together(tmp_path):
+    """Inside staged_outputs nothing reaches its target until the block ends; then every file does."""
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    with simtrain_io.staged_outputs():
+        simtrain_io.write_atomic(a, "A")
+        simtrain_io.write_atomic(b, "B")
+        assert not a.exists() and not b.exists()
+    assert (a.read_text(), b.read_text()) == ("A", "B")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "b.txt"]
+
+
+def test_an_output_in_a_missing_folder_is_refused_before_simulating(tmp_path, capsys):
+    """--json into a folder that does not exist: exit 2 at once, naming the option and the folder."""
+    code, _, err = run_cli(["run", str(SCENARIO), "--json", str(tmp_path / "nope" / "r.json")], capsys)
+    assert code == 2
+    assert "--json" in err and "folder" in err and "nope" in err and "does not exist" in err

@@ -43,7 +43,8 @@ class OutPath(click.Path):
 
 
 def distinct_outputs(**paths: str | None) -> None:
-    """Refuse two output options naming one file (the second would overwrite the first): exit 2."""
+    """Refuse two output options naming one file (the second would overwrite the first), or a file in a
+    folder that does not exist: exit 2."""
     import os
 
     seen: dict[str, str] = {}
@@ -55,6 +56,9 @@ def distinct_outputs(**paths: str | None) -> None:
         if key in seen:
             raise click.UsageError(f"{seen[key]} and {flag} both write {path}; give each its own file")
         seen[key] = flag
+        folder = os.path.dirname(path) or "."
+        if not os.path.isdir(folder):   # before the simulation, not after it
+            raise click.UsageError(f"{flag} {path}: folder '{folder}' does not exist")
 
 
 def emit(text: str, json_path: str | None, report: Any) -> None:

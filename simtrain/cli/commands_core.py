@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from simtrain.cli import JSON_HELP, OutPath, cli, distinct_outputs, emit
+from simtrain.io import staged_outputs
 from simtrain.scenario import load_scenario, parse_set
 
 
@@ -61,11 +62,12 @@ def run(scenario: str, sets: tuple[str, ...], json_path: str | None, gantt_path:
         report["step_time_samples"] = stats
         extra = (f"step time over {samples} seeds: mean {stats['mean_s'] * 1e3:.2f} ms, "
                  f"P50 {stats['p50_s'] * 1e3:.2f} ms, P95 {stats['p95_s'] * 1e3:.2f} ms\n")
-    if gantt_path or memory_path or trace_path:
-        from simtrain import charts
+    with staged_outputs():      # the report and its charts land together, or not at all
+        if gantt_path or memory_path or trace_path:
+            from simtrain import charts
 
-        charts.write_outputs(result, gantt=gantt_path, memory=memory_path, trace=trace_path)
-    emit(run_text(result) + extra, json_path, report)
+            charts.write_outputs(result, gantt=gantt_path, memory=memory_path, trace=trace_path)
+        emit(run_text(result) + extra, json_path, report)
 
 
 @cli.command()
@@ -82,7 +84,8 @@ def plot(report: str, gantt_path: str | None, memory_path: str | None, trace_pat
 
     distinct_outputs(gantt=gantt_path, memory_plot=memory_path, trace=trace_path)
     try:
-        charts.plot_saved(report, gantt=gantt_path, memory=memory_path, trace=trace_path)
+        with staged_outputs():
+            charts.plot_saved(report, gantt=gantt_path, memory=memory_path, trace=trace_path)
     except ReportError as err:      # a damaged field found while drawing: name the report it is in
         raise err.located(file=str(Path(report))) from None
     click.echo("wrote " + " and ".join(path for path in (gantt_path, memory_path, trace_path) if path))
