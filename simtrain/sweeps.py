@@ -73,6 +73,12 @@ def grid_points(grid: dict[str, list]) -> list[dict[str, Any]]:
             raise InputError(f"grid values for '{key}' must be a list, e.g. [2, 4, 8]", field=key)
         if not list(values):
             raise InputError(f"grid key '{key}' has no values", field=key)
+        seen = set()
+        for value in values:
+            text = json.dumps(value, sort_keys=True, default=str)
+            if text in seen:    # two rows of one point would make --resume's matching ambiguous
+                raise InputError(f"grid key '{key}' lists {text} twice; give each value once", field=key)
+            seen.add(text)
     keys = list(grid)
     return [dict(zip(keys, combo)) for combo in itertools.product(*(list(grid[k]) for k in keys))]
 

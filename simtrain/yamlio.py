@@ -224,13 +224,17 @@ def line_of(data: Any, dotted: str) -> int | None:
     return line
 
 
+#: what an error says of a value that came from --set (or a sweep grid), not from the file
+OVERRIDE_NOTE = " (value set by an override such as --set, not by the file)"
+
+
 def locate(data: Any, dotted: str) -> tuple[int | None, str]:
     """(line, note) for an error at ``dotted``: the file line, or None and a note when the value
     came from an override rather than from the file; for a section of the file, a note naming the
     keys an override set inside it (a rule across the section may fail because of them)."""
     line = line_of(data, dotted)
     if line == OVERRIDE_LINE:
-        return None, " (value set by an override such as --set, not by the file)"
+        return None, OVERRIDE_NOTE
     node = data
     for part in dotted.split("."):
         node = node.get(part) if isinstance(node, LineDict) else None

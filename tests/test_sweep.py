@@ -252,13 +252,18 @@ def test_cli_sweep_writes_table_and_summary(tmp_path, capsys, repo):
     (["--grid", "parallel.pp", "--out", "x.csv"], "is not KEY=V1,V2"),
     (["--grid", "parallel.pp=2", "--grid", "parallel.pp=4", "--out", "x.csv"], "gives 'parallel.pp' twice"),
     (["--grid", "parallel.pp=2", "--out", "x.xlsx"], "cannot tell the table format of 'x.xlsx'"),
+    (["--grid", "training.micro_bach=1,2", "--out", "x.csv"],
+     "--grid training.micro_bach: unknown key (did you mean 'micro_batch'?)"),
+    (["--grid", "training.micro_batch=1,2,1", "--out", "x.csv"], "lists 1 twice"),
 ])
 def test_cli_sweep_bad_arguments_exit_2(args, message, capsys, repo, tmp_path, monkeypatch):
-    """Malformed --grid or an unknown --out extension: one error line, exit status 2."""
+    """Malformed --grid, a grid key the schema does not have, a value given twice, or an unknown --out extension:
+    one error line, exit status 2, before any point runs (no table, no record written)."""
     monkeypatch.chdir(tmp_path)
     code, _, stderr = run_cli(["sweep", str(repo / "scenarios" / "pp4_dp4.yaml"), *args], capsys)
     assert code == 2
-    assert message in stderr
+    assert message in stderr and len(stderr.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_killed_sweep_resumes_to_the_uninterrupted_file(tmp_path, capsys, repo, simtrain_exe):

@@ -11,6 +11,7 @@ import yaml
 from simtrain.cli import OutPath, cli, distinct_outputs
 from simtrain.errors import InputError
 from simtrain.scenario import load_scenario, parse_set
+from simtrain.yamlio import OVERRIDE_NOTE
 
 _SET = click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
                     help="override a scenario key first, e.g. training.seq_len=8192")
@@ -39,6 +40,16 @@ def parse_grid(items: tuple[str, ...]) -> dict[str, list[Any]]:
                 values.append(part)
         grid[key] = values
     return grid
+
+
+def _check_grid_keys(sc: Any, grid: dict[str, list[Any]]) -> None:
+    """A grid key the scenario schema does not have is a typo to report now, not an error in every row."""
+    for key, values in grid.items():
+        try:
+            sc.with_overrides({key: values[0]})
+        except InputError as err:
+            if err.message.startswith("unknown key"):
+                raise InputError(f"--grid {key}: {err.message.removesuffix(OVERRIDE_NOTE)}") from None
 
 
 #: the rules a sweep point or a searched layout sets anew: a base scenario that breaks only these still has points
@@ -133,6 +144,7 @@ def sweep(scenario: str, grids: tuple[str, ...], out: str, resume: bool, workers
     output_format(out)
     overrides = parse_set(list(sets))
     sc = _load_base(scenario, overrides, lambda: grid_points(grid)[:64])
+    _check_grid_keys(sc, grid)
     df = sweep_to_file(sc, grid, out, resume=resume, workers=workers, progress=progress)
     keys = list(grid)
     grid_rows = df.iloc[:df.attrs["grid_points"]]
