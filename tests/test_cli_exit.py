@@ -96,21 +96,21 @@ def test_python_sweep_to_parquet_without_pyarrow_is_an_input_error(tmp_path, no_
 # --- runs that did nothing useful ---------------------------------------------------------------
 
 def test_sweep_without_a_valid_point_exits_2_and_keeps_the_error_table(small, capsys):
-    """Every point sets an unknown key: exit 2, one line naming the first point's error and the file that
-    holds every point's error; that file is complete (header + 2 rows), nothing temporary is left (the
-    sidecar recording the sweep's scenario stays, for --resume)."""
-    code, out, err = run_cli(["sweep", "ok.yaml", "--grid", "parallel.ppp=1,2", "--out", "s.csv", "--workers", "1"],
-                             capsys)
-    first = ("ok.yaml: parallel.ppp: unknown key (did you mean 'pp'?) (value set by an override such as --set, "
-             "not by the file)")
+    """No micro-batch of the grid divides the global batch of 8 (rule 12): exit 2, one line naming the first
+    point's error and the file that holds every point's error; that file is complete (header + 2 rows),
+    nothing temporary is left (the sidecar recording the sweep's scenario stays, for --resume)."""
+    code, out, err = run_cli(["sweep", "ok.yaml", "--grid", "training.micro_batch=3,5", "--out", "s.csv",
+                              "--workers", "1"], capsys)
+    first = "training.global_batch: 8 is not divisible by micro_batch x dp = 3 x 1 = 3"
     assert code == 2
     assert out == ""
-    assert err == (f"error: no point of the sweep is valid: all 2 failed, the first with \"{first}\" "
-                   "(s.csv holds every point's error)\n")
+    assert err.startswith("error: no point of the sweep is valid: all 2 failed, the first with \"ok.yaml:")
+    assert err.endswith(f'{first}" (s.csv holds every point\'s error)\n')
     lines = (small.parent / "s.csv").read_text(encoding="utf-8").splitlines()
-    assert lines[0] == "parallel.ppp,step_time_s,tokens_per_s,mfu,bubble_fraction,peak_memory_bytes_max," \
+    assert lines[0] == "training.micro_batch,step_time_s,tokens_per_s,mfu,bubble_fraction,peak_memory_bytes_max," \
                        "fits_in_memory,error"
-    assert lines[1:] == [f'{v},,,,,,,"{first}"' for v in (1, 2)]
+    assert [line.split(",", 1)[0] for line in lines[1:]] == ["3", "5"]
+    assert all(line.endswith(f"= {v} x 1 = {v}") for line, v in zip(lines[1:], (3, 5)))
     assert _files(small.parent) == ["ok.yaml", "s.csv", "s.csv.sweep.json"]   # the table and what its rows came from
 
 
