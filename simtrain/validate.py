@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from simtrain.errors import InputError, display_path
+from simtrain.errors import InputError, display_path, suggest
 from simtrain.scenario import scenario_from_dict
 from simtrain.yamlio import load_yaml
 
@@ -164,16 +164,37 @@ def resolve_cases(path: str | Path | None) -> Path:
     return given
 
 
+#: the keys of one case in a cases file (docs/model.md section 11)
+CASE_KEYS = ("id", "source", "scenario", "measured", "target_step_time_s", "target_from", "flops_convention",
+             "gate", "assumed", "notes")
+
+
 def load_cases(path: str | Path | None = None) -> tuple[list[dict], Path]:
     path = resolve_cases(path)
     data = load_yaml(path)
     if not isinstance(data, list):
         raise InputError("a cases file is a YAML list of cases (id, scenario, measured, target_step_time_s)",
                          file=str(path))
+    seen: dict[str, int | None] = {}
     for i, case in enumerate(data):
+        if not isinstance(case, dict):
+            raise InputError(f"case {i} is not a mapping of {', '.join(CASE_KEYS)}", file=str(path),
+                             line=getattr(case, "line", None))
+        lines = getattr(case, "key_lines", {})
+        name = f"case {case['id']!r}" if "id" in case else f"case {i}"
+        for key in case:
+            if key not in CASE_KEYS:
+                raise InputError(f"{name}: unknown key{suggest(str(key), CASE_KEYS)}; a case has "
+                                 f"{', '.join(CASE_KEYS)}", file=str(path), line=lines.get(key), field=str(key))
         for key in ("id", "scenario", "target_step_time_s"):
-            if not isinstance(case, dict) or key not in case:
-                raise InputError(f"case {i} lacks '{key}'", file=str(path), line=getattr(case, "line", None))
+            if key not in case:
+                raise InputError(f"{name} lacks '{key}'", file=str(path), line=getattr(case, "line", None))
+        case_id = str(case["id"])
+        if case_id in seen:
+            first = f" (line {seen[case_id]})" if seen[case_id] else ""
+            raise InputError(f"case id {case_id!r} is given twice, first as case {list(seen).index(case_id)}{first}; "
+                             "ids name the rows of the report", file=str(path), line=lines.get("id"), field="id")
+        seen[case_id] = lines.get("id")
         target = case["target_step_time_s"]
         if isinstance(target, bool) or not isinstance(target, (int, float)) or not math.isfinite(target) or target <= 0:
             lines = getattr(case, "key_lines", {})

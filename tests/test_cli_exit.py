@@ -390,6 +390,27 @@ def test_validate_refuses_a_step_time_that_is_not_positive(tmp_path, capsys, mon
     assert err.startswith("error: c.yaml:7: target_step_time_s: case x: -1 is not a measured step time")
 
 
+def test_validate_names_an_unknown_case_key_its_line_and_case(tmp_path, capsys, monkeypatch):
+    """A typo in a case's own key (target_step_tme_s): the key, its line, the case id and the right spelling,
+    not "lacks 'target_step_time_s'"."""
+    monkeypatch.chdir(tmp_path)
+    text = CASE.format(batch=8, target=1.0).replace("target_step_time_s", "target_step_tme_s")
+    (tmp_path / "c.yaml").write_text(text, encoding="utf-8")
+    code, out, err = run_cli(["validate", "c.yaml"], capsys)
+    assert code == 2 and out == ""
+    assert err.startswith("error: c.yaml:7: target_step_tme_s: case 'x': unknown key (did you mean "
+                          "'target_step_time_s'?)")
+
+
+def test_validate_refuses_a_case_id_given_twice(tmp_path, capsys, monkeypatch):
+    """Two cases with one id would be two rows nobody can tell apart: the second id's line, the first's."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c.yaml").write_text(CASE.format(batch=8, target=1.0) * 2, encoding="utf-8")
+    code, out, err = run_cli(["validate", "c.yaml"], capsys)
+    assert code == 2 and out == ""
+    assert err.startswith("error: c.yaml:8: id: case id 'x' is given twice, first as case 0 (line 1)")
+
+
 def test_validate_exits_2_when_a_case_cannot_be_simulated(tmp_path, capsys, monkeypatch):
     """A case whose scenario simtrain refuses: the report still lists it, then exit 2 with one line naming
     the cases file and the line of the refused field."""
