@@ -378,9 +378,16 @@ def _check_rules(s: Scenario, raw: dict) -> list[str]:
     if m.ffn_hidden % par.tp:
         fail("parallel.tp", f"{par.tp} does not divide ffn_hidden={m.ffn_hidden} (allowed: {_divisors(m.ffn_hidden)})")
     vstages = par.pp * par.vpp
+    # a rule between schedule and vpp blames the one an override set, when only one was
+    by_override = {key for key in ("parallel.schedule", "parallel.vpp") if line_of(raw, key) == OVERRIDE_LINE}
     if par.schedule == "interleaved-1f1b" and par.vpp < 2:
+        if by_override == {"parallel.schedule"}:
+            fail("parallel.schedule", f"'{par.schedule}' needs vpp >= 2 model chunks per rank, but vpp={par.vpp}")
         fail("parallel.vpp", f"{par.vpp}: the interleaved-1f1b schedule needs vpp >= 2 model chunks per rank")
     if par.vpp > 1 and par.schedule != "interleaved-1f1b":
+        if by_override == {"parallel.vpp"}:
+            fail("parallel.vpp", f"{par.vpp} model chunks per rank need schedule: interleaved-1f1b, but the schedule "
+                 f"is '{par.schedule}', which runs one; set both, or vpp: 1")
         fail("parallel.schedule", f"'{par.schedule}' runs one chunk per rank but vpp={par.vpp}; "
              "use schedule: interleaved-1f1b or vpp: 1")
     if par.layers_per_stage is not None:

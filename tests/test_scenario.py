@@ -231,3 +231,17 @@ def test_hardware_without_measured_sections_warns(tmp_path, drop, named):
     # each missing section names its own effect, and only its own
     assert ("datasheet peaks" in text) == ("compute" in drop)
     assert ("no framework overhead" in text) == ("memory_overheads" in drop)
+
+
+@pytest.mark.parametrize("override, field", [
+    ({"parallel.vpp": 3}, "parallel.vpp"),                            # the file says schedule: 1f1b
+    ({"parallel.schedule": "interleaved-1f1b"}, "parallel.schedule"),   # the file says vpp: 1
+])
+def test_a_schedule_rule_blames_the_key_an_override_set(override, field):
+    """vpp > 1 needs the interleaved schedule (and the reverse). When --set changed one side only, the error
+    names that key and says it came from the override, not the file's line of the other."""
+    path = Path(__file__).resolve().parents[1] / "scenarios" / "pp4_dp4.yaml"
+    with pytest.raises(InputError) as err:
+        load_scenario(path, override)
+    assert err.value.field == field and err.value.line is None
+    assert "set by an override" in err.value.message
