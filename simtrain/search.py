@@ -29,7 +29,7 @@ from simtrain.errors import InputError
 from simtrain.memory import EDGE_OF_MEMORY
 from simtrain.scenario import Scenario
 from simtrain.sweeps import ScenarioPayload, error_text, open_executor, progress_bar, run_tasks
-from simtrain.units import format_time
+from simtrain.units import format_count, format_time
 
 #: layout field -> scenario key
 LAYOUT_KEYS = {"tp": "parallel.tp", "pp": "parallel.pp", "dp": "parallel.dp", "vpp": "parallel.vpp",
@@ -300,7 +300,7 @@ def search_text(result: SearchResult) -> str:
     widths = [max(len(row[i]) for row in [head, *body]) for i in range(len(head))]
     lines = ["  ".join(cell.ljust(w) if i in (7, 8, 15) else cell.rjust(w)
                        for i, (cell, w) in enumerate(zip(row, widths))).rstrip() for row in [head, *body]]
-    lines.append(f"{c['enumerated']} layouts of {result.gpus} GPUs: {c['invalid']} invalid, {c['oom']} do not fit, "
+    lines.append(f"{format_count(c['enumerated'], 'layout')} of {format_count(result.gpus, 'GPU')}: {c['invalid']} invalid, {c['oom']} do not fit, "
                  f"{c['tight']} fit above {result.max_memory:.0%} of memory (--max-memory), "
                  f"{c['pruned']} pruned by the analytic bound, {c['simulated']} simulated"
                  + (f", {c['failed']} failed" if c["failed"] else "") + f" ({result.seconds:.1f} s)")

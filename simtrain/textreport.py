@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from simtrain.result import Result
-from simtrain.units import format_bytes, format_time
+from simtrain.units import format_bytes, format_count, format_time
 
 
 def _pct(x: float | None) -> str:
@@ -38,7 +38,7 @@ def verdict(result: Result) -> list[str]:
 def memory_text(result: Result) -> str:
     c = result.config
     lines = [f"{result.scenario}: {result.gpus} x {c.get('gpu')} ({c.get('hardware')}), model {c.get('model')} "
-             f"({result.params_total / 1e9:.2f} B parameters), {result.microbatches} micro-batches per step", ""]
+             f"({result.params_total / 1e9:.2f} B parameters), {format_count(result.microbatches, 'micro-batch', 'micro-batches')} per step", ""]
     lines += memory_table(result) + _other_parts(result) + [""] + verdict(result)
     lines += [f"warning: {w}" for w in result.warnings]
     return "\n".join(lines) + "\n"
@@ -55,8 +55,8 @@ def run_text(result: Result) -> str:
         f"step time        {format_time(result.step_time_s)}",
         f"tokens/s         {result.tokens_per_s:,.0f}  ({result.tokens_per_s / result.gpus:,.0f} per GPU)",
         f"MFU / HFU        {_pct(result.mfu)} / {_pct(result.hfu)}",
-        f"pipeline bubble  {_pct(result.bubble_fraction)}  ({result.microbatches} micro-batches, "
-        f"{par.get('pp')} stages)",
+        f"pipeline bubble  {_pct(result.bubble_fraction)}  "
+        f"({format_count(result.microbatches, 'micro-batch', 'micro-batches')}, {format_count(par.get('pp'), 'stage')})",
         "exposed comm     " + ", ".join(f"{k.upper()} {format_time(v)}" for k, v in result.exposed_comm_s.items()),
         *([f"framework        FSDP1 hooks {format_time(result.framework_overhead_s)} per step, inside compute "
            "(a fixed cost per layer and micro-batch; docs/model.md section 2.12)"] if result.framework_overhead_s else []),
@@ -73,7 +73,8 @@ def run_text(result: Result) -> str:
         lines += ["", "placement        " + ", ".join(
             f"{k.split('_')[0].upper()} groups {'cross nodes' if v else 'within a node'}" for k, v in place.items())]
     lines += [""] + verdict(result)
-    lines += [f"warning: {w}" for w in result.warnings]
+    # the verdict above already says when it does not fit (the JSON keeps that warning too)
+    lines += [f"warning: {w}" for w in result.warnings if not w.startswith("does not fit")]
     lines.append(f"({result.fidelity} simulation, {result.events:,} events)")
     return "\n".join(lines) + "\n"
 

@@ -129,7 +129,14 @@ def format_bytes(n: float) -> str:
     return f"{n:.0f} B"
 
 
+def format_count(n: int, noun: str, plural: str | None = None) -> str:
+    """'1 stage', '4 stages', '1 micro-batch', '16 micro-batches' (``plural`` where adding s is wrong)."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
 def format_time(seconds: float) -> str:
+    if seconds == 0:
+        return "0 s"
     if seconds >= 1.0:
         return f"{seconds:.3f} s"
     if seconds >= 1e-3:

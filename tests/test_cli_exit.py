@@ -459,3 +459,25 @@ def test_a_base_error_outside_the_layout_is_still_the_bases(capsys, tmp_path, mo
     code, _, err = run_cli(["sweep", str(REPO / "scenarios" / "pp4_dp4.yaml"), "--set", "training.bogus=1",
                             "--grid", "training.micro_batch=1,2", "--out", "s.csv"], capsys)
     assert code == 2 and "training.bogus" in err
+
+
+def test_a_layout_that_does_not_fit_is_said_once(small, capsys):
+    """The verdict says DOES NOT FIT; the text does not repeat it as a warning (the JSON keeps it)."""
+    code, out, err = run_cli(["run", "ok.yaml", "--set", "training.seq_len=2000000", "--set",
+                              "simulation.max_events=10000000"], capsys)
+    assert code == 0, err
+    assert "DOES NOT FIT" in out
+    assert "warning: does not fit" not in out
+
+
+def test_an_interrupted_sweep_points_to_resume(small, capsys, monkeypatch):
+    """Ctrl-C during a sweep: the table keeps the finished rows, and the message says how to continue."""
+    import simtrain.sweeps
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(simtrain.sweeps, "sweep_to_file", interrupted)
+    code, _, err = run_cli(["sweep", "ok.yaml", "--grid", "training.micro_batch=1,2", "--out", "s.csv"], capsys)
+    assert code == 130
+    assert "--resume" in err and err.strip().endswith("interrupted")

@@ -154,3 +154,18 @@ def test_a_boolean_is_not_a_quantity_nor_a_curve_point(tmp_path):
         with pytest.raises(InputError) as exc:
             load_hardware(str(path), base_dir=tmp_path, file="scenario.yaml")
         assert says in str(exc.value)
+
+
+def test_counts_agree_with_their_number():
+    """'1 stage' but '4 stages'; an irregular plural is given ('1 micro-batch', '16 micro-batches')."""
+    from simtrain.units import format_count
+    assert [format_count(n, "stage") for n in (1, 4)] == ["1 stage", "4 stages"]
+    assert format_count(1, "micro-batch", "micro-batches") == "1 micro-batch"
+    assert format_count(1600, "micro-batch", "micro-batches") == "1,600 micro-batches"
+
+
+def test_no_time_is_zero_seconds():
+    """An exposed time of exactly 0 reads '0 s', not '0.0 us'; the units still follow the size."""
+    from simtrain.units import format_time
+    assert [format_time(0.0), format_time(2.5e-6), format_time(1.94e-3), format_time(2.913)] == \
+        ["0 s", "2.5 us", "1.94 ms", "2.913 s"]

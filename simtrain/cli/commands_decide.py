@@ -11,6 +11,7 @@ import yaml
 from simtrain.cli import OutPath, cli, distinct_outputs
 from simtrain.errors import InputError
 from simtrain.scenario import load_scenario, parse_set
+from simtrain.units import format_count
 from simtrain.yamlio import OVERRIDE_NOTE
 
 _SET = click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
@@ -105,13 +106,14 @@ def _sweep_summary(df, keys: list[str], resume: bool) -> str:
     over every row of the grid (those kept by --resume too)."""
     grid = df.iloc[:df.attrs["grid_points"]]      # the grid's points come first, in grid order
     ok = _valid_rows(grid)
-    lines = [f"{len(grid)} points: {df.attrs['simulated_points']} simulated, {df.attrs['failed_points']} invalid "
-             "or failed" + (f", {df.attrs['resumed_points']} already done" if resume else "")]
+    lines = [f"{format_count(len(grid), 'point')}: {df.attrs['simulated_points']} simulated, "
+             f"{df.attrs['failed_points']} invalid or failed" + (f", {df.attrs['resumed_points']} already done" if resume else "")]
     if len(ok) < len(grid):
         lines.append(f"first error: {grid.loc[~grid.index.isin(ok.index), 'error'].iloc[0]}")
     fits = ok[ok["fits_in_memory"].astype(str).isin(["True", "true", "1", "1.0"])]
     if len(ok) > len(fits):
-        lines[0] += f"; {len(ok) - len(fits)} of the valid points do not fit in memory"
+        unfit = len(ok) - len(fits)
+        lines[0] += f"; {unfit} of the valid points {'does' if unfit == 1 else 'do'} not fit in memory"
     if len(fits):
         best = fits.loc[fits["tokens_per_s"].idxmax()]
         where = ", ".join(f"{k}={best[k]}" for k in keys)
@@ -145,7 +147,12 @@ def sweep(scenario: str, grids: tuple[str, ...], out: str, resume: bool, workers
     overrides = parse_set(list(sets))
     sc = _load_base(scenario, overrides, lambda: grid_points(grid)[:64])
     _check_grid_keys(sc, grid)
-    df = sweep_to_file(sc, grid, out, resume=resume, workers=workers, progress=progress)
+    try:
+        df = sweep_to_file(sc, grid, out, resume=resume, workers=workers, progress=progress)
+    except KeyboardInterrupt:
+        click.echo(f"{out} keeps the points finished so far; the same command with --resume runs only the rest",
+                   err=True)
+        raise
     keys = list(grid)
     grid_rows = df.iloc[:df.attrs["grid_points"]]
     if _valid_rows(grid_rows).empty:
