@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from simtrain.scenario import Scenario
-from simtrain.units import format_bytes
+from simtrain.units import format_bytes, format_time
 
 #: the token budget when none is given: 1e12 tokens ("1T")
 DEFAULT_TOKENS = 1e12
@@ -74,7 +74,9 @@ def _days(seconds: float) -> str:
         return f"{seconds / 86400:.1f} days"
     if seconds >= 3600:
         return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.1f} s"
+    if seconds >= 60:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds:.1f} s" if seconds >= 1 else format_time(seconds)
 
 
 def _energy(joules: float) -> str:

@@ -140,3 +140,10 @@ def test_a_layout_that_does_not_fit_is_warned_of_once():
     row = {"scenario": "big", "model": "m", "global_batch": 8, "seq_len": 2048, "fits_in_memory": False,
            "warnings": ["does not fit: peak 90.0 GB > 85.5 GB per GPU", "TP group of 16 spans nodes"]}
     assert warnings_for([row]) == ["big: does not fit in memory", "big: TP group of 16 spans nodes"]
+
+
+def test_a_short_time_to_train_keeps_its_digits():
+    """1,000 tokens at about 100,000 tokens/s take about 10 ms: shown in ms, not rounded to '0.0 s'."""
+    from simtrain.compare import _days
+    assert (_days(0.00953), _days(42.0), _days(90.0), _days(7200.0), _days(172800.0)) == \
+        ("9.53 ms", "42.0 s", "1.5 min", "2.0 h", "2.0 days")
