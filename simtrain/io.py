@@ -33,8 +33,13 @@ def staged_outputs() -> Iterator[None]:
         raise
     finally:
         _STAGE.reset(token)
-    for tmp, path in pending:
-        os.replace(tmp, path)
+    for done, (tmp, path) in enumerate(pending):
+        try:
+            os.replace(tmp, path)
+        except BaseException:
+            for rest, _ in pending[done:]:
+                _unlink(rest)
+            raise
 
 
 def _unlink(tmp: str) -> None:

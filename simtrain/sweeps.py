@@ -122,6 +122,7 @@ def open_executor(workers: int | None, executor: Executor | None, tasks: int) ->
         return
     pool = ProcessPoolExecutor(max_workers=count, mp_context=multiprocessing.get_context("spawn"),
                                initializer=_ignore_interrupt)
+    pool._simtrain_stops_whole = True   # run_tasks leaves its futures to _stop
     with _interrupts_ignored():   # workers start with SIGINT ignored (a spawned child keeps SIG_IGN)
         for _ in range(count):    # a spawn pool starts a worker per submit while none is idle
             pool.submit(os.getpid)
@@ -212,9 +213,10 @@ def run_tasks(fn: Callable, args: list[tuple], executor: Executor, *, bar=None) 
                 if len(pending) < window:
                     submit_next()
     finally:
-        # a process pool is stopped whole by open_executor; cancelling here would race its manager thread,
-        # which then fails the cancelled futures as broken (InvalidStateError on Python 3.11)
-        if not isinstance(executor, ProcessPoolExecutor):
+        # a pool of open_executor's own is stopped whole by it; cancelling here would race the pool's manager
+        # thread, which then fails the cancelled futures as broken (InvalidStateError on Python 3.11). A caller's
+        # executor stays open, so its queued tasks are cancelled.
+        if not getattr(executor, "_simtrain_stops_whole", False):
             for future in pending:
                 future.cancel()
 
