@@ -481,3 +481,13 @@ def test_an_interrupted_sweep_points_to_resume(small, capsys, monkeypatch):
     code, _, err = run_cli(["sweep", "ok.yaml", "--grid", "training.micro_batch=1,2", "--out", "s.csv"], capsys)
     assert code == 130
     assert "--resume" in err and err.strip().endswith("interrupted")
+
+
+def test_a_chart_named_like_another_format_is_warned_of(small, capsys):
+    """--gantt x.json gets an HTML page: written as asked, with a one-line warning naming the option."""
+    code, out, err = run_cli(["run", "ok.yaml", "--gantt", "x.json"], capsys)
+    assert code == 0, err
+    assert "warning: --gantt x.json gets HTML, not json: name it .html" in err
+    assert (small.parent / "x.json").read_text(encoding="utf-8").lstrip().lower().startswith("<!doctype html")
+    code, _, err = run_cli(["run", "ok.yaml", "--gantt", "y.html"], capsys)
+    assert code == 0 and "warning: --gantt" not in err

@@ -31,14 +31,24 @@ JSON_HELP = "write the JSON report to this file, or to stdout for '-' (the text 
 
 
 class OutPath(click.Path):
-    """A file to write (a chart, a trace, a table): '-' (standard output) is only for --json."""
+    """A file to write (a chart, a trace, a table): '-' (standard output) is only for --json. With ``kind``
+    ('HTML', 'JSON'), a name whose suffix says another format gets a warning: the file is written as asked."""
 
-    def __init__(self) -> None:
+    SUFFIXES = {"HTML": (".html", ".htm"), "JSON": (".json",)}
+    OTHERS = (".html", ".htm", ".json", ".csv", ".jsonl", ".parquet", ".yaml", ".yml", ".png", ".svg", ".pdf")
+
+    def __init__(self, kind: str | None = None) -> None:
         super().__init__(dir_okay=False)
+        self.kind = kind
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if value == "-":
             self.fail("'-' (standard output) is only for --json; give a file name", param, ctx)
+        suffix = os.path.splitext(str(value))[1].lower()
+        if self.kind and suffix in self.OTHERS and suffix not in self.SUFFIXES[self.kind]:
+            flag = param.opts[0] if param is not None and param.opts else "the output"
+            click.echo(f"warning: {flag} {value} gets {self.kind}, not {suffix[1:]}: name it "
+                       f"{self.SUFFIXES[self.kind][0]} to open it as such", err=True)
         return super().convert(value, param, ctx)
 
 

@@ -33,9 +33,9 @@ def memory(scenario: str, sets: tuple[str, ...], json_path: str | None) -> None:
 @click.argument("scenario", type=click.Path(dir_okay=False))
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="override a scenario key, e.g. parallel.pp=8")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help=JSON_HELP)
-@click.option("--gantt", "gantt_path", type=OutPath(), help="write the Gantt chart (HTML) here")
-@click.option("--memory-plot", "memory_path", type=OutPath(), help="write the memory timeline (HTML)")
-@click.option("--trace", "trace_path", type=OutPath(), help="write a Perfetto/Chrome trace (JSON)")
+@click.option("--gantt", "gantt_path", type=OutPath("HTML"), help="write the Gantt chart (HTML) here")
+@click.option("--memory-plot", "memory_path", type=OutPath("HTML"), help="write the memory timeline (HTML)")
+@click.option("--trace", "trace_path", type=OutPath("JSON"), help="write a Perfetto/Chrome trace (JSON)")
 @click.option("--full", is_flag=True, help="simulate every rank (simulation.fidelity: full)")
 @click.option("--samples", type=click.IntRange(min=1), default=1, show_default=True,
               help="run this many seeds and report mean, P50, P95 step time; needs simulation.jitter > 0 "
@@ -72,9 +72,9 @@ def run(scenario: str, sets: tuple[str, ...], json_path: str | None, gantt_path:
 
 @cli.command()
 @click.argument("report", type=click.Path(dir_okay=False))
-@click.option("--gantt", "gantt_path", type=OutPath(), help="write the Gantt chart (HTML) here")
-@click.option("--memory-plot", "memory_path", type=OutPath(), help="write the memory timeline (HTML)")
-@click.option("--trace", "trace_path", type=OutPath(), help="write a Perfetto/Chrome trace (JSON)")
+@click.option("--gantt", "gantt_path", type=OutPath("HTML"), help="write the Gantt chart (HTML) here")
+@click.option("--memory-plot", "memory_path", type=OutPath("HTML"), help="write the memory timeline (HTML)")
+@click.option("--trace", "trace_path", type=OutPath("JSON"), help="write a Perfetto/Chrome trace (JSON)")
 def plot(report: str, gantt_path: str | None, memory_path: str | None, trace_path: str | None) -> None:
     """Draw charts from a saved `simtrain run --json` REPORT (it must include the timeline)."""
     from pathlib import Path

@@ -131,7 +131,7 @@ def _sweep_summary(df, keys: list[str], resume: bool) -> str:
                    "points finish")
 @click.option("--resume", is_flag=True, help="keep the rows already in --out and run only the missing points")
 @_WORKERS
-@click.option("--plot", "plot_path", type=OutPath(), help="write the sweep plot (HTML) here")
+@click.option("--plot", "plot_path", type=OutPath("HTML"), help="write the sweep plot (HTML) here")
 @_SET
 @_PROGRESS
 def sweep(scenario: str, grids: tuple[str, ...], out: str, resume: bool, workers: int | None,
@@ -206,7 +206,7 @@ def search(scenario: str, gpus: int | None, top: int, out: str | None, max_memor
 @cli.command()
 @click.argument("scenarios", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--tokens", default="1T", show_default=True, help="token budget for time, cost and energy")
-@click.option("--plot", "plot_path", type=OutPath(), help="write the comparison chart (HTML)")
+@click.option("--plot", "plot_path", type=OutPath("HTML"), help="write the comparison chart (HTML)")
 @_SET
 def compare(scenarios: tuple[str, ...], tokens: str, plot_path: str | None, sets: tuple[str, ...]) -> None:
     """SCENARIOS side by side: speed, memory, time, cost and energy to train a token budget."""
