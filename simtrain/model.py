@@ -167,7 +167,13 @@ def from_hf_config(config: dict[str, Any], *, file: str, name: str | None = None
     source: dict[str, str] = {}
     for key, ours in _HF_KEYS.items():
         if key in config and config[key] is not None and ours not in out:
-            out[ours] = config[key]
+            value = config[key]
+            # transformers writes these as JSON numbers and booleans; text here is a hand edit gone wrong
+            wanted = "true or false" if ours == "tied_embeddings" else "a whole number"
+            if isinstance(value, str) or (ours == "tied_embeddings" and not isinstance(value, bool)):
+                raise InputError(f"{_json_value(value)} is not {wanted} (HuggingFace key for simtrain's '{ours}')",
+                                 file=file, line=_json_line(text, key), field=key)
+            out[ours] = value
             source[ours] = key
     act = str(config.get("hidden_act", config.get("activation_function", "gelu")))
     gated = config.get("model_type") in {"llama", "mistral", "qwen2", "qwen3", "gemma", "mixtral"} or act == "silu"

@@ -287,3 +287,16 @@ def test_gpt2_without_n_inner_takes_four_times_hidden(tmp_path):
               "n_positions": 1024, "activation_function": "gelu_new", "n_inner": None}
     spec, _, _ = _load(tmp_path, config)
     assert (spec.mlp, spec.ffn_hidden) == ("gelu", 3072)
+
+
+@pytest.mark.parametrize("key, value, wanted", [("hidden_size", "4096", "a whole number"),
+                                                ("tie_word_embeddings", "yes", "true or false"),
+                                                ("tie_word_embeddings", 1, "true or false")])
+def test_text_where_a_config_has_a_number_or_boolean_is_refused(tmp_path, key, value, wanted):
+    """transformers writes sizes as JSON numbers and tie_word_embeddings as a boolean; "4096" or "yes" is a hand
+    edit that pydantic's lax mode would read as 4096 or true: refused at the key and its line."""
+    config = _config("core_hf_llama-2-7b")
+    config[key] = value
+    with pytest.raises(InputError, match=f"is not {wanted}") as err:
+        _load(tmp_path, config)
+    assert err.value.field == key and err.value.line is not None
