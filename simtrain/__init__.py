@@ -23,24 +23,63 @@ __version__ = "0.1.0"
 __all__ = ["InputError", "Scenario", "load_scenario", "scenario_from_dict", "simulate", "memory_only", "sweep"]
 
 
-def simulate(scenario: Scenario, **kwargs: Any):
-    """Simulate one optimizer step; see :func:`simtrain.simulation.simulate`."""
+#: modules a notebook reaches as ``simtrain.search``, ``simtrain.compare``... without importing them first
+#: (loaded on first use, so ``import simtrain`` stays fast)
+_SUBMODULES = ("charts", "compare", "estimate", "memory", "search", "simulation", "sweeps", "validate", "variation")
+
+
+def __getattr__(name: str):
+    if name in _SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"simtrain.{name}")
+    raise AttributeError(f"module 'simtrain' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*__all__, *_SUBMODULES, "__version__"])
+
+
+def _scenario(scenario: Any, function: str) -> Scenario:
+    """A Scenario, or the path of a scenario file (loaded); anything else is named as the wrong argument."""
+    from os import PathLike
+
+    if isinstance(scenario, Scenario):
+        return scenario
+    if isinstance(scenario, (str, PathLike)):
+        return load_scenario(scenario)
+    raise TypeError(f"simtrain.{function}: scenario must be a Scenario (simtrain.load_scenario) or the path of a "
+                    f"scenario file, not {type(scenario).__name__}")
+
+
+def simulate(scenario: Scenario | str, *, fidelity: str | None = None, seed: int | None = None):
+    """Simulate one optimizer step of ``scenario`` (a Scenario or a scenario file's path) and return its Result;
+    ``result.to_dict()`` is the JSON report of ``simtrain run``. ``fidelity`` ('folded' or 'full') and ``seed``
+    replace the scenario's ``simulation.fidelity`` and ``simulation.seed`` for this run."""
     from simtrain.simulation import simulate as _simulate
 
-    return _simulate(scenario, **kwargs)
+    return _simulate(_scenario(scenario, "simulate"), fidelity=fidelity, seed=seed)
 
 
-def memory_only(scenario: Scenario):
+def memory_only(scenario: Scenario | str):
     """The memory ledger without a simulation (``simtrain memory``); see :func:`simtrain.simulation.memory`.
 
     (Not called ``memory``: that is the name of the memory-model module.)"""
     from simtrain.simulation import memory as _memory
 
-    return _memory(scenario)
+    return _memory(_scenario(scenario, "memory_only"))
 
 
-def sweep(scenario: Scenario, grid: dict[str, list], **kwargs: Any):
-    """Simulate every point of ``grid``; see :func:`simtrain.sweeps.sweep`."""
+def sweep(scenario: Scenario | str, grid: dict[str, list], *, workers: int | None = None, executor: Any = None,
+          progress: bool | None = None, on_point: Any = None):
+    """Simulate ``scenario`` at every point of ``grid`` ({dotted key: [values]}, a cartesian product) and return
+    a pandas DataFrame: one row per point, the swept keys then step_time_s, tokens_per_s, mfu, bubble_fraction,
+    peak_memory_bytes_max, fits_in_memory and error (SI units).
+
+    ``workers`` processes (default: one per core; 1 runs here), or any concurrent.futures ``executor`` (a Dask
+    client's too); in a script, call it under ``if __name__ == "__main__":``, since each worker imports the
+    script. ``on_point(row)`` is called here as each point finishes. See :func:`simtrain.sweeps.sweep`."""
     from simtrain.sweeps import sweep as _sweep
 
-    return _sweep(scenario, grid, **kwargs)
+    return _sweep(_scenario(scenario, "sweep"), grid, workers=workers, executor=executor, progress=progress,
+                  on_point=on_point)

@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from simtrain.scenario import Scenario
-from simtrain.units import format_bytes, format_time
+from simtrain.errors import InputError
+from simtrain.units import format_bytes, format_time, parse_count
 
 #: the token budget when none is given: 1e12 tokens ("1T")
 DEFAULT_TOKENS = 1e12
@@ -33,10 +34,16 @@ def layout_text(s: Scenario) -> str:
     return text
 
 
-def compare(scenarios: list[Scenario], tokens: float = DEFAULT_TOKENS) -> list[dict[str, Any]]:
-    """One row per scenario (SI units; None where the hardware file gives no price or power)."""
+def compare(scenarios: list[Scenario], tokens: float | str = DEFAULT_TOKENS) -> list[dict[str, Any]]:
+    """One row per scenario (SI units; None where the hardware file gives no price or power). ``tokens`` is the
+    budget for time, cost and energy: a number, or a count as the CLI takes it ('1T', '300B')."""
     from simtrain.simulation import simulate
 
+    tokens = parse_count(tokens)
+    if tokens <= 0:
+        raise InputError(f"tokens={tokens:g}: give a positive token count, e.g. 1e12 or '300B'", field="tokens")
+    if not scenarios:
+        raise InputError("nothing to compare: give one or more scenarios")
     rows = []
     for s in scenarios:
         r = simulate(s)

@@ -47,6 +47,8 @@ def gpu_overrides(scenario: Scenario, gpus: int | None) -> dict[str, Any]:
     if gpus is None:
         return {}
     gpn = scenario.gpus_per_node
+    if isinstance(gpus, bool) or not isinstance(gpus, int):
+        raise InputError(f"--gpus {gpus!r}: give a whole number of GPUs", field="gpus")
     if gpus < 1:
         raise InputError(f"--gpus {gpus}: give a positive GPU count", field="gpus")
     if scenario.hardware.explicit:
@@ -156,7 +158,16 @@ class SearchResult:
     counts: dict[str, int] = field(default_factory=dict)
     max_memory: float = 1.0     # the fraction of the GPU's memory a layout could use to compete
 
+    def __repr__(self) -> str:   # the rows run to thousands of candidates: a notebook cell shows the summary
+        best = self.top[0] if self.top else None
+        lead = (f"best tp{best['tp']} pp{best['pp']} dp{best['dp']}: {best['step_time_s']:.3f} s, "
+                f"{best['tokens_per_s']:,.0f} tokens/s" if best else "no layout fits")
+        return (f"<SearchResult: {len(self.rows)} layouts of {self.gpus} GPUs, {self.counts.get('simulated', 0)} "
+                f"simulated, top {len(self.top)}; {lead}; .top, .table(), search_text(result)>")
+
     def table(self):
+        """Every candidate as a pandas DataFrame (floats rounded as in the JSON reports): the layout's fields,
+        its status (simulated, pruned, oom, tight, invalid, failed), the estimate and the simulated metrics."""
         import pandas as pd
 
         from simtrain.result import report_float
@@ -175,10 +186,10 @@ def search(scenario: Scenario, *, gpus: int | None = None, top: int = 5, workers
            max_memory: float = EDGE_OF_MEMORY) -> SearchResult:
     """The ``top`` layouts by simulated tokens/s (module docstring for the method), among those whose peak memory
     stays within ``max_memory`` of the GPU's."""
-    if top < 1:
-        raise InputError(f"--top {top}: give 1 or more", field="top")
-    if not 0 < max_memory <= 1:
-        raise InputError(f"--max-memory {max_memory:g}: give a fraction of the GPU's memory in (0, 1]",
+    if isinstance(top, bool) or not isinstance(top, int) or top < 1:
+        raise InputError(f"--top {top!r}: give a whole number, 1 or more", field="top")
+    if isinstance(max_memory, bool) or not isinstance(max_memory, (int, float)) or not 0 < max_memory <= 1:
+        raise InputError(f"--max-memory {max_memory!r}: give a fraction of the GPU's memory in (0, 1]",
                          field="max_memory")
     started = time.perf_counter()
     base = gpu_overrides(scenario, gpus)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import statistics
 
 from simtrain.engine import Engine
+from simtrain.errors import InputError
 from simtrain.memory import EDGE_OF_MEMORY, StageMemory, advice, memory_report
 from simtrain.placement import placement_of
 from simtrain.plan import build_plan
@@ -134,8 +135,17 @@ def needs_full(s: Scenario) -> bool:
     return bool(sim.stragglers or sim.degraded_links or sim.jitter > 0)
 
 
+#: simulation.fidelity's values (docs/model.md section 4.5)
+FIDELITIES = ("folded", "full")
+
+
 def simulate(scenario: Scenario, *, fidelity: str | None = None, seed: int | None = None) -> Result:
-    """Play one optimizer step out and report it."""
+    """Play one optimizer step out and report it. ``fidelity`` ('folded' or 'full') and ``seed`` replace the
+    scenario's ``simulation.fidelity`` and ``simulation.seed`` for this run."""
+    if fidelity is not None and fidelity not in FIDELITIES:
+        raise InputError(f"{fidelity!r} is not a fidelity; allowed: {', '.join(FIDELITIES)}", field="fidelity")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise InputError(f"{seed!r} is not a seed; give a whole number", field="seed")
     s = scenario
     sim = s.simulation
     mode = fidelity or sim.fidelity

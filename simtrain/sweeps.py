@@ -26,6 +26,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,6 +84,19 @@ def grid_points(grid: dict[str, list]) -> list[dict[str, Any]]:
     return [dict(zip(keys, combo)) for combo in itertools.product(*(list(grid[k]) for k in keys))]
 
 
+def check_grid_keys(scenario: Scenario, grid: dict[str, list]) -> None:
+    """A grid key the scenario schema does not have is a typo to report before any point runs, not an error
+    in every row."""
+    from simtrain.yamlio import OVERRIDE_NOTE
+
+    for key, values in grid.items():
+        try:
+            scenario.with_overrides({key: list(values)[0]})
+        except InputError as err:
+            if err.message.startswith("unknown key"):
+                raise InputError(f"grid key '{key}': {err.message.removesuffix(OVERRIDE_NOTE)}", field=key) from None
+
+
 def evaluate_point(payload: ScenarioPayload, overrides: dict[str, Any]) -> dict[str, Any]:
     """Simulate one point; never raises (the message goes to ``error``). Runs in a worker."""
     from simtrain.simulation import simulate
@@ -114,6 +128,9 @@ def open_executor(workers: int | None, executor: Executor | None, tasks: int) ->
     if executor is not None:
         yield executor
         return
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)):
+        raise InputError(f"workers={workers!r}: give a whole number of processes (1 runs in this process)",
+                         field="workers")
     if workers is not None and workers < 1:
         raise InputError(f"workers={workers}: give 1 or more (1 runs in this process)", field="workers")
     count = min(workers or os.cpu_count() or 1, max(tasks, 1))
@@ -132,6 +149,15 @@ def open_executor(workers: int | None, executor: Executor | None, tasks: int) ->
         _stop(pool)
         raise
     pool.shutdown(wait=True)
+
+
+class WorkersFailed(RuntimeError):
+    """The worker processes of a sweep or search ended before reporting."""
+
+
+WORKERS_FAILED = ("the worker processes stopped before reporting (BrokenProcessPool). In a script, call simtrain's "
+                  "sweep or search under `if __name__ == \"__main__\":` (each worker imports the script, so unguarded "
+                  "code runs again in it), or pass workers=1 to run in this process")
 
 
 @contextmanager
@@ -205,6 +231,8 @@ def run_tasks(fn: Callable, args: list[tuple], executor: Executor, *, bar=None) 
                 i = pending.pop(future)
                 try:
                     value: Any = future.result()
+                except BrokenProcessPool as err:   # every later task fails the same way: stop, and say why
+                    raise WorkersFailed(WORKERS_FAILED) from err
                 except Exception as err:  # noqa: BLE001 - worker crash, pickling, lost cluster worker
                     value = err
                 if bar is not None:
@@ -247,6 +275,7 @@ def sweep(scenario: Scenario, grid: dict[str, list], workers: int | None = None,
     import pandas as pd
 
     points = grid_points(grid)
+    check_grid_keys(scenario, grid)
     rows = run_points(scenario, points, workers=workers, executor=executor, progress=progress, on_point=on_point)
     return pd.DataFrame(rows, columns=[*grid, *COLUMNS])
 
@@ -517,4 +546,5 @@ def sweep_to_file(scenario: Scenario, grid: dict[str, list], path: str | Path, *
     return frame
 
 __all__ = ["sweep", "sweep_to_file", "read_table", "write_table", "RowFile", "table_format", "output_format", "cell", "grid_points", "run_points", "evaluate_point", "ScenarioPayload", "METRICS", "COLUMNS",
-           "open_executor", "run_tasks", "progress_bar", "SerialExecutor", "error_text"]
+           "open_executor", "run_tasks", "progress_bar", "SerialExecutor", "error_text", "check_grid_keys",
+           "WorkersFailed"]

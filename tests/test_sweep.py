@@ -378,3 +378,16 @@ def test_an_interrupted_pool_stops_its_workers_now():
             processes = list(pool._processes.values())
             raise KeyboardInterrupt
     assert processes and not any(p.is_alive() for p in processes)
+
+
+def test_a_broken_worker_pool_stops_with_the_reason():
+    """Workers that die before reporting (an unguarded script's spawned workers re-run it and fail) gave a
+    table of BrokenProcessPool rows, or 'every layout invalid' in a search; now one error names the
+    `if __name__ == "__main__":` rule and workers=1."""
+    import os
+
+    from simtrain.sweeps import WorkersFailed, open_executor, run_tasks
+
+    with pytest.raises(WorkersFailed, match='__name__ == "__main__"'):
+        with open_executor(2, None, tasks=2) as pool:
+            list(run_tasks(os._exit, [(3,), (3,)], pool))

@@ -12,7 +12,6 @@ from simtrain.cli import OutPath, cli, distinct_outputs
 from simtrain.errors import InputError
 from simtrain.scenario import load_scenario, parse_set
 from simtrain.units import format_count
-from simtrain.yamlio import OVERRIDE_NOTE
 
 _SET = click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
                     help="override a scenario key first, e.g. training.seq_len=8192")
@@ -44,13 +43,13 @@ def parse_grid(items: tuple[str, ...]) -> dict[str, list[Any]]:
 
 
 def _check_grid_keys(sc: Any, grid: dict[str, list[Any]]) -> None:
-    """A grid key the scenario schema does not have is a typo to report now, not an error in every row."""
-    for key, values in grid.items():
-        try:
-            sc.with_overrides({key: values[0]})
-        except InputError as err:
-            if err.message.startswith("unknown key"):
-                raise InputError(f"--grid {key}: {err.message.removesuffix(OVERRIDE_NOTE)}") from None
+    """A grid key the scenario schema does not have is a typo to report now, named as the option gave it."""
+    from simtrain.sweeps import check_grid_keys
+
+    try:
+        check_grid_keys(sc, grid)
+    except InputError as err:
+        raise InputError(f"--grid {err.field}: {err.message.split(': ', 1)[1]}") from None
 
 
 #: the rules a sweep point or a searched layout sets anew: a base scenario that breaks only these still has points
