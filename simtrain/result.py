@@ -88,6 +88,11 @@ class Result:
     config: dict = field(default_factory=dict)
     timeline: Any = field(default=None, compare=False, repr=False)   # records for charts; not in JSON
 
+    @property
+    def memory_capacity_bytes(self) -> float:
+        """The GPU's memory, under the name the JSON report gives it (``capacity_bytes``)."""
+        return self.capacity_bytes
+
     def to_dict(self, *, timeline: bool = True) -> dict[str, Any]:
         """The JSON report. ``timeline=True`` embeds the simulated records (for `simtrain plot`)."""
         out: dict[str, Any] = {"scenario": self.scenario, "gpus": self.gpus, "microbatches": self.microbatches,

@@ -97,3 +97,13 @@ def test_compare_takes_the_cli_token_counts_and_refuses_nonsense():
             simtrain.compare.compare([sc], tokens=tokens)
     with pytest.raises(InputError, match="nothing to compare"):
         simtrain.compare.compare([])
+
+
+def test_the_report_keys_are_attributes_too():
+    """Every top-level number of the JSON report is an attribute of the Result by the same name (a notebook reads
+    `r.memory_capacity_bytes` as `simtrain run --json` writes it), equal up to the report's rounding."""
+    r = simtrain.simulate(make_scenario())
+    report = r.to_dict(timeline=False)
+    for key, value in report.items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            assert getattr(r, key) == pytest.approx(value, rel=1e-8, abs=0.5), key
