@@ -22,7 +22,10 @@ _STAGE: ContextVar[list[tuple[str, Path]] | None] = ContextVar("simtrain_staged_
 def staged_outputs() -> Iterator[None]:
     """Files written inside the block land together: each goes to a temporary file beside its target, and
     all are renamed only when the block ends without an error, so an interrupted command leaves all of its
-    outputs or none (never a new chart beside an old report)."""
+    outputs or none (never a new chart beside an old report). Blocks nest: the outermost one commits."""
+    if _STAGE.get() is not None:   # inside another block: its end commits these files too
+        yield
+        return
     pending: list[tuple[str, Path]] = []
     token = _STAGE.set(pending)
     try:

@@ -29,7 +29,7 @@ from simtrain.errors import InputError
 from simtrain.memory import EDGE_OF_MEMORY
 from simtrain.scenario import Scenario
 from simtrain.sweeps import ScenarioPayload, error_text, open_executor, progress_bar, run_tasks
-from simtrain.units import format_count, format_time
+from simtrain.units import as_whole, format_count, format_time
 
 #: layout field -> scenario key
 LAYOUT_KEYS = {"tp": "parallel.tp", "pp": "parallel.pp", "dp": "parallel.dp", "vpp": "parallel.vpp",
@@ -47,8 +47,9 @@ def gpu_overrides(scenario: Scenario, gpus: int | None) -> dict[str, Any]:
     if gpus is None:
         return {}
     gpn = scenario.gpus_per_node
-    if isinstance(gpus, bool) or not isinstance(gpus, int):
+    if as_whole(gpus) is None:
         raise InputError(f"--gpus {gpus!r}: give a whole number of GPUs", field="gpus")
+    gpus = as_whole(gpus)
     if gpus < 1:
         raise InputError(f"--gpus {gpus}: give a positive GPU count", field="gpus")
     if scenario.hardware.explicit:
@@ -186,8 +187,9 @@ def search(scenario: Scenario, *, gpus: int | None = None, top: int = 5, workers
            max_memory: float = EDGE_OF_MEMORY) -> SearchResult:
     """The ``top`` layouts by simulated tokens/s (module docstring for the method), among those whose peak memory
     stays within ``max_memory`` of the GPU's."""
-    if isinstance(top, bool) or not isinstance(top, int) or top < 1:
+    if as_whole(top) is None or top < 1:
         raise InputError(f"--top {top!r}: give a whole number, 1 or more", field="top")
+    top = as_whole(top)
     if isinstance(max_memory, bool) or not isinstance(max_memory, (int, float)) or not 0 < max_memory <= 1:
         raise InputError(f"--max-memory {max_memory!r}: give a fraction of the GPU's memory in (0, 1]",
                          field="max_memory")

@@ -14,7 +14,7 @@ from simtrain.placement import placement_of
 from simtrain.plan import build_plan
 from simtrain.result import DEVICE_LIST_LIMIT, DeviceResult, Result, StageSummary
 from simtrain.scenario import Scenario
-from simtrain.units import format_time
+from simtrain.units import as_whole, format_time
 
 MFU_DEFINITION = ("MFU = (6 N + 12 L h s) x tokens / (step time x GPUs x peak FLOP/s), N = layer weights + output "
                   "projection (Narayanan et al. 2021 Eq. 3 without recompute; PaLM App. B); HFU adds recomputed work")
@@ -144,8 +144,10 @@ def simulate(scenario: Scenario, *, fidelity: str | None = None, seed: int | Non
     scenario's ``simulation.fidelity`` and ``simulation.seed`` for this run."""
     if fidelity is not None and fidelity not in FIDELITIES:
         raise InputError(f"{fidelity!r} is not a fidelity; allowed: {', '.join(FIDELITIES)}", field="fidelity")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise InputError(f"{seed!r} is not a seed; give a whole number", field="seed")
+    if seed is not None:
+        if as_whole(seed) is None:
+            raise InputError(f"{seed!r} is not a seed; give a whole number", field="seed")
+        seed = as_whole(seed)
     s = scenario
     sim = s.simulation
     mode = fidelity or sim.fidelity

@@ -35,6 +35,7 @@ from typing import Any
 from simtrain.errors import InputError, display_path
 from simtrain.io import write_atomic
 from simtrain.scenario import Scenario, scenario_from_dict
+from simtrain.units import as_whole
 
 #: result columns of a sweep row, after the swept values
 METRICS = ("step_time_s", "tokens_per_s", "mfu", "bubble_fraction", "peak_memory_bytes_max", "fits_in_memory")
@@ -93,7 +94,8 @@ def check_grid_keys(scenario: Scenario, grid: dict[str, list]) -> None:
         try:
             scenario.with_overrides({key: list(values)[0]})
         except InputError as err:
-            if err.message.startswith("unknown key"):
+            # only the key's own path: an error inside a file the value names (a model file's typo) is that file's
+            if err.field == key and (err.message.startswith("unknown key") or err.message.startswith("cannot set")):
                 raise InputError(f"grid key '{key}': {err.message.removesuffix(OVERRIDE_NOTE)}", field=key) from None
 
 
@@ -128,9 +130,11 @@ def open_executor(workers: int | None, executor: Executor | None, tasks: int) ->
     if executor is not None:
         yield executor
         return
-    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)):
-        raise InputError(f"workers={workers!r}: give a whole number of processes (1 runs in this process)",
-                         field="workers")
+    if workers is not None:
+        if as_whole(workers) is None:
+            raise InputError(f"workers={workers!r}: give a whole number of processes (1 runs in this process)",
+                             field="workers")
+        workers = as_whole(workers)
     if workers is not None and workers < 1:
         raise InputError(f"workers={workers}: give 1 or more (1 runs in this process)", field="workers")
     count = min(workers or os.cpu_count() or 1, max(tasks, 1))
@@ -528,6 +532,7 @@ def sweep_to_file(scenario: Scenario, grid: dict[str, list], path: str | Path, *
     (``failed_points``)."""
     points = grid_points(grid)
     output_format(path)
+    check_grid_keys(scenario, grid)
     identity = sweep_identity(scenario, grid)
     _check_identity(Path(path), identity, resume)
     table = RowFile(path, list(grid), resume=resume)

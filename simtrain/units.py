@@ -9,6 +9,7 @@ powers of 1000 (``GB``), binary ones powers of 1024 (``GiB``).
 from __future__ import annotations
 
 import math
+import operator
 import re
 
 from simtrain.errors import InputError
@@ -127,6 +128,17 @@ def format_bytes(n: float) -> str:
         if abs(n) >= scale:
             return f"{n / scale:.2f} {unit}"
     return f"{n:.0f} B"
+
+
+def as_whole(value: object) -> int | None:
+    """``value`` as an int when it is a whole-number type (int, numpy integers: what ``operator.index`` takes),
+    else None; a boolean is never one."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
 
 
 def format_count(n: int, noun: str, plural: str | None = None) -> str:

@@ -164,7 +164,7 @@ def resolve_cases(path: str | Path | None) -> Path:
     return given
 
 
-#: the keys of one case in a cases file (docs/model.md section 11)
+#: the keys of one case in a cases file (listed in docs/errors.md, "Cases files")
 CASE_KEYS = ("id", "source", "scenario", "measured", "target_step_time_s", "target_from", "flops_convention",
              "gate", "assumed", "notes")
 

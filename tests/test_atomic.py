@@ -190,3 +190,50 @@ def test_an_output_in_a_missing_folder_is_refused_before_simulating(tmp_path, ca
     code, _, err = run_cli(["run", str(SCENARIO), "--json", str(tmp_path / "nope" / "r.json")], capsys)
     assert code == 2
     assert "--json" in err and "folder" in err and "nope" in err and "does not exist" in err
+
+
+def test_a_failed_rename_leaves_no_temporary_file(tmp_path, monkeypatch):
+    """If the second of two staged renames fails, the first file is in place (renames are not undone) and the
+    second's temporary file is removed."""
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    real = os.replace
+    calls = []
+
+    def second_fails(src, dst):
+        calls.append(dst)
+        if len(calls) == 2:
+            raise OSError(errno.EIO, "I/O error")
+        real(src, dst)
+
+    monkeypatch.setattr(simtrain_io.os, "replace", second_fails)
+    with pytest.raises(OSError):
+        with simtrain_io.staged_outputs():
+            simtrain_io.write_atomic(a, "A")
+            simtrain_io.write_atomic(b, "B")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"]
+
+
+def test_staged_blocks_nest_and_the_outermost_commits(tmp_path):
+    """An inner block does not commit on its own: a failure after it in the outer block leaves neither file."""
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    with pytest.raises(RuntimeError):
+        with simtrain_io.staged_outputs():
+            with simtrain_io.staged_outputs():
+                simtrain_io.write_atomic(a, "A")
+            simtrain_io.write_atomic(b, "B")
+            raise RuntimeError("after the inner block")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_closed_stdout_does_not_take_the_files_back(tmp_path, monkeypatch, capsys):
+    """The text is printed after the files are in place: if printing fails (a closed pipe), the chart stays."""
+    pytest.importorskip("simtrain.charts")
+    import simtrain.cli.commands_core as core
+
+    def closed_pipe(*args, **kwargs):
+        raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+
+    monkeypatch.setattr(core, "emit", closed_pipe)
+    gantt = tmp_path / "g.html"
+    run_cli(["run", str(SCENARIO), "--gantt", str(gantt)], capsys)
+    assert gantt.read_text(encoding="utf-8").lstrip().lower().startswith("<!doctype html")

@@ -391,3 +391,52 @@ def test_a_broken_worker_pool_stops_with_the_reason():
     with pytest.raises(WorkersFailed, match='__name__ == "__main__"'):
         with open_executor(2, None, tasks=2) as pool:
             list(run_tasks(os._exit, [(3,), (3,)], pool))
+
+
+def test_a_callers_executor_has_its_queued_tasks_cancelled():
+    """On an exception in the consumer, tasks still queued on an executor the caller owns are cancelled (it stays
+    open for the caller); only simtrain's own pools are stopped whole."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from simtrain.sweeps import run_tasks
+
+    ran = []
+
+    def task(i):
+        time.sleep(0.05)
+        ran.append(i)
+        return i
+
+    with ThreadPoolExecutor(max_workers=1) as ex:
+        with pytest.raises(RuntimeError):
+            for _ in run_tasks(task, [(i,) for i in range(40)], ex):
+                raise RuntimeError("the consumer stops")
+    assert len(ran) < 40
+
+
+def test_a_grid_value_naming_a_bad_file_is_that_files_error(tmp_path):
+    """model=bad.yaml, a file with a typo: not "grid key 'model': unknown key" (model is a key), but a point whose
+    error names the file; the good value still runs."""
+    (tmp_path / "bad.yaml").write_text("layers: 2\nhidden: 64\nheads: 4\nffn_hiden: 256\nvocab: 100\n",
+                                       encoding="utf-8")
+    sc = make_scenario()
+    df = sweep(sc, {"model": [str(tmp_path / "bad.yaml"), "llama2-7b"]}, workers=1)
+    assert "ffn_hiden" in df["error"].iloc[0] and "bad.yaml" in df["error"].iloc[0]
+
+
+def test_a_killed_worker_is_not_called_a_bug_on_the_command_line(capsys, repo, tmp_path, monkeypatch):
+    """A worker killed from outside (OOM killer): exit 1 with what happened and how to resume, not the
+    `__main__` advice meant for scripts, and not 'internal error'."""
+    import simtrain.sweeps as sweeps
+
+    def died(*args, **kwargs):
+        raise sweeps.WorkersFailed(sweeps.WORKERS_FAILED)
+
+    monkeypatch.setattr(sweeps, "sweep_to_file", died)
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli(["sweep", str(repo / "scenarios" / "pp4_dp4.yaml"), "--grid", "training.micro_batch=1,2",
+                            "--out", "s.csv"], capsys)
+    assert code == 1
+    assert err.startswith("error: a worker process ended before reporting") and "--resume" in err
+    assert "__main__" not in err and "internal error" not in err

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from simtrain.cli import JSON_HELP, OutPath, cli, distinct_outputs, emit
-from simtrain.io import staged_outputs
+from simtrain.io import staged_outputs, write_json
 from simtrain.scenario import load_scenario, parse_set
 
 
@@ -67,7 +67,10 @@ def run(scenario: str, sets: tuple[str, ...], json_path: str | None, gantt_path:
             from simtrain import charts
 
             charts.write_outputs(result, gantt=gantt_path, memory=memory_path, trace=trace_path)
-        emit(run_text(result) + extra, json_path, report)
+        if json_path and json_path != "-":
+            write_json(json_path, report)
+    # printed once the files are in place: a closed pipe on stdout must not take them back
+    emit(run_text(result) + extra, json_path if json_path == "-" else None, report)
 
 
 @cli.command()

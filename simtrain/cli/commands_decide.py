@@ -52,6 +52,10 @@ def _check_grid_keys(sc: Any, grid: dict[str, list[Any]]) -> None:
         raise InputError(f"--grid {err.field}: {err.message.split(': ', 1)[1]}") from None
 
 
+#: a worker process killed from outside (the kernel's OOM killer, a job scheduler): exit 1, as for out of memory
+_WORKER_DIED = "a worker process ended before reporting (killed from outside, or out of memory?)"
+
+
 #: the rules a sweep point or a searched layout sets anew: a base scenario that breaks only these still has points
 _LAYOUT_FIELDS = ("parallel", "training.global_batch", "training.micro_batch")
 
@@ -138,7 +142,7 @@ def sweep(scenario: str, grids: tuple[str, ...], out: str, resume: bool, workers
     """Simulate SCENARIO at every point of a grid and write one row per point.
 
     Exits with status 2 when no point of the grid is valid (the table of their errors is still written)."""
-    from simtrain.sweeps import grid_points, output_format, sweep_to_file
+    from simtrain.sweeps import WorkersFailed, grid_points, output_format, sweep_to_file, table_format
 
     grid = parse_grid(grids)
     distinct_outputs(out=out, plot=plot_path, record=f"{out}.sweep.json")
@@ -146,12 +150,15 @@ def sweep(scenario: str, grids: tuple[str, ...], out: str, resume: bool, workers
     overrides = parse_set(list(sets))
     sc = _load_base(scenario, overrides, lambda: grid_points(grid)[:64])
     _check_grid_keys(sc, grid)
+    kept = f"{out}.partial.jsonl" if table_format(out) == "parquet" else out     # where rows are appended
+    resume_hint = f"{kept} keeps the points finished so far; the same command with --resume runs only the rest"
     try:
         df = sweep_to_file(sc, grid, out, resume=resume, workers=workers, progress=progress)
     except KeyboardInterrupt:
-        click.echo(f"{out} keeps the points finished so far; the same command with --resume runs only the rest",
-                   err=True)
+        click.echo(resume_hint, err=True)
         raise
+    except WorkersFailed:
+        raise click.ClickException(f"{_WORKER_DIED}; {resume_hint}") from None
     keys = list(grid)
     grid_rows = df.iloc[:df.attrs["grid_points"]]
     if _valid_rows(grid_rows).empty:
@@ -189,13 +196,17 @@ def search(scenario: str, gpus: int | None, top: int, out: str | None, max_memor
     from simtrain.search import search as run_search
     from simtrain.scenario import setup_warnings
     from simtrain.search import search_text
-    from simtrain.sweeps import output_format, write_table
+    from simtrain.sweeps import WorkersFailed, output_format, write_table
 
+    distinct_outputs(out=out)
     if out:
         output_format(out)     # before the search: a missing Parquet engine must not cost a whole search
     overrides = parse_set(list(sets))
     sc = _load_base(scenario, overrides, lambda: _search_starts(scenario, overrides))
-    result = run_search(sc, gpus=gpus, top=top, workers=workers, progress=progress, max_memory=max_memory)
+    try:
+        result = run_search(sc, gpus=gpus, top=top, workers=workers, progress=progress, max_memory=max_memory)
+    except WorkersFailed:
+        raise click.ClickException(f"{_WORKER_DIED}; run the search again (--workers 1 uses none)") from None
     if out:
         write_table(result.table(), out)
     warned = "".join(f"warning: {w}\n" for w in setup_warnings(sc))
