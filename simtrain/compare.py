@@ -76,6 +76,20 @@ def warnings_for(rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def compare_report(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The JSON of ``simtrain compare --json``: the rows (SI units, floats rounded as in every report) and the
+    warnings the text gives."""
+    from simtrain.result import report_float
+
+    def clean(key: str, value: Any) -> Any:
+        if isinstance(value, float) and "bytes" in key:
+            return round(value)           # whole bytes, as in `simtrain run --json`
+        return report_float(value) if isinstance(value, float) else value
+
+    return {"rows": [{k: clean(k, v) for k, v in row.items()} for row in rows], "warnings": warnings_for(rows),
+            "energy_note": ENERGY_NOTE}
+
+
 def _days(seconds: float) -> str:
     if seconds >= 86400:
         return f"{seconds / 86400:.1f} days"

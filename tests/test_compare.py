@@ -147,3 +147,22 @@ def test_a_short_time_to_train_keeps_its_digits():
     from simtrain.compare import _days
     assert (_days(0.00953), _days(42.0), _days(90.0), _days(7200.0), _days(172800.0)) == \
         ("9.53 ms", "42.0 s", "1.5 min", "2.0 h", "2.0 days")
+
+
+def test_cli_compare_json_is_the_rows_and_warnings(tmp_path, capsys):
+    """`simtrain compare A B --json c.json`: one row per scenario with the text's numbers (time = tokens /
+    tokens_per_s, from the rows themselves), whole bytes, the warnings; byte-identical on a second run."""
+    import json
+
+    out1, out2 = tmp_path / "c1.json", tmp_path / "c2.json"
+    for out in (out1, out2):
+        code, _, err = run_cli(["compare", str(H100), str(A100), "--tokens", "300B", "--json", str(out)], capsys)
+        assert code == 0, err
+    assert out1.read_bytes() == out2.read_bytes()
+    report = json.loads(out1.read_text(encoding="utf-8"))
+    assert [r["scenario"] for r in report["rows"]] == ["compare_h100", "compare_a100"]
+    for row in report["rows"]:
+        assert row["tokens"] == 300e9
+        assert row["time_to_train_s"] == pytest.approx(300e9 / row["tokens_per_s"], rel=1e-8)
+        assert isinstance(row["peak_memory_bytes_max"], int) and isinstance(row["memory_capacity_bytes"], int)
+    assert report["warnings"] == []

@@ -8,8 +8,9 @@ from typing import Any
 import click
 import yaml
 
-from simtrain.cli import OutPath, cli, distinct_outputs
+from simtrain.cli import JSON_HELP, OutPath, cli, distinct_outputs, emit
 from simtrain.errors import InputError
+from simtrain.io import staged_outputs, write_json
 from simtrain.scenario import load_scenario, parse_set
 from simtrain.units import format_count
 
@@ -217,12 +218,16 @@ def search(scenario: str, gpus: int | None, top: int, out: str | None, max_memor
 @click.argument("scenarios", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--tokens", default="1T", show_default=True, help="token budget for time, cost and energy")
 @click.option("--plot", "plot_path", type=OutPath("HTML"), help="write the comparison chart (HTML)")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help=JSON_HELP)
 @_SET
-def compare(scenarios: tuple[str, ...], tokens: str, plot_path: str | None, sets: tuple[str, ...]) -> None:
+def compare(scenarios: tuple[str, ...], tokens: str, plot_path: str | None, json_path: str | None,
+            sets: tuple[str, ...]) -> None:
     """SCENARIOS side by side: speed, memory, time, cost and energy to train a token budget."""
     from simtrain.compare import compare as run_compare
-    from simtrain.compare import compare_figure, compare_text
+    from simtrain.compare import compare_figure, compare_report, compare_text
     from simtrain.units import parse_count
+
+    distinct_outputs(json=json_path, plot=plot_path)
 
     try:
         budget = parse_count(tokens)
@@ -232,6 +237,10 @@ def compare(scenarios: tuple[str, ...], tokens: str, plot_path: str | None, sets
         raise InputError(f"--tokens {tokens}: give a positive token count, e.g. 1T or 300B")
     overrides = parse_set(list(sets))
     rows = run_compare([load_scenario(path, overrides) for path in scenarios], budget)
-    if plot_path:
-        _write_figures(plot_path, "simtrain compare", [compare_figure(rows)])
-    click.echo(compare_text(rows) + (f"wrote {plot_path}\n" if plot_path else ""), nl=False)
+    with staged_outputs():
+        if plot_path:
+            _write_figures(plot_path, "simtrain compare", [compare_figure(rows)])
+        if json_path and json_path != "-":
+            write_json(json_path, compare_report(rows))
+    emit(compare_text(rows) + (f"wrote {plot_path}\n" if plot_path else ""), json_path if json_path == "-" else None,
+         compare_report(rows))
