@@ -47,9 +47,10 @@ def gpu_overrides(scenario: Scenario, gpus: int | None) -> dict[str, Any]:
     if gpus is None:
         return {}
     gpn = scenario.gpus_per_node
-    if as_whole(gpus) is None:
+    whole = as_whole(gpus)
+    if whole is None:
         raise InputError(f"--gpus {gpus!r}: give a whole number of GPUs", field="gpus")
-    gpus = as_whole(gpus)
+    gpus = whole
     if gpus < 1:
         raise InputError(f"--gpus {gpus}: give a positive GPU count", field="gpus")
     if scenario.hardware.explicit:
@@ -187,9 +188,10 @@ def search(scenario: Scenario, *, gpus: int | None = None, top: int = 5, workers
            max_memory: float = EDGE_OF_MEMORY) -> SearchResult:
     """The ``top`` layouts by simulated tokens/s (module docstring for the method), among those whose peak memory
     stays within ``max_memory`` of the GPU's."""
-    if as_whole(top) is None or top < 1:
+    whole = as_whole(top)
+    if whole is None or whole < 1:
         raise InputError(f"--top {top!r}: give a whole number, 1 or more", field="top")
-    top = as_whole(top)
+    top = whole
     if isinstance(max_memory, bool) or not isinstance(max_memory, (int, float)) or not 0 < max_memory <= 1:
         raise InputError(f"--max-memory {max_memory!r}: give a fraction of the GPU's memory in (0, 1]",
                          field="max_memory")

@@ -145,9 +145,10 @@ def simulate(scenario: Scenario, *, fidelity: str | None = None, seed: int | Non
     if fidelity is not None and fidelity not in FIDELITIES:
         raise InputError(f"{fidelity!r} is not a fidelity; allowed: {', '.join(FIDELITIES)}", field="fidelity")
     if seed is not None:
-        if as_whole(seed) is None:
+        whole = as_whole(seed)
+        if whole is None:
             raise InputError(f"{seed!r} is not a seed; give a whole number", field="seed")
-        seed = as_whole(seed)
+        seed = whole
     s = scenario
     sim = s.simulation
     mode = fidelity or sim.fidelity

@@ -131,10 +131,11 @@ def open_executor(workers: int | None, executor: Executor | None, tasks: int) ->
         yield executor
         return
     if workers is not None:
-        if as_whole(workers) is None:
+        whole = as_whole(workers)
+        if whole is None:
             raise InputError(f"workers={workers!r}: give a whole number of processes (1 runs in this process)",
                              field="workers")
-        workers = as_whole(workers)
+        workers = whole
     if workers is not None and workers < 1:
         raise InputError(f"workers={workers}: give 1 or more (1 runs in this process)", field="workers")
     count = min(workers or os.cpu_count() or 1, max(tasks, 1))

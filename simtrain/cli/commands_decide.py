@@ -43,16 +43,6 @@ def parse_grid(items: tuple[str, ...]) -> dict[str, list[Any]]:
     return grid
 
 
-def _check_grid_keys(sc: Any, grid: dict[str, list[Any]]) -> None:
-    """A grid key the scenario schema does not have is a typo to report now, named as the option gave it."""
-    from simtrain.sweeps import check_grid_keys
-
-    try:
-        check_grid_keys(sc, grid)
-    except InputError as err:
-        raise InputError(f"--grid {err.field}: {err.message.split(': ', 1)[1]}") from None
-
-
 #: a worker process killed from outside (the kernel's OOM killer, a job scheduler): exit 1, as for out of memory
 _WORKER_DIED = "a worker process ended before reporting (killed from outside, or out of memory?)"
 
@@ -150,7 +140,6 @@ def sweep(scenario: str, grids: tuple[str, ...], out: str, resume: bool, workers
     output_format(out)
     overrides = parse_set(list(sets))
     sc = _load_base(scenario, overrides, lambda: grid_points(grid)[:64])
-    _check_grid_keys(sc, grid)
     kept = f"{out}.partial.jsonl" if table_format(out) == "parquet" else out     # where rows are appended
     resume_hint = f"{kept} keeps the points finished so far; the same command with --resume runs only the rest"
     try:
@@ -160,6 +149,10 @@ def sweep(scenario: str, grids: tuple[str, ...], out: str, resume: bool, workers
         raise
     except WorkersFailed:
         raise click.ClickException(f"{_WORKER_DIED}; {resume_hint}") from None
+    except InputError as err:     # a grid key the schema lacks (sweeps.check_grid_keys), named as the option gave it
+        if err.field in grid and err.message.startswith(f"grid key '{err.field}': "):
+            raise InputError(f"--grid {err.field}: {err.message.split(': ', 1)[1]}") from None
+        raise
     keys = list(grid)
     grid_rows = df.iloc[:df.attrs["grid_points"]]
     if _valid_rows(grid_rows).empty:
@@ -237,10 +230,11 @@ def compare(scenarios: tuple[str, ...], tokens: str, plot_path: str | None, json
         raise InputError(f"--tokens {tokens}: give a positive token count, e.g. 1T or 300B")
     overrides = parse_set(list(sets))
     rows = run_compare([load_scenario(path, overrides) for path in scenarios], budget)
+    report = compare_report(rows)
     with staged_outputs():
         if plot_path:
             _write_figures(plot_path, "simtrain compare", [compare_figure(rows)])
         if json_path and json_path != "-":
-            write_json(json_path, compare_report(rows))
+            write_json(json_path, report)
     emit(compare_text(rows) + (f"wrote {plot_path}\n" if plot_path else ""), json_path if json_path == "-" else None,
-         compare_report(rows))
+         report)
