@@ -60,9 +60,9 @@ def child(case: str) -> dict:
     import simtrain
 
     if mode == "search":
-        from simtrain.search import search
+        from simtrain.decide.search import search
     else:
-        from simtrain.simulation import simulate
+        from simtrain.engine.simulation import simulate
     t1 = time.perf_counter()
     rss_import = _rss_mb()
     scenario = simtrain.load_scenario(path)
@@ -86,8 +86,8 @@ def child(case: str) -> dict:
 def effects() -> dict:
     """Step times of the straggler and degraded-link scenarios against their healthy baselines."""
     import simtrain
-    from simtrain.simulation import simulate
-    from simtrain.variation import sample_step_times
+    from simtrain.engine.simulation import simulate
+    from simtrain.engine.variation import sample_step_times
 
     strag = simtrain.load_scenario(REPO / "scenarios" / "straggler.yaml")
     link = simtrain.load_scenario(REPO / "scenarios" / "degraded_link.yaml")
@@ -133,14 +133,14 @@ def import_times(repeats: int) -> dict:
         return cumulative
 
     best = min((once("import simtrain") for _ in range(repeats)), key=lambda c: c["simtrain"])
-    run = min((once("import simtrain, simtrain.simulation") for _ in range(repeats)),
-              key=lambda c: c["simtrain"] + c.get("simtrain.simulation", 0))
-    parts = {name: run[name] for name in ("numpy", "networkx", "pydantic", "simpy", "yaml", "simtrain.engine")
+    run = min((once("import simtrain, simtrain.engine.simulation") for _ in range(repeats)),
+              key=lambda c: c["simtrain"] + c.get("simtrain.engine.simulation", 0))
+    parts = {name: run[name] for name in ("numpy", "networkx", "pydantic", "simpy", "yaml", "simtrain.engine.core")
              if name in run}
     t = []
     for _ in range(repeats):    # the whole process, interpreter start-up included, as a user sees it
         start = time.perf_counter()
-        _sub(["-c", "import simtrain; from simtrain.simulation import simulate; "
+        _sub(["-c", "import simtrain; from simtrain.engine.simulation import simulate; "
                     "simulate(simtrain.load_scenario('scenarios/pp4_dp4.yaml'))"])
         t.append(time.perf_counter() - start)
     startup = []
@@ -149,7 +149,7 @@ def import_times(repeats: int) -> dict:
         _sub(["-c", "pass"])
         startup.append(time.perf_counter() - start)
     return {"import_simtrain_s": best["simtrain"] / 1e6,
-            "import_for_a_run_s": (run["simtrain"] + run.get("simtrain.simulation", 0)) / 1e6,
+            "import_for_a_run_s": (run["simtrain"] + run.get("simtrain.engine.simulation", 0)) / 1e6,
             "parts_s": {k: v / 1e6 for k, v in parts.items()}, "process_small_run_s": min(t),
             "interpreter_startup_s": min(startup), "pandas_or_plotly": [m for m in ("pandas", "plotly") if m in run]}
 
@@ -266,7 +266,7 @@ def render(m: dict, results: dict, imports: dict, eff: dict, quick: bool) -> tup
         notes.append(f"Search (e) runs its screening and simulations on a pool of `nproc` worker processes (their "
                      f"memory is not in the RSS column); {search['counts']}; best layout {search['best']}.")
     imp = [f"`python -X importtime -c 'import simtrain'`: {_f(imports['import_simtrain_s'])} s; with the engine "
-           f"(`simtrain.simulation`, needed for a run): {_f(imports['import_for_a_run_s'])} s. Largest parts: "
+           f"(`simtrain.engine.simulation`, needed for a run): {_f(imports['import_for_a_run_s'])} s. Largest parts: "
            + ", ".join(f"{k} {_f(v)} s" for k, v in sorted(imports["parts_s"].items(), key=lambda kv: -kv[1]))
            + f". pandas/plotly imported: {imports['pandas_or_plotly'] or 'no'}."]
     body = ["## Cases", "", *case_table(results), *notes, "", "## Targets (2-core machine)", "",
@@ -294,7 +294,7 @@ def main() -> None:
     if args.child:
         print(json.dumps(effects() if args.child == "effects" else child(args.child)))
         return
-    from simtrain.io import write_atomic
+    from simtrain.report.outputs import write_atomic
 
     repeats = 1 if args.quick else args.repeats
     info = machine()

@@ -9,35 +9,42 @@ The Python API that notebooks use (the CLI is a thin shell over it)::
 
 Heavy modules (plotly, pandas, the engine) load on first use, so ``import simtrain`` stays fast.
 The functions keep their names for good: the modules behind them are called differently
-(``simtrain.simulation``, ``simtrain.sweeps``), so importing them never shadows a function.
+(``simtrain.engine.simulation``, ``simtrain.decide.sweep``), so importing them never shadows a function.
+The package is layered (docs/architecture.md): spec -> plan -> engine -> decide, with report beside.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from simtrain.errors import InputError
-from simtrain.scenario import Scenario, load_scenario, scenario_from_dict
+from simtrain.spec.errors import InputError
+from simtrain.spec.scenario import Scenario, load_scenario, scenario_from_dict
 
 __version__ = "0.1.0"
 __all__ = ["InputError", "Scenario", "load_scenario", "scenario_from_dict", "simulate", "memory_only", "sweep"]
 
 
-#: modules a notebook reaches as ``simtrain.search``, ``simtrain.compare``... without importing them first
-#: (loaded on first use, so ``import simtrain`` stays fast)
-_SUBMODULES = ("charts", "compare", "estimate", "memory", "search", "simulation", "sweeps", "validate", "variation")
+#: names a notebook reaches as ``simtrain.search``, ``simtrain.compare``... without importing them first
+#: (loaded on first use, so ``import simtrain`` stays fast): the modules behind the decision tools and charts
+_SUBMODULES = {"charts": "simtrain.report.charts", "compare": "simtrain.decide.compare",
+               "estimate": "simtrain.decide.estimate", "memory": "simtrain.plan.memory",
+               "search": "simtrain.decide.search", "simulation": "simtrain.engine.simulation",
+               "sweeps": "simtrain.decide.sweep", "validate": "simtrain.decide.validate",
+               "variation": "simtrain.engine.variation"}
+#: the layers (docs/architecture.md), also loaded on first use
+_LAYERS = ("spec", "plan", "engine", "report", "decide", "cli")
 
 
 def __getattr__(name: str):
-    if name in _SUBMODULES:
+    if name in _SUBMODULES or name in _LAYERS:
         import importlib
 
-        return importlib.import_module(f"simtrain.{name}")
+        return importlib.import_module(_SUBMODULES.get(name, f"simtrain.{name}"))
     raise AttributeError(f"module 'simtrain' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted([*__all__, *_SUBMODULES, "__version__"])
+    return sorted([*__all__, *_SUBMODULES, *_LAYERS, "__version__"])
 
 
 def _scenario(scenario: Any, function: str) -> Scenario:
@@ -56,16 +63,16 @@ def simulate(scenario: Scenario | str, *, fidelity: str | None = None, seed: int
     """Simulate one optimizer step of ``scenario`` (a Scenario or a scenario file's path) and return its Result;
     ``result.to_dict()`` is the JSON report of ``simtrain run``. ``fidelity`` ('folded' or 'full') and ``seed``
     replace the scenario's ``simulation.fidelity`` and ``simulation.seed`` for this run."""
-    from simtrain.simulation import simulate as _simulate
+    from simtrain.engine.simulation import simulate as _simulate
 
     return _simulate(_scenario(scenario, "simulate"), fidelity=fidelity, seed=seed)
 
 
 def memory_only(scenario: Scenario | str):
-    """The memory ledger without a simulation (``simtrain memory``); see :func:`simtrain.simulation.memory`.
+    """The memory ledger without a simulation (``simtrain memory``); see :func:`simtrain.engine.simulation.memory`.
 
     (Not called ``memory``: that is the name of the memory-model module.)"""
-    from simtrain.simulation import memory as _memory
+    from simtrain.engine.simulation import memory as _memory
 
     return _memory(_scenario(scenario, "memory_only"))
 
@@ -78,8 +85,8 @@ def sweep(scenario: Scenario | str, grid: dict[str, list], *, workers: int | Non
 
     ``workers`` processes (default: one per core; 1 runs here), or any concurrent.futures ``executor`` (a Dask
     client's too); in a script, call it under ``if __name__ == "__main__":``, since each worker imports the
-    script. ``on_point(row)`` is called here as each point finishes. See :func:`simtrain.sweeps.sweep`."""
-    from simtrain.sweeps import sweep as _sweep
+    script. ``on_point(row)`` is called here as each point finishes. See :func:`simtrain.decide.sweep.sweep`."""
+    from simtrain.decide.sweep import sweep as _sweep
 
     return _sweep(_scenario(scenario, "sweep"), grid, workers=workers, executor=executor, progress=progress,
                   on_point=on_point)

@@ -47,8 +47,8 @@ def scenario_dict(*, hardware: str | Path = IDEAL_HW, nodes: int | None = 1, gpu
 
 
 def make_scenario(**kwargs: Any):
-    """A validated :class:`simtrain.scenario.Scenario` from :func:`scenario_dict` keywords."""
-    from simtrain.scenario import scenario_from_dict
+    """A validated :class:`simtrain.spec.scenario.Scenario` from :func:`scenario_dict` keywords."""
+    from simtrain.spec.scenario import scenario_from_dict
 
     return scenario_from_dict(scenario_dict(**kwargs), file="test.yaml", base_dir=DATA)
 

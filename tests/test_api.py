@@ -13,7 +13,7 @@ import sys
 import pytest
 
 import simtrain
-from simtrain.errors import InputError
+from simtrain.spec.errors import InputError
 
 from conftest import REPO, make_scenario
 
@@ -54,8 +54,8 @@ def test_full_fidelity_by_argument_plays_every_replica():
 def test_submodules_are_reached_from_the_package():
     """`simtrain.search.search(...)`, as docs/decide.md writes it, works after a plain `import simtrain`, and the
     import itself does not load them (a fresh interpreter)."""
-    code = ("import sys, simtrain; before = 'simtrain.search' in sys.modules; simtrain.search.search; "
-            "simtrain.compare.compare; simtrain.estimate.estimate; print(before, 'simtrain.search' in sys.modules)")
+    code = ("import sys, simtrain; before = 'simtrain.decide.search' in sys.modules; simtrain.search.search; "
+            "simtrain.compare.compare; simtrain.estimate.estimate; print(before, 'simtrain.decide.search' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "True"]
     with pytest.raises(AttributeError, match="no attribute 'serch'"):
@@ -65,7 +65,7 @@ def test_submodules_are_reached_from_the_package():
 def test_a_search_result_shows_a_summary_not_its_rows():
     """A notebook cell ending in `result` printed 1.5 MB of rows; the repr is one line naming the best layout."""
     sc = make_scenario(training={"global_batch": 8, "micro_batch": 1}, parallel={"dp": 1})
-    result = simtrain.search.search(sc, top=1, workers=1, progress=False)
+    result = simtrain.decide.search.search(sc, top=1, workers=1, progress=False)
     text = repr(result)
     assert text.startswith("<SearchResult: ") and "\n" not in text and len(text) < 300
     assert f"{len(result.rows)} layouts" in text and "best tp" in text
@@ -76,7 +76,7 @@ def test_a_search_result_shows_a_summary_not_its_rows():
                                            ({"max_memory": "0.9"}, "max_memory")])
 def test_search_names_a_wrong_argument(kwargs, field):
     with pytest.raises(InputError) as err:
-        simtrain.search.search(make_scenario(), workers=1, progress=False, **kwargs)
+        simtrain.decide.search.search(make_scenario(), workers=1, progress=False, **kwargs)
     assert err.value.field == field
 
 
@@ -92,18 +92,18 @@ def test_sweep_names_a_wrong_worker_count_and_an_unknown_grid_key():
 def test_compare_takes_the_cli_token_counts_and_refuses_nonsense():
     """tokens='300B' as on the command line; a negative budget gave a negative cost, an empty list a blank table."""
     sc = make_scenario()
-    assert simtrain.compare.compare([sc], tokens="300B")[0]["tokens"] == 300e9
+    assert simtrain.decide.compare.compare([sc], tokens="300B")[0]["tokens"] == 300e9
     for tokens in (-1e12, 0):
         with pytest.raises(InputError, match="positive token count"):
-            simtrain.compare.compare([sc], tokens=tokens)
+            simtrain.decide.compare.compare([sc], tokens=tokens)
     with pytest.raises(InputError, match="nothing to compare"):
-        simtrain.compare.compare([])
+        simtrain.decide.compare.compare([])
 
 
 def test_the_report_keys_are_attributes_too():
     """Every top-level number of the JSON report is an attribute of the Result by the same name (a notebook reads
     `r.memory_capacity_bytes` as `simtrain run --json` writes it), equal up to the report's rounding."""
-    from simtrain.result import report_float
+    from simtrain.report.result import report_float
 
     r = simtrain.simulate(make_scenario())
     report = r.to_dict(timeline=False)
@@ -122,5 +122,5 @@ def test_numpy_integers_count_as_whole_numbers():
     sc = make_scenario(training={"global_batch": 8, "micro_batch": 1})
     assert simtrain.simulate(sc, seed=np.int64(3)).step_time_s == simtrain.simulate(sc, seed=3).step_time_s
     assert len(simtrain.sweep(sc, {"training.micro_batch": [1]}, workers=np.int64(1))) == 1
-    result = simtrain.search.search(sc, gpus=np.int64(1), top=np.int64(1), workers=1, progress=False)
+    result = simtrain.decide.search.search(sc, gpus=np.int64(1), top=np.int64(1), workers=1, progress=False)
     assert result.gpus == 1 and len(result.top) == 1

@@ -1,7 +1,7 @@
 """Nothing lost (issue 8, deliverable 5): reports, charts and traces are written to a temporary file
 and renamed over the target, so an interrupted write leaves the old file or none, never half a file.
 
-Two kinds of interruption: an exception in the middle of ``simtrain.io.write_atomic`` (disk full
+Two kinds of interruption: an exception in the middle of ``simtrain.report.outputs.write_atomic`` (disk full
 while flushing), and ``SIGKILL`` of a real ``simtrain run`` process while it is inside the write.
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from simtrain import io as simtrain_io
+from simtrain.report import outputs as simtrain_io
 
 from conftest import run_cli
 
@@ -65,7 +65,7 @@ def test_cli_outputs_go_through_write_atomic(tmp_path, monkeypatch, capsys, opti
     """Every file `simtrain run` writes is written atomically: with the disk full at the flush, the
     old file survives, no temporary file is left and the CLI says so in one line (exit 2)."""
     if option != "--json":
-        pytest.importorskip("simtrain.charts")
+        pytest.importorskip("simtrain.report.charts")
     target = tmp_path / ("out.json" if option in ("--json", "--trace") else "out.html")
     target.write_text(OLD, encoding="utf-8")
 
@@ -83,7 +83,7 @@ def test_cli_outputs_go_through_write_atomic(tmp_path, monkeypatch, capsys, opti
 _CHILD = """
 import os, sys, time
 from pathlib import Path
-import simtrain.io
+import simtrain.report.outputs
 
 ready = Path(sys.argv[1])
 real_fsync = os.fsync
@@ -94,7 +94,7 @@ def slow_fsync(fd):
     time.sleep(60)
     real_fsync(fd)
 
-simtrain.io.os.fsync = slow_fsync
+simtrain.report.outputs.os.fsync = slow_fsync
 from simtrain.cli import main
 main(sys.argv[2:])
 """
@@ -159,7 +159,7 @@ def test_sigkill_at_random_moments_never_leaves_a_partial_report(tmp_path, simtr
 def test_one_run_writes_all_its_outputs_or_none(tmp_path, monkeypatch, capsys):
     """`simtrain run --gantt g.html --json r.json` interrupted while the report is written (after the chart):
     neither file changes, so a new chart never sits beside an old report, and no temporary file is left."""
-    pytest.importorskip("simtrain.charts")
+    pytest.importorskip("simtrain.report.charts")
     gantt, report = tmp_path / "g.html", tmp_path / "r.json"
     gantt.write_text(OLD, encoding="utf-8")
     report.write_text(OLD, encoding="utf-8")
@@ -227,7 +227,7 @@ def test_staged_blocks_nest_and_the_outermost_commits(tmp_path):
 
 def test_a_closed_stdout_does_not_take_the_files_back(tmp_path, monkeypatch, capsys):
     """The text is printed after the files are in place: if printing fails (a closed pipe), the chart stays."""
-    pytest.importorskip("simtrain.charts")
+    pytest.importorskip("simtrain.report.charts")
     import simtrain.cli.commands_core as core
 
     def closed_pipe(*args, **kwargs):

@@ -136,12 +136,12 @@ def test_the_issue_example_reads_as_written(capsys):
 
 def test_internal_error_is_one_line_and_debug_shows_traceback(monkeypatch, capsys):
     """A real bug exits 1 with one 'internal error' line; with --debug the exception propagates (traceback)."""
-    import simtrain.simulation
+    import simtrain.engine.simulation
 
     def broken(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(simtrain.simulation, "simulate", broken)
+    monkeypatch.setattr(simtrain.engine.simulation, "simulate", broken)
     code, _, err = run_cli(["run", str(BASE)], capsys)
     assert code == 1
     assert err.strip().splitlines() == ["internal error: RuntimeError: boom (this is a simtrain bug; rerun with "
@@ -162,8 +162,8 @@ def test_unwritable_output_is_an_input_error(tmp_path, capsys):
 
 def test_python_api_raises_input_error_not_pydantic():
     """The Python API raises simtrain's InputError (with file and line) for a bad file, not a pydantic error."""
-    from simtrain.errors import InputError
-    from simtrain.scenario import load_scenario
+    from simtrain.spec.errors import InputError
+    from simtrain.spec.scenario import load_scenario
 
     path = CORPUS / "scenarios/unknown_top_key.yaml"
     with pytest.raises(InputError) as exc:
@@ -191,7 +191,7 @@ def test_yaml_is_only_read_with_the_safe_loader():
     import ast
 
     import simtrain
-    from simtrain import yamlio
+    from simtrain.spec import yamlio
 
     assert issubclass(yamlio._Loader, yaml.SafeLoader)
     package = Path(simtrain.__file__).parent
@@ -219,9 +219,9 @@ def test_python_tags_are_never_executed(tmp_path, capsys):
 
 def test_scenario_names_are_escaped_in_html(tmp_path):
     """A scenario named '<script>alert(1)</script>' appears escaped in the Gantt and memory charts."""
-    charts = pytest.importorskip("simtrain.charts")
-    from simtrain.scenario import load_scenario
-    from simtrain.simulation import simulate
+    charts = pytest.importorskip("simtrain.report.charts")
+    from simtrain.spec.scenario import load_scenario
+    from simtrain.engine.simulation import simulate
 
     name = "<script>alert(1)</script>"
     result = simulate(load_scenario(BASE, {"name": name}))
@@ -236,7 +236,7 @@ def test_scenario_names_are_escaped_in_html(tmp_path):
 def test_references_resolve_against_the_scenario_folder(tmp_path, monkeypatch):
     """'../good/hw.yaml' in tests/bad_inputs/scenarios means the file beside the scenario's folder,
     whatever the working folder ('..' in the user's own path is allowed)."""
-    from simtrain.scenario import load_scenario
+    from simtrain.spec.scenario import load_scenario
 
     monkeypatch.chdir(tmp_path)
     scenario = load_scenario(CORPUS / "scenarios" / "global_batch_divide.yaml", {"training.global_batch": 8})

@@ -19,12 +19,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from simtrain.charts import (gantt_figure, heatmap_figure, memory_figure, plot_saved, sweep_figure,
+from simtrain.report.charts import (gantt_figure, heatmap_figure, memory_figure, plot_saved, sweep_figure,
                              write_outputs)
 from simtrain.cli import main
-from simtrain.errors import InputError
-from simtrain.scenario import load_scenario
-from simtrain.simulation import simulate
+from simtrain.spec.errors import InputError
+from simtrain.spec.scenario import load_scenario
+from simtrain.engine.simulation import simulate
 
 DATA = Path(__file__).parent / "data"
 ROOT = Path(__file__).parent.parent
@@ -313,8 +313,8 @@ def test_sweep_figure_unknown_column():
 
 
 def test_import_does_not_load_plotly():
-    """`import simtrain` and `import simtrain.charts` do not import plotly (it loads on first figure)."""
-    code = "import sys, simtrain, simtrain.charts, simtrain.trace; print('plotly' in sys.modules)"
+    """`import simtrain` and `import simtrain.report.charts` do not import plotly (it loads on first figure)."""
+    code = "import sys, simtrain, simtrain.report.charts, simtrain.report.trace; print('plotly' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -322,7 +322,7 @@ def test_import_does_not_load_plotly():
 def test_gantt_bars_and_idle_cover_the_step_with_tp_and_pp():
     """With TP and PP both > 1 (dp8_pp4_tp2) each operation's bar ends with its last layer's TP all-reduce, so on
     every compute row the bars and the idle spans add up to the step (no unlabelled gap)."""
-    from simtrain.charts_gantt import gantt_rows
+    from simtrain.report.charts_gantt import gantt_rows
 
     report = simulate(load_scenario(ROOT / "scenarios" / "dp8_pp4_tp2.yaml")).to_dict()
     rows, _ = gantt_rows(report)

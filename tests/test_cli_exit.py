@@ -58,10 +58,10 @@ def test_extra_named_in_the_message_exists():
 
 def test_sweep_to_parquet_without_pyarrow_exits_2_before_simulating(small, no_pyarrow, capsys, monkeypatch):
     """No point is simulated and no file is left: the engine is checked before the sweep starts."""
-    import simtrain.sweeps
+    import simtrain.decide.sweep
 
     ran = []
-    monkeypatch.setattr(simtrain.sweeps, "evaluate_point", lambda *a: ran.append(a))
+    monkeypatch.setattr(simtrain.decide.sweep, "evaluate_point", lambda *a: ran.append(a))
     before = _files(small.parent)
     code, out, err = run_cli(["sweep", "ok.yaml", "--grid", "training.micro_batch=1,2", "--out", "np.parquet",
                               "--workers", "1"], capsys)
@@ -72,23 +72,23 @@ def test_sweep_to_parquet_without_pyarrow_exits_2_before_simulating(small, no_py
 
 def test_search_to_parquet_without_pyarrow_exits_2_before_searching(small, no_pyarrow, capsys, monkeypatch):
     """`simtrain search --out x.parquet` refuses up front instead of failing after the whole search."""
-    import simtrain.search
+    import simtrain.decide.search
 
-    monkeypatch.setattr(simtrain.search, "search", lambda *a, **k: pytest.fail("the search ran"))
+    monkeypatch.setattr(simtrain.decide.search, "search", lambda *a, **k: pytest.fail("the search ran"))
     code, out, err = run_cli(["search", "ok.yaml", "--out", "x.parquet"], capsys)
     assert (code, out, err) == (2, "", "error: " + NO_PYARROW.format("x.parquet") + "\n")
 
 
 def test_python_sweep_to_parquet_without_pyarrow_is_an_input_error(tmp_path, no_pyarrow, monkeypatch):
     """sweep_to_file raises the same InputError before any point runs."""
-    import simtrain.sweeps
+    import simtrain.decide.sweep
     from conftest import make_scenario
-    from simtrain.errors import InputError
+    from simtrain.spec.errors import InputError
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(simtrain.sweeps, "run_points", lambda *a, **k: pytest.fail("points ran"))
+    monkeypatch.setattr(simtrain.decide.sweep, "run_points", lambda *a, **k: pytest.fail("points ran"))
     with pytest.raises(InputError) as info:
-        simtrain.sweeps.sweep_to_file(make_scenario(), {"training.micro_batch": [1]}, "t.parquet")
+        simtrain.decide.sweep.sweep_to_file(make_scenario(), {"training.micro_batch": [1]}, "t.parquet")
     assert str(info.value) == NO_PYARROW.format("t.parquet")
     assert _files(tmp_path) == []
 
@@ -128,11 +128,11 @@ def test_resume_with_nothing_left_counts_what_ran(small, capsys, monkeypatch):
     code, out, _ = run_cli(args, capsys)
     assert code == 0
     assert out.startswith("3 points: 3 simulated, 0 invalid or failed\n")
-    import simtrain.sweeps
+    import simtrain.decide.sweep
 
     ran = []
-    real = simtrain.sweeps.evaluate_point
-    monkeypatch.setattr(simtrain.sweeps, "evaluate_point", lambda *a: ran.append(a) or real(*a))
+    real = simtrain.decide.sweep.evaluate_point
+    monkeypatch.setattr(simtrain.decide.sweep, "evaluate_point", lambda *a: ran.append(a) or real(*a))
     code, out, _ = run_cli([*args, "--resume"], capsys)
     assert code == 0
     assert ran == []
@@ -189,9 +189,9 @@ def test_validate_only_on_the_bundled_cases_exits_2(capsys):
 @pytest.fixture(scope="module")
 def saved_report(tmp_path_factory) -> dict:
     """The JSON report of `simtrain run --json` on a two-stage pipeline of the ideal node."""
-    from simtrain.io import dumps_json
+    from simtrain.report.outputs import dumps_json
     from conftest import make_scenario
-    from simtrain.simulation import simulate
+    from simtrain.engine.simulation import simulate
 
     return json.loads(dumps_json(simulate(make_scenario(parallel={"pp": 2})).to_dict()))
 
@@ -472,12 +472,12 @@ def test_a_layout_that_does_not_fit_is_said_once(small, capsys):
 
 def test_an_interrupted_sweep_points_to_resume(small, capsys, monkeypatch):
     """Ctrl-C during a sweep: the table keeps the finished rows, and the message says how to continue."""
-    import simtrain.sweeps
+    import simtrain.decide.sweep
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(simtrain.sweeps, "sweep_to_file", interrupted)
+    monkeypatch.setattr(simtrain.decide.sweep, "sweep_to_file", interrupted)
     code, _, err = run_cli(["sweep", "ok.yaml", "--grid", "training.micro_batch=1,2", "--out", "s.csv"], capsys)
     assert code == 130
     assert "--resume" in err and err.strip().endswith("interrupted")

@@ -12,10 +12,10 @@ from __future__ import annotations
 import pytest
 import simpy
 
-from simtrain.collectives import collective_phases, p2p_phase, phase_time_alone
-from simtrain.fluid import FluidNetwork
-from simtrain.hardware import load_hardware
-from simtrain.topology import build_cluster
+from simtrain.plan.collectives import collective_phases, p2p_phase, phase_time_alone
+from simtrain.engine.fluid import FluidNetwork
+from simtrain.spec.hardware import load_hardware
+from simtrain.spec.topology import build_cluster
 
 from conftest import DATA, hardware_variant, make_scenario
 
@@ -152,7 +152,7 @@ def test_concurrent_rings_share_a_nic(tmp_path):
 def test_tp_layer_communication_is_two_all_reduces(sequence_parallel):
     """Megatron TP: 2 all-reduces of the b x s x h activations per layer pass (or 2 all-gathers + 2
     reduce-scatters with sequence parallelism, the same bytes: Korthikanti et al. 2022, Sec. 4.2.2)."""
-    from simtrain.plan import build_plan
+    from simtrain.plan.build import build_plan
 
     s = make_scenario(hardware=DATA / "core_two_nodes.yaml", nodes=None,
                       model={"layers": 2, "hidden": 1024, "heads": 16, "ffn_hidden": 4096, "vocab": 64},

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from simtrain.compare import compare, compare_text, warnings_for
-from simtrain.scenario import load_scenario
-from simtrain.simulation import simulate
+from simtrain.decide.compare import compare, compare_text, warnings_for
+from simtrain.spec.scenario import load_scenario
+from simtrain.engine.simulation import simulate
 
 from conftest import DATA, REPO, gpt_model, make_scenario, run_cli
 
@@ -111,7 +111,7 @@ def test_small_budgets_print_in_small_units(capsys):
 
 def test_scenario_names_are_text_in_the_chart():
     """A scenario name with markup is shown as text on the bars' axis (escaped), as in the other charts."""
-    from simtrain.compare import compare_figure
+    from simtrain.decide.compare import compare_figure
 
     a = make_scenario(training={"global_batch": 8})
     rows = compare([a], tokens=1e9)
@@ -144,7 +144,7 @@ def test_a_layout_that_does_not_fit_is_warned_of_once():
 
 def test_a_short_time_to_train_keeps_its_digits():
     """1,000 tokens at about 100,000 tokens/s take about 10 ms: shown in ms, not rounded to '0.0 s'."""
-    from simtrain.compare import _days
+    from simtrain.decide.compare import _days
     assert (_days(0.00953), _days(42.0), _days(90.0), _days(7200.0), _days(172800.0)) == \
         ("9.53 ms", "42.0 s", "1.5 min", "2.0 h", "2.0 days")
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from simtrain import costs
-from simtrain.hardware import ComputeModel, GpuSpec
+from simtrain.plan import costs
+from simtrain.spec.hardware import ComputeModel, GpuSpec
 
 PEAK = 100e12        # FLOP/s, round numbers so the hand calculations below are easy to follow
 HBM = 1e12           # bytes/s
@@ -123,7 +123,7 @@ def test_adam_step_moves_28_bytes_per_parameter():
 
 def test_pure_fp32_adam_step_moves_28_bytes_per_parameter():
     """fp32 training, fp32 gradients: read w, g, m, v (16 B), write w, m, v (12 B) = 28 B, as the plan charges it."""
-    from simtrain.plan import build_plan
+    from simtrain.plan.build import build_plan
     from conftest import make_scenario
     s = make_scenario(model="llama2-7b", training={"seq_len": 512, "global_batch": 1, "precision": "fp32"})
     n = s.model.params_total
@@ -135,7 +135,7 @@ def test_mfu_flops_per_token_match_narayanan_eq3_without_recompute():
     """6N + 12Lhs per token, N = GEMM weights, equals 72 l h^2 (1 + s/6h + V/12lh) exactly
     (Narayanan et al. 2021 Eq. 3 divided by the tokens of a batch, without the recompute factor)."""
     from simtrain import scenario_from_dict
-    from simtrain.plan import model_flops_per_token
+    from simtrain.plan.build import model_flops_per_token
 
     sc = scenario_from_dict({"hardware": "dgx-a100", "nodes": 128, "model": "gpt3-175b",
                              "training": {"seq_len": 2048, "global_batch": 1024},
@@ -266,7 +266,7 @@ def test_backward_tp_collectives_per_recompute_mode(recompute, factor):
     """A layer's forward has two TP all-reduces (Shoeybi et al. 2019, Fig. 3); its backward two more. Full recompute
     re-runs the forward's two; torchtitan's op policy re-runs the one after the attention output (the MLP output is
     kept), so the backward carries 1.5 forward-collectives' worth."""
-    from simtrain.plan import build_plan
+    from simtrain.plan.build import build_plan
     from conftest import make_scenario
     s = make_scenario(training={"recompute": recompute}, parallel={"tp": 2})
     c = build_plan(s).chunks[0]

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from simtrain.io import dumps_json
-from simtrain.scenario import load_scenario, parse_set
-from simtrain.simulation import simulate
+from simtrain.report.outputs import dumps_json
+from simtrain.spec.scenario import load_scenario, parse_set
+from simtrain.engine.simulation import simulate
 
 SCENARIO = Path(__file__).resolve().parent / "bad_inputs" / "good" / "base.yaml"
 SETS = ["nodes=2", "gpus_per_node=4", "parallel.dp=4", "training.global_batch=16", "simulation.fidelity=full",
@@ -76,7 +76,7 @@ def test_spawned_worker_matches_direct_run():
 def test_sweep_workers_match_direct_runs():
     """simtrain.sweep(..., workers=2) gives exactly (bit for bit) the metrics of direct runs of each point, as their
     JSON reports write them."""
-    sweep_module = pytest.importorskip("simtrain.sweeps")
+    sweep_module = pytest.importorskip("simtrain.decide.sweep")
     scenario = load_scenario(SCENARIO, parse_set(SETS))
     grid = {"simulation.seed": [1, 2], "training.micro_batch": [1, 2]}
     table = sweep_module.sweep(scenario, grid, workers=2, progress=False)
@@ -90,7 +90,7 @@ def test_sweep_workers_match_direct_runs():
 def test_charts_are_the_same_page_twice(tmp_path):
     """The Gantt and memory pages of one report are byte-identical from run to run (plotly's div ids would
     otherwise be random)."""
-    from simtrain import charts
+    from simtrain.report import charts
 
     result = simulate(load_scenario(SCENARIO))
     pages = []

@@ -20,11 +20,11 @@ import sys
 
 import pytest
 
-from simtrain.io import dumps_json
-from simtrain.memory import edge_params, layer_params_per_rank
-from simtrain.plan import build_plan
-from simtrain.scenario import load_scenario
-from simtrain.simulation import memory, simulate
+from simtrain.report.outputs import dumps_json
+from simtrain.plan.memory import edge_params, layer_params_per_rank
+from simtrain.plan.build import build_plan
+from simtrain.spec.scenario import load_scenario
+from simtrain.engine.simulation import memory, simulate
 
 from conftest import DATA, REPO, gpt_model, hardware_variant, make_scenario
 
@@ -342,8 +342,8 @@ def test_same_input_same_json():
 
 def test_json_independent_of_hash_seed():
     """The JSON report does not depend on PYTHONHASHSEED (separate interpreters)."""
-    code = ("import sys; from simtrain.io import dumps_json; from simtrain.scenario import load_scenario; "
-            "from simtrain.simulation import simulate; "
+    code = ("import sys; from simtrain.report.outputs import dumps_json; from simtrain.spec.scenario import load_scenario; "
+            "from simtrain.engine.simulation import simulate; "
             "sys.stdout.write(dumps_json(simulate(load_scenario(sys.argv[1])).to_dict()))")
     outs = []
     for seed in ("0", "4242"):

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from simtrain.estimate import estimate
-from simtrain.plan import build_plan
-from simtrain.scenario import load_scenario
-from simtrain.simulation import simulate
+from simtrain.decide.estimate import estimate
+from simtrain.plan.build import build_plan
+from simtrain.spec.scenario import load_scenario
+from simtrain.engine.simulation import simulate
 
 from conftest import DATA, REPO, gpt_model, make_scenario
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import make_scenario
-from simtrain.simulation import simulate
+from simtrain.engine.simulation import simulate
 
 #: (id, hardware, nodes, parallel, training); small GPT-style model (8 layers, h = 1024) so that each
 #: case runs in well under a second even in full fidelity.

@@ -14,8 +14,8 @@ import networkx as nx
 import pytest
 import yaml
 
-from simtrain.hardware import HardwareSpec, load_hardware
-from simtrain.topology import build_cluster
+from simtrain.spec.hardware import HardwareSpec, load_hardware
+from simtrain.spec.topology import build_cluster
 
 from conftest import DATA, REPO, hardware_variant, scenario_dict
 
@@ -171,7 +171,7 @@ def test_explicit_routes_follow_the_graph():
 
 
 def _scenario_on(raw_changes: dict, **kwargs):
-    from simtrain.scenario import scenario_from_dict
+    from simtrain.spec.scenario import scenario_from_dict
 
     raw = scenario_dict(hardware="dgx-h100", nodes=None, model="llama2-7b", **kwargs)
     raw.update(raw_changes)

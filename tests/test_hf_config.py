@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from simtrain.errors import InputError
-from simtrain.model import from_hf_config, load_model
-from simtrain.schema import Closed
+from simtrain.spec.errors import InputError
+from simtrain.spec.model import from_hf_config, load_model
+from simtrain.spec.schema import Closed
 
 from conftest import DATA, make_scenario
 
@@ -142,8 +142,8 @@ def test_nested_expert_count_is_found():
 # --- booleans are not numbers ---------------------------------------------------------------------
 
 def _closed_models() -> list[type]:
-    import simtrain.hardware  # noqa: F401  (registers the schemas)
-    import simtrain.scenario  # noqa: F401
+    import simtrain.spec.hardware  # noqa: F401  (registers the schemas)
+    import simtrain.spec.scenario  # noqa: F401
 
     found, todo = [], [Closed]
     while todo:

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from simtrain.errors import InputError, SimulationLimitError
-from simtrain.scenario import load_scenario, parse_set
-from simtrain.simulation import simulate
+from simtrain.spec.errors import InputError, SimulationLimitError
+from simtrain.spec.scenario import load_scenario, parse_set
+from simtrain.engine.simulation import simulate
 
 from conftest import run_cli
 
@@ -69,8 +69,8 @@ def test_full_fidelity_on_100k_gpus_is_refused_quickly(huge, simtrain_exe):
 
 _PYTHON_API = """
 import sys
-from simtrain.scenario import load_scenario
-from simtrain.simulation import simulate
+from simtrain.spec.scenario import load_scenario
+from simtrain.engine.simulation import simulate
 try:
     simulate(load_scenario(sys.argv[1]))
 except Exception as err:
@@ -113,8 +113,8 @@ def test_raising_the_limit_lets_a_run_through():
 ])
 def test_estimate_is_not_an_underestimate(sets):
     """The engine's estimate is at least half the events it then schedules, so the bound means something."""
-    from simtrain.engine import estimate_events
-    from simtrain.plan import build_plan
+    from simtrain.engine.core import estimate_events
+    from simtrain.plan.build import build_plan
 
     scenario = load_scenario(GOOD / "base.yaml", parse_set(sets))
     result = simulate(scenario)
@@ -157,9 +157,9 @@ def test_the_limit_binds_while_the_run_goes():
     """simulation.max_events is a limit, not only a check of the estimate: where the estimate falls short of the
     events a run schedules, the run may schedule exactly the limit, one fewer stops it, and a folded run is not
     told to fold."""
-    from simtrain.engine import estimate_events
-    from simtrain.plan import build_plan
-    from simtrain.scenario import scenario_from_dict
+    from simtrain.engine.core import estimate_events
+    from simtrain.plan.build import build_plan
+    from simtrain.spec.scenario import scenario_from_dict
 
     raw = {"name": "dp8", "hardware": "dgx-h100", "model": "llama2-7b",
            "training": {"seq_len": 4096, "global_batch": 64, "micro_batch": 1}, "parallel": {"dp": 8}}
@@ -180,7 +180,7 @@ def test_the_limit_binds_while_the_run_goes():
 
 def test_a_run_that_must_be_full_is_not_told_to_fold():
     """Stragglers need every lane (fidelity full whatever the file says): the limit's advice leaves folding out."""
-    from simtrain.scenario import scenario_from_dict
+    from simtrain.spec.scenario import scenario_from_dict
 
     raw = {"name": "slow", "hardware": "dgx-h100", "model": "llama2-7b",
            "training": {"seq_len": 4096, "global_batch": 64, "micro_batch": 1}, "parallel": {"dp": 8},

@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from simtrain.memory import (activation_bytes_per_layer, inflight_microbatches, local_params, stage_memory,
+from simtrain.plan.memory import (activation_bytes_per_layer, inflight_microbatches, local_params, stage_memory,
                              state_bytes_per_param)
 
 from conftest import REPO, make_scenario, run_cli
@@ -280,7 +280,7 @@ def test_fused_loss_keeps_16bit_logits_instead_of_fp32_log_softmax():
     (4 + 8 - 2 - 2)·s·b·V/t = 8 x 4096 x 1 x 32000 = 1,048,576,000 B for llama2-13b at t = 1, one micro-batch in
     flight (p = 1)."""
     from simtrain import scenario_from_dict
-    from simtrain.memory import stage_memory
+    from simtrain.plan.memory import stage_memory
 
     base = {"name": "ce", "hardware": "dgx-h100", "model": "llama2-13b",
             "training": {"seq_len": 4096, "global_batch": 8, "micro_batch": 1},
@@ -329,7 +329,7 @@ def test_eager_loss_peak_of_llama3_8b_at_16k_tokens():
     log-probabilities and the gradient of the logits, 4 + 4 + 4 = 12 bytes per logit, of which the 4 kept are
     already in the ledger. Llama 3.1 8B, s = 8192, b = 2, V = 128,256, t = 1: 8 x 16384 x 128256 = 16.81 GB above
     the kept terms, on the last stage only."""
-    from simtrain.memory import loss_transient_bytes_per_logit
+    from simtrain.plan.memory import loss_transient_bytes_per_logit
     assert loss_transient_bytes_per_logit("eager", 2.0) == 8.0
     assert loss_transient_bytes_per_logit("fused", 2.0) == 2.0
     model = {"layers": 2, "hidden": 4096, "heads": 32, "kv_heads": 8, "ffn_hidden": 14336, "vocab": 128256,

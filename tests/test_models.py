@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from simtrain.errors import InputError
-from simtrain.model import ModelSpec, load_model
+from simtrain.spec.errors import InputError
+from simtrain.spec.model import ModelSpec, load_model
 
 from conftest import DATA
 

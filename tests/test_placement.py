@@ -11,7 +11,7 @@ import itertools
 
 import pytest
 
-from simtrain.placement import Placement, placement_of
+from simtrain.spec.placement import Placement, placement_of
 
 from conftest import make_scenario
 

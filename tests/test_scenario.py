@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from simtrain.errors import InputError
-from simtrain.scenario import load_scenario
+from simtrain.spec.errors import InputError
+from simtrain.spec.scenario import load_scenario
 
 from conftest import IDEAL_HW, make_scenario, run_cli
 
@@ -201,7 +201,7 @@ def test_flash_kernel_choice_changes_only_the_attention_time(repo, kernel, speed
     hardware file (dgx-h100: flash1 0.55 = 40/73 from Dao 2023's abstract, flash3 1.66 from Shah et al. 2024's
     forward/backward ranges). Hand calculation of the forward attention time, llama2-13b (h = 5120), s = 4096,
     b = 1, causal: 4 b s^2 h / 2 FLOP at 989.5 TFLOP/s x 0.32 x s / (s + 600) for FlashAttention-2."""
-    from simtrain.plan import build_plan
+    from simtrain.plan.build import build_plan
 
     path = repo / "scenarios" / "pp4_dp4.yaml"
     base = load_scenario(path)

@@ -16,7 +16,7 @@ from fractions import Fraction
 
 import pytest
 
-from simtrain.schedules import Op, build_schedule
+from simtrain.plan.schedules import Op, build_schedule
 
 LAYOUTS = [(1, 1), (2, 4), (4, 4), (4, 8), (4, 2), (8, 16)]
 

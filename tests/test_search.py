@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from simtrain.errors import InputError
-from simtrain.search import enumerate_layouts, gpu_overrides, search, why_slower
-from simtrain.sweeps import read_table
+from simtrain.spec.errors import InputError
+from simtrain.decide.search import enumerate_layouts, gpu_overrides, search, why_slower
+from simtrain.decide.sweep import read_table
 
 from conftest import DATA, gpt_model, hardware_variant, make_scenario, run_cli
 
@@ -46,7 +46,7 @@ def small_case(tmp_path):
 def test_search_agrees_with_brute_force(small_case):
     """The top 3 by tokens/s equal those of simulating every layout that fits (memory model) within the default
     95% of the GPU's memory."""
-    from simtrain.simulation import memory, simulate
+    from simtrain.engine.simulation import memory, simulate
 
     result = search(small_case, top=3, workers=1, progress=False)
     scored = []

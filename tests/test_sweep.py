@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 
 import simtrain
-from simtrain.simulation import simulate
-from simtrain.sweeps import COLUMNS, ScenarioPayload, read_table, sweep, sweep_to_file
+from simtrain.engine.simulation import simulate
+from simtrain.decide.sweep import COLUMNS, ScenarioPayload, read_table, sweep, sweep_to_file
 
 from conftest import hardware_variant, make_scenario, run_cli
 
@@ -50,7 +50,7 @@ def test_rows_match_direct_simulation(pipe):
 def test_global_batch_sweeps_the_microbatch_count(pipe):
     """A derived key: global batch 4, 8, 16 on dp=1, micro-batch 1 gives m = 4, 8, 16 and a pipelined
     step of (m + p - 1) t plus the optimizer (Huang et al. 2019), p = 2."""
-    from simtrain.plan import build_plan
+    from simtrain.plan.build import build_plan
 
     df = sweep(pipe, {"training.global_batch": [4, 8, 16]}, workers=1, progress=False)
     plan = build_plan(pipe)
@@ -74,7 +74,7 @@ def test_invalid_points_never_abort_the_sweep(pipe):
 
 def test_unexpected_exceptions_become_errors(pipe, monkeypatch):
     """Any exception in a point (not only bad input) is reported in its row as 'Type: message'."""
-    import simtrain.simulation as sim_module
+    import simtrain.engine.simulation as sim_module
 
     real = sim_module.simulate
 
@@ -175,7 +175,7 @@ def test_resume_runs_only_missing_points(pipe, tmp_path, ext, monkeypatch):
                   progress=False)
     full = sweep_to_file(pipe, GRID, tmp_path / f"ref.{ext}", workers=1, progress=False)
     ran = []
-    import simtrain.sweeps as sweep_module
+    import simtrain.decide.sweep as sweep_module
 
     real = sweep_module.run_points
 
@@ -356,7 +356,7 @@ def test_pool_workers_leave_ctrl_c_to_the_parent():
     so only the parent reports it, once."""
     import signal
 
-    from simtrain.sweeps import open_executor
+    from simtrain.decide.sweep import open_executor
 
     with open_executor(2, None, tasks=2) as pool:
         seen = {pool.submit(_sigint_disposition).result() for _ in range(4)}
@@ -368,7 +368,7 @@ def test_an_interrupted_pool_stops_its_workers_now():
     """On an exception in the caller (Ctrl-C) the workers are ended, not left to finish their points."""
     import time
 
-    from simtrain.sweeps import open_executor
+    from simtrain.decide.sweep import open_executor
 
     processes = []
     with pytest.raises(KeyboardInterrupt):
@@ -386,7 +386,7 @@ def test_a_broken_worker_pool_stops_with_the_reason():
     `if __name__ == "__main__":` rule and workers=1."""
     import os
 
-    from simtrain.sweeps import WorkersFailed, open_executor, run_tasks
+    from simtrain.decide.sweep import WorkersFailed, open_executor, run_tasks
 
     with pytest.raises(WorkersFailed, match='__name__ == "__main__"'):
         with open_executor(2, None, tasks=2) as pool:
@@ -399,7 +399,7 @@ def test_a_callers_executor_has_its_queued_tasks_cancelled():
     import time
     from concurrent.futures import ThreadPoolExecutor
 
-    from simtrain.sweeps import run_tasks
+    from simtrain.decide.sweep import run_tasks
 
     ran = []
 
@@ -428,7 +428,7 @@ def test_a_grid_value_naming_a_bad_file_is_that_files_error(tmp_path):
 def test_a_killed_worker_is_not_called_a_bug_on_the_command_line(capsys, repo, tmp_path, monkeypatch):
     """A worker killed from outside (OOM killer): exit 1 with what happened and how to resume, not the
     `__main__` advice meant for scripts, and not 'internal error'."""
-    import simtrain.sweeps as sweeps
+    import simtrain.decide.sweep as sweeps
 
     def died(*args, **kwargs):
         raise sweeps.WorkersFailed(sweeps.WORKERS_FAILED)

@@ -9,7 +9,7 @@ import sys
 import pandas as pd
 import pytest
 
-from simtrain.sweeps import sweep
+from simtrain.decide.sweep import sweep
 
 from conftest import make_scenario
 
@@ -33,6 +33,6 @@ def test_dask_local_cluster_runs_the_sweep_in_its_workers():
 
 def test_simtrain_does_not_import_dask():
     """Dask is an optional extra: importing the sweep module (and running a serial sweep) never loads it."""
-    code = ("import sys, simtrain.sweeps, simtrain.search, simtrain.cli.commands_decide; "
+    code = ("import sys, simtrain.decide.sweep, simtrain.decide.search, simtrain.cli.commands_decide; "
             "sys.exit(1 if any(m == 'dask' or m.startswith(('dask.', 'distributed')) for m in sys.modules) else 0)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from simtrain.errors import InputError
-from simtrain.units import parse_quantity
+from simtrain.spec.errors import InputError
+from simtrain.spec.units import parse_quantity
 
 from conftest import hardware_variant
 
@@ -86,7 +86,7 @@ def test_not_a_quantity_is_an_error():
 
 def test_bad_unit_in_a_file_names_file_line_and_field(tmp_path):
     """A bad unit in a hardware file is reported as file:line: field: problem."""
-    from simtrain.hardware import load_hardware
+    from simtrain.spec.hardware import load_hardware
 
     path = hardware_variant(tmp_path, {"gpu.memory": {"value": "80 G", "source": "x"}})
     line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if text.strip().startswith("memory:"))
@@ -105,7 +105,7 @@ def test_bad_unit_in_a_file_names_file_line_and_field(tmp_path):
 def test_bare_number_in_a_file_is_refused(tmp_path, field, value, says):
     """In a file a physical quantity needs its unit: '450' for a bandwidth is a typo for '450 GB/s', and read
     as 450 B/s it would make a step take years without a word (the user audit's worst finding)."""
-    from simtrain.hardware import load_hardware
+    from simtrain.spec.hardware import load_hardware
 
     path = hardware_variant(tmp_path, {field: value})
     with pytest.raises(InputError) as exc:
@@ -115,7 +115,7 @@ def test_bare_number_in_a_file_is_refused(tmp_path, field, value, says):
 
 def test_zero_needs_no_unit_in_a_file(tmp_path):
     """0 is 0 in every unit: a zero latency reads as written."""
-    from simtrain.hardware import load_hardware
+    from simtrain.spec.hardware import load_hardware
 
     path = hardware_variant(tmp_path, {"intra_node.latency": 0})
     assert load_hardware(str(path), base_dir=tmp_path, file="scenario.yaml")[0].intra_node.latency == 0.0
@@ -125,7 +125,7 @@ def test_zero_needs_no_unit_in_a_file(tmp_path):
 def test_a_number_written_as_text_still_needs_a_unit(tmp_path, value, shown):
     """YAML reads a quoted "450" and an unsigned 450e9 as text; neither names a unit, so both are refused as 450
     is (a review finding: they slipped through)."""
-    from simtrain.hardware import load_hardware
+    from simtrain.spec.hardware import load_hardware
 
     path = hardware_variant(tmp_path, {"intra_node.bandwidth": value})
     with pytest.raises(InputError) as exc:
@@ -137,7 +137,7 @@ def test_python_overrides_take_si_numbers_on_a_file_scenario():
     """A scenario loaded from a file takes SI floats through with_overrides, as Python does everywhere:
     dp_bucket_size 50e6 is 50 MB."""
     from conftest import REPO
-    from simtrain.scenario import load_scenario
+    from simtrain.spec.scenario import load_scenario
 
     sc = load_scenario(REPO / "scenarios/pp4_dp4.yaml").with_overrides({"simulation.dp_bucket_size": 50e6})
     assert sc.simulation.dp_bucket_size == 50e6
@@ -145,7 +145,7 @@ def test_python_overrides_take_si_numbers_on_a_file_scenario():
 
 def test_a_boolean_is_not_a_quantity_nor_a_curve_point(tmp_path):
     """true is neither a bandwidth nor a point of a measured curve (a review finding: curves took it as 1)."""
-    from simtrain.hardware import load_hardware
+    from simtrain.spec.hardware import load_hardware
 
     for change, says in (({"intra_node.bandwidth": {"value": True, "source": "x"}}, "true is a boolean"),
                          ({"intra_node.busbw_curve": {"value": [[1e6, 0.5], [1e9, True]], "source": "x"}},
@@ -158,7 +158,7 @@ def test_a_boolean_is_not_a_quantity_nor_a_curve_point(tmp_path):
 
 def test_counts_agree_with_their_number():
     """'1 stage' but '4 stages'; an irregular plural is given ('1 micro-batch', '16 micro-batches')."""
-    from simtrain.units import format_count
+    from simtrain.spec.units import format_count
     assert [format_count(n, "stage") for n in (1, 4)] == ["1 stage", "4 stages"]
     assert format_count(1, "micro-batch", "micro-batches") == "1 micro-batch"
     assert format_count(1600, "micro-batch", "micro-batches") == "1,600 micro-batches"
@@ -166,6 +166,6 @@ def test_counts_agree_with_their_number():
 
 def test_no_time_is_zero_seconds():
     """An exposed time of exactly 0 reads '0 s', not '0.0 us'; the units still follow the size."""
-    from simtrain.units import format_time
+    from simtrain.spec.units import format_time
     assert [format_time(0.0), format_time(2.5e-6), format_time(1.94e-3), format_time(2.913)] == \
         ["0 s", "2.5 us", "1.94 ms", "2.913 s"]

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from simtrain import validate as v
+from simtrain.decide import validate as v
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +117,7 @@ def test_cases_that_do_not_fit_say_so(tmp_path):
 def test_bundled_cases_files_by_name(tmp_path, monkeypatch):
     """`simtrain validate llm_foundry_a100` names a bundled file; an unknown bare name is an input error that
     lists the bundled ones; an existing path is used as given."""
-    from simtrain.errors import InputError
+    from simtrain.spec.errors import InputError
 
     monkeypatch.chdir(tmp_path)
     assert v.resolve_cases("llm_foundry_a100").name == "llm_foundry_a100.yaml"

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from simtrain import validate as v
-from simtrain.scenario import scenario_from_dict
+from simtrain.decide import validate as v
+from simtrain.spec.scenario import scenario_from_dict
 
 A100_CASES = Path(str(resources.files("simtrain.validation") / "llm_foundry_a100.yaml"))
 

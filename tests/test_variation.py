@@ -15,11 +15,11 @@ import time
 import pytest
 
 from conftest import REPO, make_scenario, run_cli
-from simtrain.errors import SimulationLimitError
-from simtrain.io import dumps_json
-from simtrain.plan import build_plan
-from simtrain.scenario import load_scenario
-from simtrain.simulation import simulate
+from simtrain.spec.errors import SimulationLimitError
+from simtrain.report.outputs import dumps_json
+from simtrain.plan.build import build_plan
+from simtrain.spec.scenario import load_scenario
+from simtrain.engine.simulation import simulate
 
 SLOW = 1.3
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from simtrain.errors import InputError, display_path, one_line
+from simtrain.spec.errors import InputError, display_path, one_line
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -74,7 +74,7 @@ def distinct_outputs(**paths: str | None) -> None:
 def emit(text: str, json_path: str | None, report: Any) -> None:
     """The command's text, then its JSON report: to ``json_path`` (atomically) with the text on stdout,
     or for ``--json -`` the JSON on stdout and the text on stderr."""
-    from simtrain.io import dumps_json, write_json
+    from simtrain.report.outputs import dumps_json, write_json
 
     if json_path == "-":
         click.echo(text, nl=False, err=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 
 from simtrain.cli import JSON_HELP, OutPath, cli, distinct_outputs, emit
-from simtrain.io import staged_outputs, write_json
-from simtrain.scenario import load_scenario, parse_set
+from simtrain.report.outputs import staged_outputs, write_json
+from simtrain.spec.scenario import load_scenario, parse_set
 
 
 def _load(scenario: str, sets: tuple[str, ...], full: bool = False):
@@ -22,8 +22,8 @@ def _load(scenario: str, sets: tuple[str, ...], full: bool = False):
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help=JSON_HELP)
 def memory(scenario: str, sets: tuple[str, ...], json_path: str | None) -> None:
     """Does SCENARIO fit in GPU memory, and what eats the memory?"""
-    from simtrain.simulation import memory as memory_of
-    from simtrain.textreport import memory_text
+    from simtrain.engine.simulation import memory as memory_of
+    from simtrain.report.text import memory_text
 
     result = memory_of(_load(scenario, sets))
     emit(memory_text(result), json_path, result.to_dict())
@@ -43,8 +43,8 @@ def memory(scenario: str, sets: tuple[str, ...], json_path: str | None) -> None:
 def run(scenario: str, sets: tuple[str, ...], json_path: str | None, gantt_path: str | None,
         memory_path: str | None, trace_path: str | None, full: bool, samples: int) -> None:
     """Simulate one optimizer step of SCENARIO and report it."""
-    from simtrain.simulation import simulate
-    from simtrain.textreport import run_text
+    from simtrain.engine.simulation import simulate
+    from simtrain.report.text import run_text
 
     distinct_outputs(json=json_path, gantt=gantt_path, memory_plot=memory_path, trace=trace_path)
     sc = _load(scenario, sets, full)
@@ -56,7 +56,7 @@ def run(scenario: str, sets: tuple[str, ...], json_path: str | None, gantt_path:
     report = result.to_dict()
     extra = ""
     if samples > 1:
-        from simtrain.variation import sample_step_times
+        from simtrain.engine.variation import sample_step_times
 
         stats = sample_step_times(sc, samples)
         report["step_time_samples"] = stats
@@ -64,7 +64,7 @@ def run(scenario: str, sets: tuple[str, ...], json_path: str | None, gantt_path:
                  f"P50 {stats['p50_s'] * 1e3:.2f} ms, P95 {stats['p95_s'] * 1e3:.2f} ms\n")
     with staged_outputs():      # the report and its charts land together, or not at all
         if gantt_path or memory_path or trace_path:
-            from simtrain import charts
+            from simtrain.report import charts
 
             charts.write_outputs(result, gantt=gantt_path, memory=memory_path, trace=trace_path)
         if json_path and json_path != "-":
@@ -82,8 +82,8 @@ def plot(report: str, gantt_path: str | None, memory_path: str | None, trace_pat
     """Draw charts from a saved `simtrain run --json` REPORT (it must include the timeline)."""
     from pathlib import Path
 
-    from simtrain import charts
-    from simtrain.charts_data import ReportError
+    from simtrain.report import charts
+    from simtrain.report.charts_data import ReportError
 
     distinct_outputs(gantt=gantt_path, memory_plot=memory_path, trace=trace_path)
     try:

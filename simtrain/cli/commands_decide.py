@@ -1,5 +1,5 @@
 """`simtrain sweep`, `simtrain search` and `simtrain compare`: thin shells over
-:mod:`simtrain.sweeps`, :mod:`simtrain.search` and :mod:`simtrain.compare`."""
+:mod:`simtrain.decide.sweep`, :mod:`simtrain.decide.search` and :mod:`simtrain.decide.compare`."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import click
 import yaml
 
 from simtrain.cli import JSON_HELP, OutPath, cli, distinct_outputs, emit
-from simtrain.errors import InputError
-from simtrain.io import staged_outputs, write_json
-from simtrain.scenario import load_scenario, parse_set
-from simtrain.units import format_count
+from simtrain.spec.errors import InputError
+from simtrain.report.outputs import staged_outputs, write_json
+from simtrain.spec.scenario import load_scenario, parse_set
+from simtrain.spec.units import format_count
 
 _SET = click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
                     help="override a scenario key first, e.g. training.seq_len=8192")
@@ -73,9 +73,9 @@ def _search_starts(path: str, overrides: dict[str, Any]):
     DP over the rest, one micro-batch of one sequence."""
     from pathlib import Path
 
-    from simtrain.hardware import load_hardware
-    from simtrain.scenario import apply_overrides
-    from simtrain.yamlio import load_yaml
+    from simtrain.spec.hardware import load_hardware
+    from simtrain.spec.scenario import apply_overrides
+    from simtrain.spec.yamlio import load_yaml
 
     raw = apply_overrides(load_yaml(Path(path)), overrides, file=path)
     spec = load_hardware(raw.get("hardware"), base_dir=Path(path).resolve().parent, file=None)[0]
@@ -86,7 +86,7 @@ def _search_starts(path: str, overrides: dict[str, Any]):
 
 
 def _write_figures(path: str, title: str, figures: list) -> None:
-    from simtrain.charts import write_figure
+    from simtrain.report.charts import write_figure
 
     write_figure(path, title, figures)
 
@@ -133,7 +133,7 @@ def sweep(scenario: str, grids: tuple[str, ...], out: str, resume: bool, workers
     """Simulate SCENARIO at every point of a grid and write one row per point.
 
     Exits with status 2 when no point of the grid is valid (the table of their errors is still written)."""
-    from simtrain.sweeps import WorkersFailed, grid_points, output_format, sweep_to_file, table_format
+    from simtrain.decide.sweep import WorkersFailed, grid_points, output_format, sweep_to_file, table_format
 
     grid = parse_grid(grids)
     distinct_outputs(out=out, plot=plot_path, record=f"{out}.sweep.json")
@@ -159,7 +159,7 @@ def sweep(scenario: str, grids: tuple[str, ...], out: str, resume: bool, workers
         raise InputError(f"no point of the sweep is valid: all {len(grid_rows)} failed, the first with "
                          f"\"{grid_rows['error'].iloc[0]}\" ({out} holds every point's error)")
     if plot_path:
-        from simtrain.charts import heatmap_figure, sweep_figure
+        from simtrain.report.charts import heatmap_figure, sweep_figure
 
         figures = [sweep_figure(df, keys[0], metrics=("step_time_s", "tokens_per_s", "mfu", "bubble_fraction"))]
         if len(keys) == 2:
@@ -187,10 +187,10 @@ def sweep(scenario: str, grids: tuple[str, ...], out: str, resume: bool, workers
 def search(scenario: str, gpus: int | None, top: int, out: str | None, max_memory: float, workers: int | None,
            sets: tuple[str, ...], progress: bool | None) -> None:
     """Find the fastest parallel layouts of SCENARIO's model, hardware and global batch."""
-    from simtrain.search import search as run_search
-    from simtrain.scenario import setup_warnings
-    from simtrain.search import search_text
-    from simtrain.sweeps import WorkersFailed, output_format, write_table
+    from simtrain.decide.search import search as run_search
+    from simtrain.spec.scenario import setup_warnings
+    from simtrain.decide.search import search_text
+    from simtrain.decide.sweep import WorkersFailed, output_format, write_table
 
     distinct_outputs(out=out)
     if out:
@@ -216,9 +216,9 @@ def search(scenario: str, gpus: int | None, top: int, out: str | None, max_memor
 def compare(scenarios: tuple[str, ...], tokens: str, plot_path: str | None, json_path: str | None,
             sets: tuple[str, ...]) -> None:
     """SCENARIOS side by side: speed, memory, time, cost and energy to train a token budget."""
-    from simtrain.compare import compare as run_compare
-    from simtrain.compare import compare_figure, compare_report, compare_text
-    from simtrain.units import parse_count
+    from simtrain.decide.compare import compare as run_compare
+    from simtrain.decide.compare import compare_figure, compare_report, compare_text
+    from simtrain.spec.units import parse_count
 
     distinct_outputs(json=json_path, plot=plot_path)
 

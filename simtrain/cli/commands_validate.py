@@ -19,7 +19,7 @@ def _digits(x: float, limit: float) -> int:
 
 
 def _pct(x: float | None) -> str:
-    from simtrain.validate import TARGET_WORST
+    from simtrain.decide.validate import TARGET_WORST
 
     return "   -   " if x is None else f"{100 * x:+6.{_digits(x, TARGET_WORST)}f}%"
 
@@ -36,7 +36,7 @@ def validate(cases: str | None, json_path: str | None, only: str | None, check: 
     CASES is a cases file, or the name of a bundled one: cases (the default, the dev set the targets apply
     to), llm_foundry_a100 (the A100 companion of its MosaicML H100 runs) or llm_foundry_sweeps (MosaicML's A100
     micro-batch sweep and software-image runs)."""
-    from simtrain import validate as v
+    from simtrain.decide import validate as v
 
     bar = None
     if sys.stderr.isatty():
@@ -92,7 +92,7 @@ def validate(cases: str | None, json_path: str | None, only: str | None, check: 
           "targets": {"mean": v.TARGET_MEAN, "worst": v.TARGET_WORST, "met": met}})
     failed = [r for r in results if r.failure]
     if failed:   # a case simtrain refuses is bad input in the cases file: the report above, then exit 2
-        from simtrain.errors import InputError
+        from simtrain.spec.errors import InputError
 
         raise InputError(f"{len(failed)} of {len(results)} cases could not be simulated (listed above); the first, "
                          f"{failed[0].id}: {failed[0].failure}")

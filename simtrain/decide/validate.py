@@ -1,0 +1,237 @@
+"""Predictions checked against published, measured training runs (`simtrain validate`).
+
+A cases file is a list of published runs, each a scenario in simtrain's own
+schema plus what the source measured, the source's FLOP convention and the
+step time that measurement implies (``target_step_time_s``). Cases marked
+``gate: false`` have settings the source does not state (listed under
+``assumed``); they are reported but do not count towards the targets.
+Targets (issue "Fidelity"): mean |step-time error| <= 5% and every gated
+case within 10%, with one hardware file per GPU type shared by all cases.
+"""
+
+from __future__ import annotations
+
+import math
+
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from simtrain.spec.errors import InputError, display_path, suggest
+from simtrain.spec.scenario import scenario_from_dict
+from simtrain.spec.yamlio import load_yaml
+
+TARGET_MEAN = 0.05
+TARGET_WORST = 0.10
+
+
+def bundled_cases_path() -> Path:
+    return Path(str(resources.files("simtrain.validation") / "cases.yaml"))
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    id: str
+    source: str
+    gate: bool
+    config: str
+    target_step_time_s: float
+    predicted_step_time_s: float | None
+    error: float | None                    # predicted / measured - 1
+    measured: dict = field(default_factory=dict)
+    predicted: dict = field(default_factory=dict)
+    assumed: tuple[str, ...] = ()
+    notes: str = ""
+    failure: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        r = lambda x: None if x is None else float(f"{x:.6g}")  # noqa: E731
+        return {"id": self.id, "source": self.source, "gate": self.gate, "config": self.config,
+                "target_step_time_s": r(self.target_step_time_s),
+                "predicted_step_time_s": r(self.predicted_step_time_s), "error": r(self.error),
+                "measured": self.measured, "predicted": {k: r(v) for k, v in self.predicted.items()},
+                "assumed": list(self.assumed), "notes": self.notes, "failure": self.failure}
+
+
+@dataclass(frozen=True)
+class Summary:
+    cases: int
+    mean_abs_error: float
+    worst_abs_error: float
+    worst_case: str
+    bias: float                            # mean signed error: < 0 means simtrain predicts too fast
+    within_10pct: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"cases": self.cases, "mean_abs_error": round(self.mean_abs_error, 6),
+                "worst_abs_error": round(self.worst_abs_error, 6), "worst_case": self.worst_case,
+                "bias": round(self.bias, 6), "within_10pct": self.within_10pct}
+
+
+def summarize(results: list[CaseResult]) -> Summary | None:
+    ok = [c for c in results if c.error is not None]
+    if not ok:
+        return None
+    errs = np.array([c.error for c in ok])
+    worst = max(ok, key=lambda c: abs(c.error))
+    return Summary(cases=len(ok), mean_abs_error=float(np.mean(np.abs(errs))),
+                   worst_abs_error=float(abs(worst.error)), worst_case=worst.id, bias=float(np.mean(errs)),
+                   within_10pct=int(np.sum(np.abs(errs) <= 0.10)))
+
+
+def _config(sc: dict) -> str:
+    p, t = sc.get("parallel", {}), sc.get("training", {})
+    m = sc.get("model")
+    model = m if isinstance(m, str) else f"L{m.get('layers')} h{m.get('hidden')}"
+    return (f"{sc.get('hardware')} x{sc.get('nodes', 1)} {model} s{t.get('seq_len')} gb{t.get('global_batch')} "
+            f"mb{t.get('micro_batch', 1)} dp{p.get('dp', 1)} tp{p.get('tp', 1)} pp{p.get('pp', 1)}"
+            f"{'v' + str(p.get('vpp')) if p.get('vpp', 1) > 1 else ''} z{p.get('zero', 0)}"
+            f"{'/' + p['backward_prefetch'] if p.get('backward_prefetch', 'pre') != 'pre' else ''}"
+            f"{'/' + p['zero_impl'] if p.get('zero_impl', 'generic') != 'generic' else ''} rc={t.get('recompute', 'none')}"
+            + _attention(t.get("flash_attention", True))
+            + (f" ce={t['cross_entropy']}" if t.get("cross_entropy", "eager") != "eager" else "")
+            + (" nodrop" if t.get("dropout", True) is False else "")
+            + (f" grad={t['grad_dtype']}" if t.get("grad_dtype", "auto") != "auto" else "")
+            + (f" metrics={t['train_metrics']}" if t.get("train_metrics", 0) else ""))
+
+
+def _attention(flash: object) -> str:
+    """' attn=flash1' etc. when a case does not run the default kernel (FlashAttention-2)."""
+    if flash is True or flash == "flash2":
+        return ""
+    return " attn=none" if flash is False else f" attn={flash}"
+
+
+def run_case(case: dict, base_dir: Path, file: str | None = None) -> CaseResult:
+    """One case simulated; a scenario simtrain refuses becomes the result's ``failure``, located in ``file``."""
+    from simtrain.engine.simulation import simulate
+    from simtrain.spec.yamlio import LineDict
+
+    sc = case["scenario"]
+    if isinstance(sc, LineDict):     # keep the lines of its keys, so that a refusal names them
+        named = LineDict(sc)
+        named.key_lines, named.line = dict(sc.key_lines), sc.line
+        sc = named
+    else:
+        sc = dict(sc)
+    sc.setdefault("name", case["id"])
+    measured = dict(case.get("measured") or {})
+    target = float(case["target_step_time_s"])
+    common = dict(id=case["id"], source=str(case.get("source", "")), gate=bool(case.get("gate", True)),
+                  config=_config(sc), target_step_time_s=target, measured=measured,
+                  assumed=tuple(case.get("assumed") or ()), notes=str(case.get("notes", "") or ""))
+    try:
+        scenario = scenario_from_dict(sc, file=file, base_dir=base_dir)
+        result = simulate(scenario)
+    except InputError as err:
+        return CaseResult(predicted_step_time_s=None, error=None, failure=str(err), **common)
+    step = result.step_time_s
+    predicted: dict[str, float] = {"mfu_simtrain": result.mfu, "peak_memory_GB": result.peak_memory_bytes_max / 1e9,
+                                   "memory_capacity_GB": scenario.hardware.gpu.memory / 1e9}
+    gpus = scenario.gpus
+    if "tokens_per_s_per_gpu" in measured:
+        predicted["tokens_per_s_per_gpu"] = scenario.tokens_per_step / (gpus * step)
+    if "mfu" in measured:   # the source's own convention, scaled by the step-time ratio
+        predicted["mfu"] = measured["mfu"] * target / step
+    if "tflops_per_gpu" in measured:
+        predicted["tflops_per_gpu"] = measured["tflops_per_gpu"] * target / step
+    if "memory_GiB" in measured:
+        predicted["memory_GiB"] = result.peak_memory_bytes_max / 2**30
+    return CaseResult(predicted_step_time_s=step, error=step / target - 1.0, predicted=predicted, **common)
+
+
+def bundled_case_files() -> dict[str, Path]:
+    """The bundled cases files by name: ``cases`` (the dev set the targets apply to) and the companions."""
+    folder = bundled_cases_path().parent
+    return {p.stem: p for p in sorted(folder.glob("*.yaml"))}
+
+
+def resolve_cases(path: str | Path | None) -> Path:
+    """A cases file path, or the name of a bundled one (``llm_foundry_a100``) when no such file exists."""
+    if not path:
+        return bundled_cases_path()
+    given = Path(path)
+    if not given.exists() and given.parent == Path(".") and given.suffix in ("", ".yaml"):
+        bundled = bundled_case_files().get(given.stem)
+        if bundled is not None:
+            return bundled
+        if given.suffix == "":
+            raise InputError(f"cases file '{path}' does not exist and is not a bundled cases file (bundled: "
+                             f"{', '.join(bundled_case_files())})")
+    return given
+
+
+#: the keys of one case in a cases file (listed in docs/errors.md, "Cases files")
+CASE_KEYS = ("id", "source", "scenario", "measured", "target_step_time_s", "target_from", "flops_convention",
+             "gate", "assumed", "notes")
+
+
+def load_cases(path: str | Path | None = None) -> tuple[list[dict], Path]:
+    path = resolve_cases(path)
+    data = load_yaml(path)
+    if not isinstance(data, list):
+        raise InputError("a cases file is a YAML list of cases (id, scenario, measured, target_step_time_s)",
+                         file=str(path))
+    seen: dict[str, int | None] = {}
+    for i, case in enumerate(data):
+        if not isinstance(case, dict):
+            raise InputError(f"case {i} is not a mapping of {', '.join(CASE_KEYS)}", file=str(path),
+                             line=getattr(case, "line", None))
+        lines = getattr(case, "key_lines", {})
+        name = f"case {case['id']!r}" if "id" in case else f"case {i}"
+        for key in case:
+            if key not in CASE_KEYS:
+                raise InputError(f"{name}: unknown key{suggest(str(key), CASE_KEYS)}; a case has "
+                                 f"{', '.join(CASE_KEYS)}", file=str(path), line=lines.get(key), field=str(key))
+        for key in ("id", "scenario", "target_step_time_s"):
+            if key not in case:
+                raise InputError(f"{name} lacks '{key}'", file=str(path), line=getattr(case, "line", None))
+        case_id = str(case["id"])
+        if case_id in seen:
+            first = f" (line {seen[case_id]})" if seen[case_id] else ""
+            raise InputError(f"case id {case_id!r} is given twice, first as case {list(seen).index(case_id)}{first}; "
+                             "ids name the rows of the report", file=str(path), line=lines.get("id"), field="id")
+        seen[case_id] = lines.get("id")
+        target = case["target_step_time_s"]
+        if isinstance(target, bool) or not isinstance(target, (int, float)) or not math.isfinite(target) or target <= 0:
+            lines = getattr(case, "key_lines", {})
+            raise InputError(f"case {case['id']}: {target!r} is not a measured step time; give the seconds per step, "
+                             "a number > 0", file=str(path), line=lines.get("target_step_time_s"),
+                             field="target_step_time_s")
+    return data, path.resolve().parent
+
+
+def _no_case_matches(only: str, cases: list[dict]) -> str:
+    """Why ``only`` picked nothing: the rule, the ids there are (grouped by their first two words), a sample."""
+    ids = [str(c["id"]) for c in cases]
+    groups: dict[str, int] = {}
+    for case_id in ids:
+        words = case_id.split("_")
+        head = "_".join(words[:2]) + ("_" if len(words) > 2 else "")
+        groups[head] = groups.get(head, 0) + 1
+    other_case = sum(only.casefold() in case_id.casefold() for case_id in ids)
+    hint = f"; {other_case} ids contain it in another letter case" if other_case else ""
+    return (f"--only {only!r} matches no case (it keeps the cases whose id contains that text, case-sensitive{hint}); "
+            f"the {len(ids)} ids begin " + ", ".join(f"{head} ({n})" for head, n in sorted(groups.items()))
+            + (f", e.g. {ids[0]}" if ids else ""))
+
+
+def validate(path: str | Path | None = None, *, only: str | None = None, progress=None) -> list[CaseResult]:
+    """Run the cases of ``path`` (default: the bundled dev set) whose id contains ``only``; an
+    ``only`` that no id contains is an InputError listing the ids there are."""
+    cases, base = load_cases(path)
+    if only:
+        chosen = [case for case in cases if only in str(case["id"])]
+        if not chosen:
+            raise InputError(_no_case_matches(only, cases), file=display_path(resolve_cases(path)))
+        cases = chosen
+    out = []
+    file = display_path(resolve_cases(path))
+    for case in cases:
+        out.append(run_case(case, base, file))
+        if progress:
+            progress()
+    return out

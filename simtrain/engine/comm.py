@@ -1,0 +1,247 @@
+"""Communication on a lane: collectives queued on FIFO streams, pipeline sends and receives,
+DP gradient buckets and ZeRO-3 parameter gathers. A mixin of :class:`~simtrain.engine.core.Engine`:
+it reads the engine's environment, network, plan and records.
+"""
+
+from __future__ import annotations
+
+import math
+
+import simpy
+
+from simtrain.plan.collectives import Phase
+from simtrain.engine.lane import Lane, Rendezvous
+from simtrain.plan.build import ChunkPlan
+
+
+class CommMixin:
+    """Collectives, sends and ZeRO machinery of the engine (see engine.py for the attributes used)."""
+
+    def _recv_event(self, key):
+        ev = self.recv.get(key)
+        if ev is None:
+            ev = self.recv[key] = self.env.event()
+        return ev
+
+    def _collective(self, lane: Lane, chain: str, kind: str, phases: list, nbytes: float,
+                    mb: int = -1, vstage: int = -1, lo: int = -1, hi: int = -1) -> simpy.Event:
+        """Queue a DP/ZeRO collective on the lane's FIFO stream ``chain``; returns its done event."""
+        env = self.env
+        prev = lane.chains.get(chain)
+        done = env.event()
+        lane.chains[chain] = done
+        count = lane.counters.get(chain, 0)
+        lane.counters[chain] = count + 1
+        key = (chain, lane.rank, count)
+        factor = self._overlap_factor(phases)
+
+        def proc():
+            if prev is not None and not prev.processed:
+                yield prev
+            rv = self.rendezvous.get(key)
+            if rv is None:
+                rv = self.rendezvous[key] = Rendezvous(needed=self.dp if self.full else 1,
+                                                        started=env.event(), done=env.event())
+            rv.arrived += 1
+            if rv.arrived == rv.needed:
+                rv.start_time = env.now
+                rv.started.succeed()
+                env.process(self._run_phases(phases, rv.done))
+            yield rv.started
+            _comm_running(lane, factor, +1)   # compute slows from now on (issue 6, overlap realism)
+            yield rv.done
+            _comm_running(lane, factor, -1)
+            self._record(lane, "dp", kind, rv.start_time, env.now, mb, vstage, lo, hi, nbytes)
+            done.succeed()
+
+        env.process(proc())
+        return done
+
+    def _overlap_factor(self, phases) -> float:
+        """The compute slowdown of the fabric a collective uses (network if any of its links is one)."""
+        # phases' link tuples come from ring shapes cached (and kept alive) by the plan
+        key = tuple(id(ph.links) for ph in phases)
+        hit = self._factor_cache.get(key)
+        if hit is None:
+            cluster = self.sc.cluster
+            crosses = any(cluster._link(link)[2] == "network" for ph in phases for link, _ in ph.links)
+            hit = self.sc.hardware.overlap_slowdown(crosses)
+            self._factor_cache[key] = hit
+        return hit
+
+    def _run_phases(self, phases, done):
+        for phase in phases:
+            yield from self.net.run_phase(phase)
+        done.succeed()
+
+    def _send(self, lane: Lane, direction: str, mb: int, src_v: int, dst_v: int):
+        """Activation (F) or gradient (B) from virtual stage src_v to dst_v."""
+        key = (lane.dp, dst_v, mb, direction)
+        ev = self._recv_event(key)
+        src_rank, dst_rank = src_v % self.pp, dst_v % self.pp
+        self.sent_at[key] = self.env.now
+        if src_rank == dst_rank:
+            ev.succeed()
+            return
+        phase = self.plan.pp_phase(self.plan.pp_bytes, src_rank, dst_rank, lane.dp)
+
+        def proc():
+            start = self.env.now
+            yield from self.net.run_phase(phase)
+            self._record(lane, "pp", "send_" + ("act" if direction == "F" else "grad"), start, self.env.now,
+                         mb, src_v, -1, -1, self.plan.pp_bytes)
+            ev.succeed()
+
+        self.env.process(proc())
+
+    def _wait_recv(self, lane: Lane, key):
+        ev = self._recv_event(key)
+        if ev.processed:
+            return
+        t0 = self.env.now
+        yield ev
+        t1 = self.env.now
+        sent = self.sent_at.get(key, t1)
+        pp_part = t1 - max(t0, sent)
+        lane.exposed["pp"] += pp_part
+        lane.bubble += (t1 - t0) - pp_part
+
+    def _buffer(self, lane: Lane, nbytes: float) -> None:
+        lane.buf_now += nbytes
+        lane.buf_peak = max(lane.buf_peak, lane.buf_now)
+        lane.buf_events.append((self.env.now, lane.buf_now))
+
+    def _gather(self, lane: Lane, gather, c: ChunkPlan, mb: int, layer: int):
+        """A ZeRO-3 layer all-gather; its full weights occupy memory from launch until released."""
+        self._buffer(lane, c.zero3_layer_bytes)
+        return self._collective(lane, "dp", "zero3_all_gather", gather, c.zero3_layer_bytes, mb, c.vstage,
+                                layer, layer + 1)
+
+    def _backward_with_buckets(self, lane: Lane, c: ChunkPlan, mb: int, grad_kind: str):
+        """A backward whose gradients leave in buckets as its layers finish: the last backward of a chunk
+        (DDP / ZeRO-1 overlap) or, with ZeRO-2, every backward."""
+        bucket = self.sim.dp_bucket_size
+        pending = 0.0
+        v = c.vstage
+
+        def launch(nbytes):
+            phases = _prep(c, nbytes) + self.plan.dp_phases(grad_kind, nbytes, lane.rank, self.full)
+            self._collective(lane, "dp", "dp_" + grad_kind, phases, nbytes, vstage=v)
+
+        if c.has_head:
+            yield from self._segment(lane, "compute", "backward", c.head_bwd, mb, v, None)
+            pending += c.grad_bytes_edge if not c.has_embedding else 0.0
+        for _layer, segs in self._backward_layers(c):
+            for stream, kind, sec, layer in segs:
+                yield from self._segment(lane, stream, kind, sec, mb, v, layer)
+            pending += c.grad_bytes_layer
+            if pending >= bucket:
+                launch(pending)
+                pending = 0.0
+        if c.has_embedding:
+            yield from self._segment(lane, "compute", "backward", c.embed_bwd, mb, v, None)
+            pending += c.grad_bytes_edge
+        if pending > 0:
+            launch(pending)
+
+    def _gather_edge(self, lane: Lane, c: ChunkPlan, mb: int):
+        """ZeRO-3: the embedding / output-layer weights are gathered like a layer's (in the weights' dtype)."""
+        if c.zero3_edge_bytes <= 0:
+            return
+        phases = self.plan.dp_phases("all_gather", c.zero3_edge_bytes, lane.rank, self.full)
+        self._buffer(lane, c.zero3_edge_bytes)     # held until the op ends (released by _release_edge)
+        done = self._collective(lane, "dp", "zero3_all_gather", phases, c.zero3_edge_bytes, mb, c.vstage)
+        t0 = self.env.now
+        yield done
+        lane.exposed["dp"] += self.env.now - t0
+
+    def _release_edge(self, lane: Lane, c: ChunkPlan) -> None:
+        if c.zero3_edge_bytes > 0:
+            self._buffer(lane, -c.zero3_edge_bytes)
+
+    def _zero3_forward(self, lane: Lane, c: ChunkPlan, mb: int):
+        v = c.vstage
+        gather = self.plan.dp_phases("all_gather", c.zero3_layer_bytes, lane.rank, self.full)
+        yield from self._gather_edge(lane, c, mb)
+        if c.has_embedding:
+            yield from self._segment(lane, "compute", "forward", c.embed_fwd, mb, v, None)
+        pending = [self._gather(lane, gather, c, mb, c.layer_lo)] if c.layers else []
+        for i in range(c.layers):
+            layer = c.layer_lo + i
+            ready = pending.pop(0)
+            if i + 1 < c.layers:   # prefetch the next layer's weights
+                pending.append(self._gather(lane, gather, c, mb, layer + 1))
+            if not ready.processed:
+                t0 = self.env.now
+                yield ready
+                lane.exposed["dp"] += self.env.now - t0
+            yield from self._segment(lane, "compute", "forward", c.fwd_layer, mb, v, layer)
+            yield from self._segment(lane, "tp", "tp_comm", c.tp_fwd_layer, mb, v, layer)
+            self._buffer(lane, -c.zero3_layer_bytes)   # resharded after its forward
+        if c.has_head:
+            yield from self._segment(lane, "compute", "forward", c.head_fwd, mb, v, None)
+        self._release_edge(lane, c)
+
+    def _zero3_backward(self, lane: Lane, c: ChunkPlan, mb: int):
+        v = c.vstage
+        gather = self.plan.dp_phases("all_gather", c.zero3_layer_bytes, lane.rank, self.full)
+        scatter = _prep(c, c.grad_bytes_layer) + self.plan.dp_phases("reduce_scatter", c.grad_bytes_layer, lane.rank,
+                                                                       self.full)
+        yield from self._gather_edge(lane, c, mb)
+        if c.has_head:
+            yield from self._segment(lane, "compute", "backward", c.head_bwd, mb, v, None)
+        layers = self._backward_layers(c)
+        # when the next layer's weights are gathered (FSDP's BackwardPrefetch): "pre" as this layer's
+        # gradient computation starts, "post" once it is done, "none" when the next layer starts
+        prefetch = self.sc.parallel.backward_prefetch
+        ready = self._gather(lane, gather, c, mb, layers[0][0]) if layers else None
+        for j, (layer, segs) in enumerate(layers):
+            if ready is None:
+                ready = self._gather(lane, gather, c, mb, layer)
+            nxt = layers[j + 1][0] if j + 1 < len(layers) else None
+            if not ready.processed:
+                t0 = self.env.now
+                yield ready
+                lane.exposed["dp"] += self.env.now - t0
+            ready = None
+            if nxt is not None and prefetch == "pre":
+                ready = self._gather(lane, gather, c, mb, nxt)
+            for stream, kind, sec, lyr in segs:
+                yield from self._segment(lane, stream, kind, sec, mb, v, lyr)
+            self._buffer(lane, c.grad_bytes_layer - c.zero3_layer_bytes)   # weights resharded, gradient unsharded
+            if nxt is not None and prefetch == "post":
+                ready = self._gather(lane, gather, c, mb, nxt)
+            # on the gathers' stream: PyTorch runs a process group's collectives on one NCCL stream, in the
+            # order they are issued (FSDP gathers and reduce-scatters over the same group)
+            done = self._collective(lane, "dp", "zero3_reduce_scatter", scatter, c.grad_bytes_layer, mb, v, layer,
+                                    layer + 1)
+            done.callbacks.append(lambda _e, n=c.grad_bytes_layer: self._buffer(lane, -n))
+        if c.has_embedding:
+            yield from self._segment(lane, "compute", "backward", c.embed_bwd, mb, v, None)
+        self._release_edge(lane, c)
+        if c.grad_bytes_edge > 0:
+            edge = _prep(c, c.grad_bytes_edge) + self.plan.dp_phases("reduce_scatter", c.grad_bytes_edge, lane.rank,
+                                                                     self.full)
+            self._collective(lane, "dp", "zero3_reduce_scatter", edge, c.grad_bytes_edge, mb, v)
+
+
+def _prep(c: ChunkPlan, nbytes: float) -> list:
+    """The gradient handling ahead of a reduce-scatter on the DP stream (``parallel.zero_impl: fsdp1``: FSDP's cast
+    and pre-divide on its post-backward stream), as a phase that moves no network bytes."""
+    t = c.grad_prep_per_byte * nbytes
+    return [Phase(flow_bytes=0.0, latency=t, links=())] if t > 0 else []
+
+
+def _comm_running(lane, factor: float, delta: int) -> None:
+    """A collective starts (+1) or ends (-1) on the lane: count it and wake the compute op in progress."""
+    lane.comm_factors[factor] = lane.comm_factors.get(factor, 0) + delta
+    change, lane.comm_change = lane.comm_change, None
+    if change is not None:
+        change.succeed()
+
+
+def _buckets(total: float, size: float) -> list[float]:
+    if total <= 0:
+        return []
+    n = max(1, math.ceil(total / size))
+    return [total / n] * n

@@ -1,0 +1,325 @@
+"""The discrete-event engine: plays one optimizer step out in simpy.
+
+The unit it simulates is a *lane*: the TP group of one pipeline rank in one DP
+replica (TP ranks synchronise at every layer, so they move in lock-step). In
+``folded`` fidelity there is one lane per pipeline rank, standing for all DP
+replicas (homogeneous clusters are symmetric); in ``full`` fidelity one lane
+per (DP replica, pipeline rank). Each lane runs its schedule's operations in
+order on its compute stream; pipeline sends, DP/ZeRO collectives and
+ZeRO-3 gathers run as flows on the shared :class:`~simtrain.engine.fluid.FluidNetwork`.
+
+The engine computes no costs: it reads them from the :class:`~simtrain.plan.build.Plan`.
+"""
+
+from __future__ import annotations
+
+import math
+
+from simtrain.engine.comm import CommMixin, _buckets
+from simtrain.spec.errors import SimulationLimitError
+from simtrain.engine.fluid import FluidNetwork
+from simtrain.engine.lane import CountingEnvironment, EventLimitReached, Lane, Record, Timeline  # noqa: F401  (Record, Timeline re-exported)
+from simtrain.plan.build import ChunkPlan, Plan
+from simtrain.spec.yamlio import locate
+
+
+def estimate_events(plan: Plan, full: bool) -> int:
+    """Simpy events the run will schedule, counted from the plan before running it."""
+    par = plan.scenario.parallel
+    lanes = par.pp * (par.dp if full else 1)
+    ops = sum(len(ops) for ops in plan.schedule) / max(par.pp, 1)
+    per_op = 4
+    if par.zero >= 3 and par.dp > 1:
+        # per layer: a gather (process start, rendezvous, phase timeouts, flow end, done) and two to
+        # four compute/TP timeouts, plus the reduce-scatter in the backward: about 12
+        per_op += 12 * max(c.layers for c in plan.chunks)
+    return int(lanes * ops * per_op + lanes * 64)
+
+
+class Engine(CommMixin):
+    """Runs one step of a plan; ``run()`` returns a :class:`Timeline`."""
+
+    def __init__(self, plan: Plan, *, full: bool = False, detail_limit: int = 300_000,
+                 slowdowns: dict[int, float] | None = None, link_scale: dict | None = None,
+                 jitter: float = 0.0, seed: int = 0) -> None:
+        self.plan = plan
+        self.full = full
+        self.sc = plan.scenario
+        par = self.sc.parallel
+        self.pp, self.dp, self.vpp = par.pp, par.dp, par.vpp
+        self.V = self.pp * self.vpp
+        self.zero = par.zero if par.dp > 1 else 0
+        self.sim = self.sc.simulation
+        self.jitter = jitter
+        self.seed = seed
+        self.env = CountingEnvironment(limit=self.sim.max_events)
+        cluster = self.sc.cluster
+        scale = link_scale or {}
+
+        class _Capacity(dict):
+            def __missing__(self, link):
+                value = cluster.bandwidth(link) * scale.get(link, 1.0)
+                self[link] = value
+                return value
+
+        self.net = FluidNetwork(self.env, _Capacity())
+        self.records: list[Record] = []
+        self.recv: dict = {}
+        self.sent_at: dict = {}
+        self.rendezvous: dict = {}
+        self.slowdowns = slowdowns or {}
+        lanes_n = self.pp * (self.dp if full else 1)
+        per_lane_layers = sum(c.layers for c in plan.chunks) / self.pp
+        est_records = lanes_n * sum(len(o) for o in plan.schedule) / self.pp * per_lane_layers * 2
+        self.layer_detail = est_records <= detail_limit
+        self.events = 0
+        self._factor_cache: dict = {}
+        self._segments: dict = {}        # per-chunk segment lists, read-only once built
+
+    def _make_lanes(self) -> list[Lane]:
+        lanes = []
+        pl = self.plan.placement
+        for d in (range(self.dp) if self.full else [None]):
+            for r in range(self.pp):
+                ranks = pl.tp_group(d if d is not None else 0, r)
+                if d is None:   # folded: the slowest replica of the stage sets the pace
+                    ranks = [pl.rank(dd, t, r) for dd in range(self.dp) for t in range(pl.tp)]
+                slow = max((self.slowdowns.get(x, 1.0) for x in ranks), default=1.0)
+                idx = len(lanes)
+                rng = None
+                if self.jitter > 0:
+                    import numpy as np   # only variation needs numpy: keep the common path light
+
+                    rng = np.random.default_rng([self.seed, idx])
+                lanes.append(Lane(index=idx, dp=d, rank=r, slowdown=slow, rng=rng,
+                                  tp_scale=self.plan.tp_scale(r, d)))
+        return lanes
+
+    def _over_limit(self, what: str) -> SimulationLimitError:
+        """The refusal of a run beyond simulation.max_events, with the ways out that apply to it."""
+        line, note = locate(self.sc.raw, "simulation.max_events")
+        # stragglers, jitter and degraded links need every lane: folding is then no way out
+        can_fold = self.full and self.sc.simulation.fidelity == "full"
+        way = ("use simulation.fidelity: folded (one lane per stage), a larger micro_batch" if can_fold
+               else "use a larger micro_batch (fewer micro-batches)")
+        return SimulationLimitError(f"{what}; {way} or raise the limit{note}", file=self.sc.file, line=line,
+                                    field="simulation.max_events")
+
+    def run(self) -> Timeline:
+        est = estimate_events(self.plan, self.full)
+        if est > self.sim.max_events:     # refused before any work, from the plan
+            raise self._over_limit(f"this run needs about {est:,} simulated events, more than "
+                                   f"simulation.max_events={self.sim.max_events:,}")
+        self.lanes = self._make_lanes()
+        for lane in self.lanes:
+            self.env.process(self._lane(lane))
+        try:
+            self.env.run()
+        except EventLimitReached:          # the estimate fell short: stop at the limit all the same
+            raise self._over_limit(f"this run reached simulation.max_events={self.sim.max_events:,} simulated events "
+                                   f"before its step ended (estimated {est:,} beforehand)") from None
+        step = max(lane.end for lane in self.lanes)
+        self.records.sort(key=lambda r: (r[0], r[3], r[4], r[1]))
+        return Timeline(step_time=step, lanes=self.lanes, records=self.records,
+                        events=self.env.scheduled, full=self.full)
+
+    def _factor(self, lane: Lane) -> float:
+        f = lane.slowdown
+        if lane.rng is not None:
+            sigma = math.sqrt(math.log1p(self.jitter ** 2))
+            f *= float(lane.rng.lognormal(-sigma * sigma / 2, sigma))   # mean 1, CV = jitter
+        return f
+
+    def _record(self, lane, stream, kind, start, end, mb=-1, vstage=-1, lo=-1, hi=-1, nbytes=0.0):
+        if end > start:
+            self.records.append((lane.index, stream, kind, start, end, mb, vstage, lo, hi, nbytes))
+            lane.busy[stream] += end - start
+
+    def _compute(self, lane: Lane, work: float):
+        """Advance ``work`` seconds of compute. While collectives run on the lane, compute progresses at
+        1/f of its speed, f = the largest overlap slowdown among them (issue 6, overlap realism): the
+        slowdown lasts as long as the overlap, not the whole op. Every collective that starts or ends
+        during the op re-rates it."""
+        env = self.env
+        while work > 1e-15:
+            f = max((x for x, n in lane.comm_factors.items() if n > 0), default=1.0)
+            change = lane.comm_change
+            if change is None:
+                change = lane.comm_change = env.event()
+            t0 = env.now
+            timer = env.timeout(work * f)
+            yield timer | change
+            if timer.processed or env.now - t0 >= work * f:
+                return
+            work -= (env.now - t0) / f
+
+    def _coarse(self, lane: Lane, segments: list, mb: int, v: int):
+        """Run a list of (stream, kind, seconds, layer) as one op: its compute, then its TP communication
+        (exposed); per-layer records if detailed. Compute segments are stretched alike by the overlap
+        slowdown the op met (``_compute``)."""
+        f = self._factor(lane)
+        t = self.env.now
+        work = sum(sec for stream, _k, sec, _l in segments if stream == "compute") * f
+        if work > 0:
+            yield from self._compute(lane, work)
+        stretch = f * ((self.env.now - t) / work if work > 0 else 1.0)
+        total = 0.0
+        if self.layer_detail:
+            for stream, kind, sec, layer in segments:
+                sec = sec * stretch if stream == "compute" else sec * lane.tp_scale
+                lo, hi = (layer, layer + 1) if layer is not None else (-1, -1)
+                self._record(lane, stream, kind, t + total, t + total + sec, mb, v, lo, hi)
+                if stream == "tp":
+                    lane.exposed["tp"] += sec
+                total += sec
+        else:
+            sums: dict = {}
+            for stream, kind, sec, layer in segments:
+                sec = sec * stretch if stream == "compute" else sec * lane.tp_scale
+                sums[(stream, kind)] = sums.get((stream, kind), 0.0) + sec
+            for (stream, kind), sec in sums.items():
+                self._record(lane, stream, kind, t + total, t + total + sec, mb, v)
+                if stream == "tp":
+                    lane.exposed["tp"] += sec
+                total += sec
+        rest = t + total - self.env.now      # the TP communication, after the compute
+        if rest > 0:
+            yield self.env.timeout(rest)
+
+    def _segment(self, lane: Lane, stream: str, kind: str, sec: float, mb: int, v: int, layer):
+        start = self.env.now
+        if stream == "compute":
+            yield from self._compute(lane, sec * self._factor(lane))
+        else:
+            if stream == "tp":
+                sec *= lane.tp_scale
+                lane.exposed["tp"] += sec
+            if sec <= 0:
+                return
+            yield self.env.timeout(sec)
+        lo, hi = (layer, layer + 1) if layer is not None else (-1, -1)
+        self._record(lane, stream, kind, start, self.env.now, mb, v, lo, hi)
+
+    def _once(self, key: tuple, build, c: ChunkPlan) -> list:
+        """``build(c)``, computed once per chunk and kept in ``self._segments``."""
+        hit = self._segments.get(key)
+        if hit is None:
+            hit = self._segments[key] = build(c)
+        return hit
+
+    def _forward_segments(self, c: ChunkPlan) -> list:
+        """A chunk's forward as (stream, kind, seconds, layer) segments; built once per chunk."""
+        return self._once(("F", c.vstage), self._build_forward_segments, c)
+
+    def _build_forward_segments(self, c: ChunkPlan) -> list:
+        segs = []
+        if c.has_embedding:
+            segs.append(("compute", "forward", c.embed_fwd, None))
+        for i in range(c.layers):
+            segs.append(("compute", "forward", c.fwd_layer, c.layer_lo + i))
+            segs.append(("tp", "tp_comm", c.tp_fwd_layer, c.layer_lo + i))
+        if c.has_head:
+            segs.append(("compute", "forward", c.head_fwd, None))
+        return segs
+
+    def _backward_layers(self, c: ChunkPlan) -> list:
+        """Per layer (in backward order): its segments; built once per chunk."""
+        return self._once(("B", c.vstage), self._build_backward_layers, c)
+
+    def _build_backward_layers(self, c: ChunkPlan) -> list:
+        out = []
+        for i in reversed(range(c.layers)):
+            layer = c.layer_lo + i
+            segs = []
+            if c.recompute_layer > 0:
+                segs.append(("compute", "recompute", c.recompute_layer, layer))
+            segs.append(("compute", "backward", c.bwd_layer, layer))
+            segs.append(("tp", "tp_comm", c.tp_bwd_layer, layer))
+            out.append((layer, segs))
+        return out
+
+    def _backward_segments(self, c: ChunkPlan) -> list:
+        """A chunk's whole backward (output layer, layers in reverse, embedding) as one segment list."""
+        key = ("Bflat", c.vstage)
+        hit = self._segments.get(key)
+        if hit is None:
+            hit = [("compute", "backward", c.head_bwd, None)] if c.has_head else []
+            for _layer, layer_segs in self._backward_layers(c):
+                hit.extend(layer_segs)
+            if c.has_embedding:
+                hit.append(("compute", "backward", c.embed_bwd, None))
+            self._segments[key] = hit
+        return hit
+
+    def _lane(self, lane: Lane):
+        env, plan = self.env, self.plan
+        ops = plan.schedule[lane.rank]
+        last_b = {}
+        for i, op in enumerate(ops):
+            if op.kind == "B":
+                last_b[op.chunk] = i
+        dp_sync = self.dp > 1
+        overlap = self.sim.overlap_dp and dp_sync and self.zero < 3
+        grad_kind = "all_reduce" if self.zero == 0 else "reduce_scatter"
+
+        for i, op in enumerate(ops):
+            v = op.chunk * self.pp + lane.rank
+            c = plan.chunks[v]
+            if op.kind == "F":
+                if v > 0:
+                    yield from self._wait_recv(lane, (lane.dp, v, op.mb, "F"))
+                self._alloc(lane, c.act_bytes)
+                if self.zero >= 3:
+                    yield from self._zero3_forward(lane, c, op.mb)
+                else:
+                    yield from self._coarse(lane, self._forward_segments(c), op.mb, v)
+                if v + 1 < self.V:
+                    self._send(lane, "F", op.mb, v, v + 1)
+            else:
+                if v + 1 < self.V:
+                    yield from self._wait_recv(lane, (lane.dp, v, op.mb, "B"))
+                if self.zero >= 3:
+                    yield from self._zero3_backward(lane, c, op.mb)
+                elif dp_sync and (self.zero == 2 or (overlap and i == last_b[op.chunk])):
+                    # ZeRO-2 keeps only its shard of the gradients, so it reduce-scatters after every
+                    # micro-batch's backward (DeepSpeed does the same); DDP/ZeRO-1 sync once per step
+                    yield from self._backward_with_buckets(lane, c, op.mb, grad_kind)
+                else:
+                    yield from self._coarse(lane, self._backward_segments(c), op.mb, v)
+                if c.metrics_bwd > 0:   # training metrics over the logits, after the whole backward
+                    yield from self._segment(lane, "compute", "backward", c.metrics_bwd, op.mb, v, None)
+                self._free(lane, c.act_bytes)
+                if v > 0:
+                    self._send(lane, "B", op.mb, v, v - 1)
+
+        # gradient synchronisation, optimizer step, ZeRO parameter all-gather
+        t_compute_end = env.now
+        if dp_sync and self.zero < 2 and not overlap:
+            for ch in range(self.vpp):
+                c = plan.chunks[ch * self.pp + lane.rank]
+                total = c.grad_bytes_layer * c.layers + c.grad_bytes_edge
+                for nbytes in _buckets(total, self.sim.dp_bucket_size):
+                    self._collective(lane, "dp", "dp_" + grad_kind, plan.dp_phases(grad_kind, nbytes, lane.rank, self.full),
+                                     nbytes, vstage=c.vstage)
+        tail = lane.chains.get("dp")   # every DP/ZeRO collective runs on the lane's one DP stream
+        if tail is not None and not tail.processed:
+            yield tail
+        lane.exposed["dp"] += env.now - t_compute_end
+        yield from self._segment(lane, "compute", "optimizer", plan.optimizer_time[lane.rank], -1, -1, None)
+        if dp_sync and self.zero in (1, 2):
+            t0 = env.now
+            mem = plan.stage_memory[lane.rank]
+            nbytes = mem.params_local * plan.dtype_bytes
+            yield self._collective(lane, "dp", "zero_all_gather", plan.dp_phases("all_gather", nbytes, lane.rank, self.full),
+                                   nbytes)
+            lane.exposed["dp"] += env.now - t0
+        lane.end = env.now
+
+    def _alloc(self, lane: Lane, nbytes: float) -> None:
+        lane.act_now += nbytes
+        lane.act_peak = max(lane.act_peak, lane.act_now)
+        lane.mem_events.append((self.env.now, lane.act_now))
+
+    def _free(self, lane: Lane, nbytes: float) -> None:
+        lane.act_now -= nbytes
+        lane.mem_events.append((self.env.now, lane.act_now))

@@ -1,0 +1,100 @@
+"""A fluid model of the network inside a simpy environment.
+
+Transfers share links: each flow gets an equal share of its busiest link,
+``rate = min over links of capacity / flows on the link``, counting the flows
+of every transfer in flight. Rates are recomputed whenever a transfer starts
+or finishes, so a collective slows while another crosses the same NIC and
+speeds up again when it ends. (Equal share at the bottleneck is a simple,
+conservative stand-in for max-min fairness.)
+
+Only the transfers that share a link with the one that started or finished
+change rate, so only they are re-rated: the cost of an event grows with the
+traffic it meets, not with everything in flight. Flows are kept in insertion-ordered dicts
+(never sets) so that equal inputs replay in the same order: reports stay byte-identical.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import simpy
+
+from simtrain.plan.collectives import Phase
+
+_EPS = 1e-12
+
+
+@dataclass(eq=False)
+class _Flow:
+    remaining: float          # bytes left at time `stamp`
+    links: tuple
+    done: simpy.Event
+    rate: float = 0.0
+    stamp: float = 0.0
+    finish: float = 0.0       # when it ends at its current rate
+
+
+@dataclass(eq=False)
+class FluidNetwork:
+    env: simpy.Environment
+    capacity: dict                       # link -> bytes/s (after efficiency and degradation)
+    load: dict = field(default_factory=lambda: defaultdict(int))
+    on_link: dict = field(default_factory=lambda: defaultdict(dict))   # link -> {flow: None}, ordered
+    active: dict = field(default_factory=dict)                          # {flow: None}, ordered
+    _generation: int = 0
+
+    def run_phase(self, phase: Phase):
+        """simpy process body: wait out a phase's latency, then move its bytes."""
+        if phase.latency > 0:
+            yield self.env.timeout(phase.latency)
+        if phase.flow_bytes > 0:
+            flow = _Flow(phase.flow_bytes, phase.links, self.env.event(), stamp=self.env.now)
+            self.active[flow] = None
+            for link, count in flow.links:
+                self.load[link] += count
+                self.on_link[link][flow] = None
+            self._rerate(self._sharing(flow))
+            yield flow.done
+
+    def _sharing(self, flow: _Flow) -> dict:
+        """The flows in flight that cross at least one of ``flow``'s links (``flow`` included if active)."""
+        out: dict = {}
+        for link, _ in flow.links:
+            out.update(self.on_link[link])
+        return out
+
+    def _rerate(self, flows) -> None:
+        now = self.env.now
+        cap, load = self.capacity, self.load
+        for f in flows:
+            f.remaining -= f.rate * (now - f.stamp)
+            f.stamp = now
+            f.rate = min(cap[link] / load[link] for link, _ in f.links)
+            f.finish = now + max(f.remaining, 0.0) / f.rate
+        self._schedule()
+
+    def _schedule(self) -> None:
+        self._generation += 1
+        if self.active:
+            soonest = min(f.finish for f in self.active)
+            gen = self._generation
+            timer = self.env.timeout(max(soonest - self.env.now, 0.0))
+            timer.callbacks.append(lambda _e, g=gen: self._wake(g))
+
+    def _wake(self, generation: int) -> None:
+        if generation != self._generation:
+            return
+        now = self.env.now
+        finished = [f for f in self.active if f.finish <= now * (1 + _EPS) + _EPS]
+        if not finished:   # floating point: finish the closest one
+            finished = [min(self.active, key=lambda f: f.finish)]
+        touched: dict = {}
+        for flow in finished:
+            del self.active[flow]
+            for link, count in flow.links:
+                self.load[link] -= count
+                del self.on_link[link][flow]
+            touched.update(self._sharing(flow))
+            flow.done.succeed()
+        self._rerate(f for f in touched if f in self.active)

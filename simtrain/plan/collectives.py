@@ -1,0 +1,231 @@
+"""Collectives on the cluster graph, as phases of ring flows.
+
+A ring collective over ``n`` GPUs runs ``steps`` ring steps; in each, every GPU
+sends a chunk to its ring neighbour along the graph route between them. With
+``S`` bytes per GPU (NCCL's convention, Thakur et al. 2005; NCCL docs
+"Performance considerations"):
+
+- all-reduce:     2(n-1) steps of S/n  -> 2(n-1)/n x S per flow
+- reduce-scatter: (n-1) steps of S/n   -> (n-1)/n x S
+- all-gather:     (n-1) steps of S/n   -> (n-1)/n x S   (S = the gathered size)
+
+Alone on uniform links of bandwidth B and per-step latency alpha this is the
+alpha-beta time ``steps x alpha + flow_bytes / B``: all-reduce
+``2(n-1)/n x S/B + 2(n-1) alpha``.
+
+A group that spans nodes with several members per node uses the hierarchical
+form: reduce-scatter inside each node, the collective across nodes on 1/l of
+the data (l members per node, l rings in parallel), all-gather inside the node.
+
+A :class:`Phase` is what the network needs to time it: bytes each flow moves,
+the fixed latency, and the load it puts on each link (flows per link, counting
+every concurrent replica the phase stands for).
+
+A collective of S bytes per GPU reaches only a fraction of the fabric's
+large-message bandwidth (the message-size ramp, :class:`Ramp`); its flows move
+their bytes divided by that fraction.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+from simtrain.spec.topology import Cluster, Link
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One ring phase: every flow moves ``flow_bytes`` after ``latency`` seconds of step latencies."""
+
+    flow_bytes: float
+    latency: float
+    links: tuple[tuple[Link, int], ...]   # (directed link, flows on it)
+
+
+@dataclass(frozen=True)
+class Ramp:
+    """The fraction of a fabric's large-message bus bandwidth B that the bytes of a collective of
+    ``size`` bytes per GPU move at, once the ring's step latencies are counted apart.
+
+    Either a half-peak size S_half, busbw(S) = B x S / (S + S_half), or a measured curve of
+    (size, fraction) points interpolated in log-log, held at the last point above it and falling
+    in proportion to the size below the first (a latency-bound floor: constant time).
+    """
+
+    half_peak: float = 0.0
+    sizes: tuple[float, ...] = ()
+    fractions: tuple[float, ...] = ()
+
+    def fraction(self, size: float) -> float:
+        if self.sizes:
+            xs, ys = self.sizes, self.fractions
+            if size >= xs[-1]:
+                return ys[-1]
+            if size <= xs[0]:
+                return ys[0] * size / xs[0]
+            i = bisect_right(xs, size)
+            w = math.log(size / xs[i - 1]) / math.log(xs[i] / xs[i - 1])
+            return math.exp(math.log(ys[i - 1]) + w * math.log(ys[i] / ys[i - 1]))
+        return size / (size + self.half_peak) if self.half_peak > 0 else 1.0
+
+
+@lru_cache(maxsize=16)
+def curve_ramp(curve: tuple[tuple[float, float], ...], ranks: int, latency: float, bus_bandwidth: float) -> Ramp:
+    """The ramp of a measured all-reduce curve over ``ranks`` GPUs (nccl-tests busbw as fractions f of B).
+
+    A point's time is 2(n-1)/n x S / (f B); without its 2(n-1) step latencies alpha the bytes take
+    2(n-1)/n x S / (g B) with 1/g = 1/f - n alpha B / S, so the model (latency + bytes at g B)
+    gives back the measured time at every point. g is capped at 1.
+    """
+    sizes, fractions = [], []
+    for size, f in curve:
+        rest = 1.0 / f - ranks * latency * bus_bandwidth / size
+        if rest <= 0:
+            raise ValueError(f"the curve point at {size:g} bytes is faster than the fabric's step latency allows")
+        sizes.append(size)
+        fractions.append(min(1.0, 1.0 / rest))
+    return Ramp(sizes=tuple(sizes), fractions=tuple(fractions))
+
+
+STEPS = {"all_reduce": lambda n: 2 * (n - 1), "reduce_scatter": lambda n: n - 1,
+         "all_gather": lambda n: n - 1}
+
+
+@dataclass(frozen=True)
+class RingShape:
+    """Where one flat ring stage's flows go, independent of the message size."""
+
+    kind: str
+    n: int                                   # ring length
+    divisor: int                             # the stage moves nbytes / divisor (hierarchical inter-node stage)
+    links: tuple[tuple[Link, int], ...]      # (link, flows on it from every concurrent ring)
+    step_latency: float                      # worst route latency between ring neighbours
+    ramp: Ramp = Ramp()                      # the fabric's message-size ramp
+    latency_rounds: int = 1                  # the stage's step latencies are paid this many times (flat ring)
+
+    def phase(self, nbytes: float) -> Phase:
+        """The phase for ``nbytes`` per GPU: its bytes move at the ramp's fraction of the bandwidth
+        for this size (nccl-tests curves, docs/sources.md section 3). With a half-peak size that is
+        the time of S + S_half bytes at the full bandwidth."""
+        steps = STEPS[self.kind](self.n)
+        size = nbytes / self.divisor
+        flow = steps * size / self.n / self.ramp.fraction(size) if size > 0 else 0.0
+        return Phase(flow_bytes=flow, latency=self.latency_rounds * steps * self.step_latency, links=self.links)
+
+
+def _ring_shape(kind: str, rings: list[list[int]], cluster: Cluster, every: bool, divisor: int = 1) -> RingShape:
+    """All rings run concurrently; ``rings[0]`` is the one whose flows set the pace (symmetry),
+    or, with ``every``, the slowest flow of any ring (no symmetry assumed)."""
+    counts: dict[Link, int] = defaultdict(int)
+    own: set[Link] = set()
+    latency = 0.0
+    chosen = rings if every else rings[:1]
+    for ring in chosen:
+        n = len(ring)
+        for j in range(n):
+            a, b = ring[j], ring[(j + 1) % n]
+            own.update(cluster.route(a, b))
+            latency = max(latency, cluster.route_latency(a, b))
+    # other rings load the chosen rings' links only where they cross them; when every chosen link
+    # belongs to one node (GPU, NIC or NVSwitch end), only flows starting or ending on those nodes can
+    nodes = cluster.local_nodes(own)
+    node_of = cluster.node_of
+    for ring in rings:
+        n = len(ring)
+        for j in range(n):
+            a, b = ring[j], ring[(j + 1) % n]
+            if nodes is not None and node_of(a) not in nodes and node_of(b) not in nodes:
+                continue
+            for link in cluster.route(a, b, cache=False):
+                if link in own:
+                    counts[link] += 1
+    crosses = any(cluster._link(link)[2] == "network" for link in own)
+    return RingShape(kind=kind, n=len(rings[0]), divisor=divisor, links=tuple(sorted((link, counts[link]) for link in own)),
+                     step_latency=latency, ramp=fabric_ramp(cluster, crosses))
+
+
+def fabric_ramp(cluster: Cluster, crosses_network: bool) -> Ramp:
+    """The message-size ramp of the fabric a ring runs on (none for explicit topologies)."""
+    spec = cluster.spec
+    fabric = spec.inter_node if crosses_network else spec.intra_node
+    if fabric is None:
+        return Ramp()
+    curve = getattr(fabric, "busbw_curve", None)
+    if curve is not None:
+        return curve_ramp(curve, spec.gpus_per_node, fabric.latency, fabric.bandwidth * fabric.efficiency)
+    return Ramp(half_peak=fabric.half_peak_message)
+
+
+def collective_shape(kind: str, groups: list[list[int]], cluster: Cluster, every: bool = False) -> list[RingShape]:
+    """The ring stages of ``kind`` run at once by every group in ``groups`` (same size, same shape).
+
+    ``groups[0]`` is the representative: its links, loaded by all groups' flows, set the rate.
+    A group spanning nodes with several members in each uses the hierarchical form.
+    """
+    n = len(groups[0])
+    if n <= 1:
+        return []
+    per_node: dict[int, list[int]] = defaultdict(list)
+    for r in groups[0]:
+        per_node[cluster.node_of(r)].append(r)
+    local = max(len(v) for v in per_node.values())
+    if len(per_node) == 1 or local == 1 or any(len(v) != local for v in per_node.values()):
+        return [_ring_shape(kind, groups, cluster, every)]
+    intra, inter = [], []
+    for g in groups:   # each group's members by node, once (linear in the group size)
+        by_node: dict[int, list[int]] = defaultdict(list)
+        for r in g:
+            by_node[cluster.node_of(r)].append(r)
+        nodes = sorted(by_node)
+        intra.extend(by_node[nd] for nd in nodes)
+        inter.extend([[by_node[nd][k] for nd in nodes] for k in range(local)])
+    if kind == "all_reduce":
+        return [_ring_shape("reduce_scatter", intra, cluster, every),
+                _ring_shape("all_reduce", inter, cluster, every, local),
+                _ring_shape("all_gather", intra, cluster, every)]
+    # NCCL runs reduce-scatter and all-gather as one flat ring over all n ranks, whose chunks make n - 1
+    # hops, n - nodes of them inside a node (tuning.cc: nsteps = nRanks - 1, nInterSteps = nNodes - 1):
+    # the node stage's local - 1 step latencies are paid once per node. The bytes stay the two stages',
+    # timed one after the other (docs/model.md section 4.3: that matches the one multi-node nccl-tests
+    # all-gather found, where a ring pipelining NVLink and NICs would be about twice as fast).
+    nodes = len(per_node)
+    inside = replace(_ring_shape(kind, intra, cluster, every), latency_rounds=nodes)
+    across = _ring_shape(kind, inter, cluster, every, local)
+    return [inside, across] if kind == "reduce_scatter" else [across, inside]
+
+
+def collective_phases(kind: str, nbytes: float, groups: list[list[int]], cluster: Cluster,
+                      every: bool = False) -> list[Phase]:
+    """Phases of ``kind`` over ``nbytes`` per GPU run at once by every group in ``groups``."""
+    if nbytes <= 0:
+        return []
+    return [shape.phase(nbytes) for shape in collective_shape(kind, groups, cluster, every)]
+
+
+def p2p_phase(nbytes: float, pairs: list[tuple[int, int]], cluster: Cluster, every: bool = False) -> Phase:
+    """Point-to-point sends running at once; ``pairs[0]`` is the representative (or all, with ``every``)."""
+    chosen = pairs if every else pairs[:1]
+    own = {link for a, b in chosen for link in cluster.route(a, b)}
+    counts: dict[Link, int] = defaultdict(int)
+    nodes = cluster.local_nodes(own)
+    for a, b in pairs:
+        if nodes is not None and cluster.node_of(a) not in nodes and cluster.node_of(b) not in nodes:
+            continue
+        for link in cluster.route(a, b, cache=False):
+            if link in own:
+                counts[link] += 1
+    latency = max(cluster.route_latency(a, b) for a, b in chosen)
+    return Phase(flow_bytes=nbytes, latency=latency, links=tuple(sorted((link, counts[link]) for link in own)))
+
+
+def phase_time_alone(phase: Phase, cluster: Cluster, scale: dict | None = None) -> float:
+    """Time of a phase with no other traffic: latency + bytes at the bottleneck share."""
+    if phase.flow_bytes <= 0:
+        return phase.latency
+    rate = min(cluster.bandwidth(link) * (scale.get(link, 1.0) if scale else 1.0) / count
+               for link, count in phase.links)
+    return phase.latency + phase.flow_bytes / rate

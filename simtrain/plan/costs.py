@@ -1,0 +1,340 @@
+"""Per-operation cost functions: the one cost model that both the analytic
+estimate and the event engine call (style rule 5).
+
+A kernel takes ``max(FLOPs / (peak x efficiency), bytes / (HBM x efficiency))``
+plus a launch overhead. GEMM efficiency falls smoothly for small GEMMs:
+``eff = best x g^3 / (g^3 + g_half^3)`` with ``g`` the geometric mean of M, N,
+K: half of the best at ``g = g_half``, saturating within a factor of two of it
+(the shape of public GEMM-vs-size curves: on H100 BF16 1024^3 reaches 30% of
+the best, 2048^3 80%, 4096^3 99%; docs/sources.md). Flash attention follows
+the same kind of curve in the sequence length, ``best x s / (s + s_half)``
+(FlashAttention-2 benchmarks rise from ~50% of their best at 512 tokens to
+the best at 16k). A hardware file may instead give the measured GEMM curve
+itself (``gemm_curve``: [size, fraction of peak] points), interpolated in
+log(size). All constants come from the hardware file with sources. All quantities are per TP rank,
+per micro-batch, in seconds, FLOP and bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from simtrain.spec.hardware import ComputeModel, GpuSpec
+
+#: bytes per element of activations and weights by training precision
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+
+
+def _interpolate_log(curve: tuple[tuple[float, float], ...], size: float) -> float:
+    """Piecewise-linear in log(size) through measured points, flat beyond the ends."""
+    if size <= curve[0][0]:
+        return curve[0][1]
+    for (s0, f0), (s1, f1) in zip(curve, curve[1:]):
+        if size <= s1:
+            w = math.log(size / s0) / math.log(s1 / s0)
+            return f0 + w * (f1 - f0)
+    return curve[-1][1]
+
+
+@dataclass(frozen=True)
+class Device:
+    """What a kernel's time depends on: the GPU, its efficiencies, the dtype."""
+
+    gpu: GpuSpec
+    compute: ComputeModel
+    dtype: str
+    attention_speed: float = 1.0   # the scenario's flash kernel relative to the hardware's FlashAttention-2 curve
+
+    @property
+    def peak(self) -> float:
+        return self.gpu.peak(self.dtype)
+
+    @property
+    def element_bytes(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+    def gemm_efficiency(self, m: float, n: float, k: float) -> float:
+        """The benchmarked fraction of peak at this size, times the sustained fraction (power-limited clock)."""
+        return self.compute.sustained_fraction * self._benchmark_gemm_efficiency(m, n, k)
+
+    def _benchmark_gemm_efficiency(self, m: float, n: float, k: float) -> float:
+        curve = self.compute.gemm_curve
+        if curve:
+            return _interpolate_log(curve, (m * n * k) ** (1.0 / 3.0))
+        best = self.compute.gemm_efficiency
+        half = self.compute.gemm_half_size
+        if half <= 0:
+            return best
+        g3 = m * n * k   # g^3, g = geometric mean of the dimensions
+        return best * g3 / (g3 + half ** 3)
+
+    def gemm_time(self, m: float, n: float, k: float) -> float:
+        """One GEMM (M x K) @ (K x N): 2MNK FLOP; reads A and B, writes C."""
+        flops = 2.0 * m * n * k
+        nbytes = self.element_bytes * (m * k + k * n + m * n)
+        t_math = flops / (self.peak * self.gemm_efficiency(m, n, k))
+        t_mem = nbytes / (self.gpu.memory_bandwidth * self.compute.memory_efficiency)
+        return max(t_math, t_mem) + self.compute.kernel_overhead
+
+    def norm_time(self, nbytes: float, backward: bool, kernels: int) -> float:
+        """Layer-norm kernels: bytes over HBM at the norm's own measured fraction of the bandwidth."""
+        c = self.compute
+        eff = c.norm_backward_efficiency if backward else c.norm_forward_efficiency
+        if eff is None:
+            return self.memory_time(nbytes, kernels)
+        return nbytes / (self.gpu.memory_bandwidth * eff) + kernels * c.kernel_overhead
+
+    def memory_time(self, nbytes: float, kernels: int = 1) -> float:
+        """Memory-bound kernels moving ``nbytes`` through HBM."""
+        return nbytes / (self.gpu.memory_bandwidth * self.compute.memory_efficiency) + \
+            kernels * self.compute.kernel_overhead
+
+    def attention_efficiency(self, seq: int) -> float:
+        half = self.compute.attention_half_seq
+        best = self.compute.attention_efficiency
+        return self.attention_speed * (best if half <= 0 else best * seq / (seq + half))
+
+    def attention_time(self, flops: float, seq: int) -> float:
+        return flops / (self.peak * self.attention_efficiency(seq)) + self.compute.kernel_overhead
+
+
+@dataclass(frozen=True)
+class LayerShape:
+    """One transformer layer as one TP rank sees it for one micro-batch."""
+
+    tokens: int          # b x s
+    seq: int
+    batch: int
+    hidden: int
+    ffn: int
+    heads: int
+    kv_width: int
+    mlp_matrices: int    # 2 gelu, 3 swiglu
+    tp: int
+    sequence_parallel: bool
+    flash: bool
+    causal: bool = True
+    dropout: bool = True   # False: p = 0, no dropout kernels (PyTorch returns the input unchanged)
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    """Seconds and FLOP for one layer on one TP rank, one micro-batch."""
+
+    forward: float
+    backward: float
+    recompute: float          # extra forward work done before the backward
+    model_flops: float        # forward FLOP counted by MFU (all ranks' share / tp)
+    hardware_flops: float     # forward+backward+recompute FLOP actually executed
+
+
+def gemm_shapes(sh: LayerShape) -> list[tuple[float, float, float]]:
+    """Forward GEMMs (M, N, K) of one layer on one TP rank (Megatron column/row split)."""
+    t, T, h = sh.tp, sh.tokens, sh.hidden
+    up = sh.ffn * (sh.mlp_matrices - 1)   # gate and up fused for swiglu
+    return [
+        (T, (h + 2 * sh.kv_width) / t, h),   # QKV, column parallel
+        (T, h, h / t),                       # attention output, row parallel
+        (T, up / t, h),                      # MLP up (+gate), column parallel
+        (T, h, sh.ffn / t),                  # MLP down, row parallel
+    ]
+
+
+def op_sac_matmuls(sh: LayerShape) -> tuple[list[tuple[float, float, float]], list[tuple[float, float, float]]]:
+    """The forward matmuls of one layer in execution order, split as torchtitan's op-level selective activation
+    checkpointing splits them: (kept, recomputed). Its policy saves the output of every matmul except every
+    second one, counting from the layer's first (torchtitan ``parallelize_llama.py``, ``_apply_ac_to_transformer_block``:
+    ``meta[mm_count_key] % 2 == 0`` recomputes). The order is Llama's: wq, wk, wv, wo, then w1, w3, w2 (SwiGLU) or
+    fc1, fc2 (GELU); so q, v, w1, w2 are kept and k, o, w3 recomputed (GELU: q, v, fc1 kept; k, o recomputed).
+    The layer's last matmul never runs again: PyTorch's non-reentrant checkpoint stops recomputing once every
+    tensor the backward needs is back (torch/utils/checkpoint.py, ``set_checkpoint_early_stop``: "By default,
+    non-reentrant checkpoint stops recomputation as soon as it has computed all needed Tensors"), and nothing in
+    the backward needs the output of the last one (GELU's fc2); it is listed with neither."""
+    t, T, h, kv, f = sh.tp, sh.tokens, sh.hidden, sh.kv_width, sh.ffn
+    order = [(T, h / t, h), (T, kv / t, h), (T, kv / t, h), (T, h, h / t)]
+    if sh.mlp_matrices == 3:
+        order += [(T, f / t, h), (T, f / t, h), (T, h, f / t)]
+    else:
+        order += [(T, f / t, h), (T, h, f / t)]
+    return order[0::2], order[1:-1:2]
+
+
+def attention_flops(sh: LayerShape) -> float:
+    """Forward FLOP of QK^T and AV on one TP rank: 4 b s^2 h / t (the attention terms behind Narayanan et al.
+    2021, Eq. 3)."""
+    return 4.0 * sh.batch * sh.seq * sh.seq * sh.hidden / sh.tp
+
+
+def layer_cost(sh: LayerShape, dev: Device, recompute: str) -> LayerCost:
+    """Forward, backward and recompute time of one layer (costs module docstring for the rule)."""
+    gemms = gemm_shapes(sh)
+    fwd_gemm = sum(dev.gemm_time(m, n, k) for m, n, k in gemms)
+    # backward: data gradient (M x K result) and weight gradient (K x N result), same FLOP each
+    bwd_gemm = sum(dev.gemm_time(m, k, n) + dev.gemm_time(k, n, m) for m, n, k in gemms)
+    gemm_flops = sum(2.0 * m * n * k for m, n, k in gemms)
+
+    attn = attention_flops(sh)
+    b, s, h, t = sh.batch, sh.seq, sh.hidden, sh.tp
+    if sh.flash:
+        # FlashAttention skips fully masked blocks of a causal mask: about half the work executed;
+        # its backward recomputes the scores: 2.5x the forward FLOP (Dao 2023, Sec. 3 / benchmarks)
+        executed = attn * (0.5 if sh.causal else 1.0)
+        fwd_attn = dev.attention_time(executed, sh.seq)
+        bwd_attn = dev.attention_time(2.5 * executed, sh.seq)
+    else:
+        # scores as GEMMs (batched, per head) plus a memory-bound softmax over a*s^2*b elements
+        heads_local = sh.heads / t
+        head_dim = h / sh.heads
+        score_elems = heads_local * s * s * b
+        fwd_attn = 2 * dev.gemm_time(b * heads_local * s, s, head_dim) + \
+            (dev.memory_time(score_elems * dev.element_bytes * 3 + score_elems, kernels=3) if sh.dropout
+             else dev.memory_time(score_elems * dev.element_bytes * 2, kernels=2))   # softmax (+ dropout)
+        bwd_attn = 2 * fwd_attn
+    # element-wise work per layer forward, bytes through HBM (16-bit): two residual adds (2 reads + 1 write
+    # of sbh), two dropouts (read, write, mask), the activation function over the MLP width; the backward
+    # moves twice as much. The two norms are timed on their own: forward reads and writes sbh, backward
+    # reads the input and the output gradient and writes the input gradient (3 sbh), each at the norm
+    # kernel's measured fraction of the bandwidth.
+    split = t if sh.sequence_parallel else 1
+    elem = dev.element_bytes
+    sbh = sh.tokens * h * elem / split
+    drop = 2 * 2.5 if sh.dropout else 0.0
+    ew_bytes = (2 * 3 + drop) * sbh + (2 if sh.mlp_matrices == 2 else 3) * sh.tokens * sh.ffn / t * elem
+    ew_kernels = 6 if sh.dropout else 4
+    fwd_ew = dev.memory_time(ew_bytes, kernels=ew_kernels) + dev.norm_time(2 * 2 * sbh, backward=False, kernels=2)
+    bwd_ew = dev.memory_time(2 * ew_bytes, kernels=ew_kernels + 2) + \
+        dev.norm_time(2 * 3 * sbh, backward=True, kernels=4)
+
+    forward = fwd_gemm + fwd_attn + fwd_ew
+    backward = bwd_gemm + bwd_attn + bwd_ew
+    model_flops = gemm_flops + attn
+    # hardware FLOP in the same (non-causal) convention as MFU, plus what recompute repeats
+    if recompute == "full":
+        extra, extra_flops = forward, model_flops
+    elif recompute == "selective":
+        extra, extra_flops = fwd_attn, attn
+    elif recompute == "selective_op":
+        # every second matmul and all element-wise work and norms run again; a fused attention kernel's output is
+        # kept (torchtitan saves _scaled_dot_product_flash/efficient_attention), unfused attention is not
+        redo = op_sac_matmuls(sh)[1]
+        extra = sum(dev.gemm_time(m, n, k) for m, n, k in redo) + fwd_ew
+        extra_flops = sum(2.0 * m * n * k for m, n, k in redo)
+        if not sh.flash:
+            extra, extra_flops = extra + fwd_attn, extra_flops + attn
+    else:
+        extra, extra_flops = 0.0, 0.0
+    hw_flops = 3.0 * model_flops + extra_flops
+    return LayerCost(forward=forward, backward=backward, recompute=extra,
+                     model_flops=model_flops, hardware_flops=hw_flops)
+
+
+@dataclass(frozen=True)
+class EdgeCost:
+    """Embedding (first stage) and output layer + loss (last stage), one micro-batch, one TP rank."""
+
+    embed_forward: float
+    embed_backward: float
+    head_forward: float
+    head_backward: float
+    head_model_flops: float
+
+
+#: bytes through HBM per logit of the cross-entropy loss, forward and backward, by implementation
+#: (``e`` = 16-bit element size). ``eager``: PyTorch's composite path in fp32 (autocast runs log_softmax
+#: and nll_loss in float32; Megatron-LM and torchtitan upcast the logits with ``.float()``): forward casts
+#: the logits (read e, write 4) and runs log_softmax (read 4, write 4); the loss itself gathers one value
+#: per row. Backward: the nll gradient (write 4), log_softmax backward (read 4 + 4, write 4), the cast back
+#: (read 4, write e). ``fused``: one kernel reads the 16-bit logits in the forward; the backward reads them
+#: again and writes their gradient (flash-attn's ``losses.cross_entropy``, llm-foundry's default
+#: ``loss_fn: fused_crossentropy``).
+CROSS_ENTROPY_BYTES = {
+    "eager": (lambda e: e + 4 + 4 + 4, lambda e: 4 + 12 + 4 + e, 3, 3),
+    "fused": (lambda e: e, lambda e: 2 * e, 1, 1),
+}
+
+
+def edge_cost(tokens: int, hidden: int, vocab: int, tp: int, dev: Device,
+              cross_entropy: str = "eager") -> EdgeCost:
+    elem = dev.element_bytes
+    embed_f = dev.memory_time(2 * tokens * hidden * elem, kernels=2)
+    embed_b = dev.memory_time(3 * tokens * hidden * elem, kernels=2)   # scatter-add into the table gradient
+    v = vocab / tp
+    logits = dev.gemm_time(tokens, v, hidden)
+    fwd_bytes, bwd_bytes, fwd_kernels, bwd_kernels = CROSS_ENTROPY_BYTES[cross_entropy]
+    loss = dev.memory_time(tokens * v * fwd_bytes(elem), kernels=fwd_kernels)
+    head_b = dev.gemm_time(tokens, hidden, v) + dev.gemm_time(hidden, v, tokens) + \
+        dev.memory_time(tokens * v * bwd_bytes(elem), kernels=bwd_kernels)
+    return EdgeCost(embed_forward=embed_f, embed_backward=embed_b, head_forward=logits + loss,
+                    head_backward=head_b, head_model_flops=2.0 * tokens * v * hidden)
+
+
+def train_metrics_time(tokens: int, vocab: int, tp: int, dev: Device, metrics: int) -> float:
+    """Training metrics over one micro-batch's logits, each an eager cross entropy without a backward: the
+    eager loss's forward bytes and kernels (``CROSS_ENTROPY_BYTES``: autocast runs cross_entropy in fp32, so the
+    16-bit logits are cast, then log_softmax and nll_loss run). Composer's trainer evaluates its train metrics
+    after every micro-batch's backward (``Trainer._train_microbatch`` -> ``_eval_train_metrics``, under no_grad
+    and the autocast context); Composer's LanguageCrossEntropy (and LanguagePerplexity, its subclass) call
+    ``torch.nn.CrossEntropyLoss(reduction='sum')`` on the logits."""
+    if metrics <= 0:
+        return 0.0
+    fwd_bytes, _, fwd_kernels, _ = CROSS_ENTROPY_BYTES["eager"]
+    return metrics * dev.memory_time(tokens * (vocab / tp) * fwd_bytes(dev.element_bytes), kernels=fwd_kernels)
+
+
+def fsdp1_grad_bytes(weight_bytes: float, grad_bytes: float) -> tuple[float, float]:
+    """Bytes per parameter PyTorch FSDP (flat parameters) moves through HBM to hand a unit's gradient to its
+    reduce-scatter: (on the compute stream, on the post-backward stream ahead of the collective).
+
+    - Compute stream: the unit's parameters are split views of its flat parameter, so autograd's
+      SplitWithSizesBackward concatenates their gradients into the flat gradient: read w, write w.
+    - Post-backward stream (``_post_backward_hook``, ``_reduce_grad``; torch/distributed/fsdp/_runtime_utils.py):
+      the cast to the reduce dtype when it differs (read w, write g), then ``_div_if_needed`` pre-divides the
+      unsharded gradient in place by the gradient predivide factor (> 1 on 2 or more ranks): read g, write g.
+    """
+    cast = weight_bytes + grad_bytes if grad_bytes != weight_bytes else 0.0
+    return 2.0 * weight_bytes, cast + 2.0 * grad_bytes
+
+
+#: PyTorch FSDP1's fixed cost per FSDP unit (one transformer layer) and micro-batch, in seconds: the time its
+#: hooks spend per unit beyond the kernels and collectives (the caching allocator's allocations and frees of the
+#: unsharded parameters and gradients, the flat-parameter views, the per-unit division of the gradient), which
+#: a leaner implementation of the same sharded data parallelism does not spend. Source: yandex/YaFSDP README.md
+#: (2024), "Benchmarks": iteration times of FSDP1 and YaFSDP on A100 80GB hosts, one sequence per GPU (one
+#: micro-batch per iteration), no activation checkpointing. Per layer, (FSDP - YaFSDP) / layers: Llama 2 7B on 64
+#: GPUs 1.56 (4096 tokens) and 1.88 ms (8192); on 128 GPUs 0.94 and 1.88 ms; Llama 2 13B on 128 GPUs 2.00 ms
+#: (4096); Llama 3 8B on 64 GPUs 3.75 ms (4096). The median, 1.875 ms, is taken. The 2048-token rows (2.8-5.3 ms
+#: per layer) are left out: there a layer's compute is shortest and its collectives least hidden, so their gap
+#: mixes in communication, which simtrain times itself (the 34B rows, 18-21 ms, also memory pressure). The form
+#: (fixed per layer and micro-batch) follows the validation residual; the size is this source's, with the
+#: readings and their effect in docs/model.md section 2.12. Charged on the compute stream, a third with each layer's
+#: forward and two thirds with its backward (assumed: the backward hook does about twice the forward's work), and
+#: to ZeRO-2 (SHARD_GRAD_OP) as to ZeRO-3, which YaFSDP measured (an extrapolation).
+FSDP1_UNIT_OVERHEAD = 1.875e-3
+
+
+#: Adam's element-wise passes when unfused, bytes per parameter = UNFUSED_ADAM_BASE + 3 x gradient bytes. Reading
+#: PyTorch's single-tensor AdamW (torch/optim/adamw.py) and Composer's DecoupledAdamW (composer 0.15-0.16,
+#: optim/decoupled_weight_decay.py, adamw): decoupled decay p *= 1 - lr wd (8; Composer skips it at wd = 0 and
+#: runs exp_avg.mul_ then add_ instead of lerp_, +8: the same total); m = lerp(m, g) (8 + g); v *= beta2 (8);
+#: v += (1 - beta2) g g (8 + 2g: addcmul reads g twice); sqrt(v) (8), / sqrt(bias correction) (8), + eps (8);
+#: p += -step m / denom (16). 72 + 3g bytes, 8 kernels; the multi-tensor (foreach) variant moves the same.
+UNFUSED_ADAM_BASE = 72.0
+UNFUSED_ADAM_KERNELS = 8
+
+
+def optimizer_time(params_local_sharded: float, optimizer: str, dev: Device, extra_grad_bytes: float = 0.0,
+                   kernel: str = "fused", grad_bytes: float = 2.0) -> float:
+    """Optimizer step: memory-bound over the local (sharded) state.
+
+    Adam, mixed precision, fused: read fp32 master, m, v (12 B) and the 16-bit gradient (2 B); write master,
+    m, v (12 B) and the 16-bit weights (2 B): 28 bytes per parameter. Gradients kept wider than the weights
+    (``training.grad_dtype: fp32`` with 16-bit weights) are read at ``extra_grad_bytes`` = 2 more.
+    Adam unfused (``training.optimizer_kernel: unfused``): 72 + 3 x ``grad_bytes`` per parameter in 8 kernels
+    (``UNFUSED_ADAM_BASE``). SGD and Adafactor have one figure.
+    """
+    if optimizer == "adam" and kernel == "unfused":
+        return dev.memory_time(params_local_sharded * (UNFUSED_ADAM_BASE + 3.0 * grad_bytes),
+                               kernels=UNFUSED_ADAM_KERNELS)
+    per_param = {"adam": 28.0, "sgd": 20.0, "adafactor": 14.0}[optimizer] + extra_grad_bytes
+    return dev.memory_time(params_local_sharded * per_param, kernels=4)

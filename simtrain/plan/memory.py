@@ -1,0 +1,339 @@
+"""The memory ledger of one training step, per pipeline stage (reference article, rules 1-6).
+
+Static state follows the ZeRO paper (Rajbhandari et al. 2020, Sec. 3.1 and 5):
+mixed-precision Adam keeps 2 bytes of weights, 2 of gradients and K=12 of
+optimizer state (fp32 master, first and second moment) per parameter; ZeRO-1
+shards the K bytes over the DP group, ZeRO-2 also the gradients, ZeRO-3 also
+the weights. Activations follow Korthikanti et al. 2022, "Reducing Activation
+Recomputation in Large Transformer Models", Sec. 4 and Table 2, generalised to
+GQA and SwiGLU term by term (for GPT dimensions it reduces to their 34 sbh).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from simtrain.plan.costs import DTYPE_BYTES
+from simtrain.spec.scenario import Scenario
+
+#: above this fraction of the GPU's memory a run is "at the edge of memory": `run` warns and `search` skips it
+#: by default (a threshold for advice, not a model constant)
+EDGE_OF_MEMORY = 0.95
+
+
+@dataclass(frozen=True)
+class StateBytes:
+    """Bytes per parameter of weights, gradients and optimizer state, unsharded."""
+
+    weights: float
+    grads: float
+    optimizer: float
+
+
+def state_bytes_per_param(precision: str, optimizer: str, grad_dtype: str = "auto") -> StateBytes:
+    """Bytes per parameter before ZeRO sharding.
+
+    - Adam, mixed precision: 2 + 2 + 12 = 16 (ZeRO paper Sec. 3.1, K = 12: fp32 master, momentum, variance).
+    - Adam, fp32: 4 + 4 + 8 (no separate master copy).
+    - SGD with momentum: one fp32 momentum buffer (4), plus the fp32 master (4) in mixed precision.
+    - Adafactor (Shazeer & Stern 2018, Sec. 3-4): no first moment by default and a factored second
+      moment of O(rows + cols) per matrix, counted as 0 bytes per parameter here (it is < 0.1% for
+      d >= 1024), plus the fp32 master (4) in mixed precision. Reference article rule 3.
+    Gradients take the bytes of ``grad_dtype`` (``auto``: the weights'): bf16 weights with fp32 gradients
+    make Adam 2 + 4 + 12 = 18 bytes (Megatron-LM README, distributed optimizer table: "bf16 param, fp32 grads: 18").
+    """
+    mixed = precision in ("bf16", "fp16")
+    w = 2.0 if mixed else 4.0
+    master = 4.0 if mixed else 0.0
+    moments = {"adam": 8.0, "sgd": 4.0, "adafactor": 0.0}[optimizer]
+    g = w if grad_dtype == "auto" else float(DTYPE_BYTES[grad_dtype])
+    return StateBytes(weights=w, grads=g, optimizer=master + moments)
+
+
+def fsdp1_sharded_state(state: StateBytes) -> StateBytes:
+    """What PyTorch FSDP (FULL_SHARD, mixed precision) keeps per parameter shard: the sharded flat parameter in
+    full precision, which is also the optimizer's master copy (4), the reduced gradient shard upcast to it (4),
+    and the optimizer's moments. PyTorch ``MixedPrecision`` docs: "Outside forward and backward, the sharded
+    parameters are kept in full precision (e.g. for the optimizer step)"; ``keep_low_precision_grads=False``
+    (default) "upcasts gradients to full precision after the backward pass in preparation for the optimizer
+    step". The 16-bit weights exist only while a unit is gathered (the ZeRO-3 buffers). Adam: 4 + 4 + 8 = 16."""
+    return StateBytes(weights=4.0, grads=4.0, optimizer=state.optimizer - 4.0)
+
+
+def activation_bytes_per_layer(s: int, b: int, h: int, a: int, *, ffn: int | None = None, kv: int | None = None,
+                               mlp: str = "gelu", t: int = 1, sequence_parallel: bool = False,
+                               attention_scores: bool = True, recompute: str = "none",
+                               dropout: bool = True) -> float:
+    """Activation bytes one transformer layer keeps for the backward, for one micro-batch.
+
+    Korthikanti et al. 2022, Sec. 4.1-4.2 (s: sequence, b: micro-batch, h: hidden, a: heads, t: TP):
+      no parallelism     s*b*h*(34 + 5*a*s/h)
+      TP only            s*b*h*(10 + 24/t + 5*a*s/(h*t))
+      TP + sequence par. s*b*h*(34 + 5*a*s/h) / t
+    The 5as/h term (attention scores, softmax, dropout) is dropped by flash attention or
+    selective recompute (``attention_scores=False``); full recompute keeps only the layer input,
+    2sbh (Table 2), split by t with sequence parallelism.
+    Term by term (bytes, 16-bit tensors, 1-byte dropout masks):
+      replicated: 2sbh QKV input + 2sbh MLP input + 4sbh two norm inputs + 2sbh two dropout masks = 10sbh
+      split by t: 2sbh Q + 4sb*kv K,V + 2sbh attention-output input + MLP (gelu 4sbf, swiglu 6sbf)
+                  + 5as^2b scores (when kept)
+    Without dropout (``dropout=False``: p = 0, PyTorch then launches no dropout kernel) the two 1-byte masks
+    (2sbh) go, and kept scores are 2as^2b (the softmax output alone).
+    """
+    ffn = 4 * h if ffn is None else ffn
+    kv = h if kv is None else kv
+    if recompute == "full":
+        return 2.0 * s * b * h / (t if sequence_parallel else 1)
+    if recompute == "selective_op":
+        return op_sac_bytes_per_layer(s, b, h, a, ffn=ffn, kv=kv, mlp=mlp, t=t, sequence_parallel=sequence_parallel,
+                                      fused_attention=not attention_scores)
+    replicated = (10.0 if dropout else 8.0) * s * b * h
+    mlp_terms = (6.0 if mlp == "swiglu" else 4.0) * s * b * ffn
+    split = 2.0 * s * b * h + 4.0 * s * b * kv + 2.0 * s * b * h + mlp_terms
+    if attention_scores and recompute == "none":
+        split += (5.0 if dropout else 2.0) * a * s * s * b
+    if sequence_parallel:
+        return (replicated + split) / t
+    return replicated + split / t
+
+
+def op_sac_bytes_per_layer(s: int, b: int, h: int, a: int, *, ffn: int, kv: int, mlp: str, t: int = 1,
+                           sequence_parallel: bool = False, fused_attention: bool = True) -> float:
+    """Activation bytes one layer keeps under torchtitan's op-level selective checkpointing
+    (``training.recompute: selective_op``), 16-bit tensors: the checkpoint's input, the outputs of the matmuls it
+    keeps (``costs.op_sac_matmuls``: q, v and w1, plus w2 with SwiGLU) and the fused attention kernel's output and
+    its fp32 log-sum-exp (torchtitan ``_save_list``: aten.mm, the flash and efficient SDPA ops,
+    reduce_scatter_tensor). Everything else, the norms, RoPE, activation function and the other matmuls, is
+    recomputed in the backward. A row-parallel matmul's output (w2) is its full sbh partial sum on every TP rank."""
+    split = t if sequence_parallel else 1
+    kept = 2.0 * s * b * h / split                     # checkpoint input (the layer's input)
+    kept += 2.0 * s * b * (h + kv + ffn) / t           # q, v, w1 / fc1 outputs (column-parallel)
+    if mlp == "swiglu":
+        kept += 2.0 * s * b * h                        # w2 output, the 7th matmul
+    if fused_attention:
+        kept += 2.0 * s * b * h / t + 4.0 * s * b * a / t   # attention output + log-sum-exp per head and token
+    if sequence_parallel:
+        kept += 2 * 2.0 * s * b * h / t   # the two reduce-scatter outputs (reduce_scatter_tensor is in the save list)
+    return kept
+
+
+def loss_transient_bytes_per_logit(cross_entropy: str, elem: float) -> float:
+    """Bytes per logit the loss holds at its peak beyond what it keeps for the backward (``stage_memory``).
+
+    ``eager``, PyTorch's composite cross entropy on fp32 logits (torchtitan, Hugging Face): its backward holds
+    the kept log-softmax output, the fp32 gradient of the log-probabilities that ``nll_loss_backward`` writes and
+    the fp32 gradient of the logits that ``_log_softmax_backward_data`` writes, 12 bytes, 4 of them kept; the
+    forward's peak, 16-bit logits + their fp32 copy + the log-softmax output, is e + 8 <= 12. So 8 bytes.
+    ``fused`` (flash-attn's kernel): the backward writes the logits' gradient in the logits' dtype, e bytes."""
+    return 8.0 if cross_entropy == "eager" else elem
+
+
+def inflight_microbatches(schedule: str, m: int, pp: int, stage: int, vpp: int = 1) -> float:
+    """How many micro-batches' activations a pipeline rank holds at its peak, in units of the
+    whole rank's layers.
+
+    - GPipe: all m forwards run before any backward.
+    - 1F1B (PipeDream-Flush, Narayanan et al. 2021 Sec. 2.2.1): min(m, pp - stage).
+    - Interleaved 1F1B (Megatron-LM schedules.py warm-up count): rank r runs
+      (pp - r - 1) * 2 + (vpp - 1) * pp warm-up chunk forwards, plus one in flight, each holding
+      1/vpp of the rank's layers; capped at all m * vpp chunk forwards. For r = 0 this is the
+      1 + (pp-1)/(pp*vpp) factor of Korthikanti et al. 2022, Sec. 4.2.3.
+    """
+    if schedule == "gpipe":
+        return float(m)
+    if schedule == "1f1b":
+        return float(min(m, pp - stage))
+    chunks = min((pp - stage - 1) * 2 + (vpp - 1) * pp + 1, m * vpp)
+    return chunks / vpp
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """Peak memory of one device of a pipeline stage (all its DP/TP peers are alike)."""
+
+    pp: int
+    layers: int
+    params_local: int
+    params: float
+    grads: float
+    optimizer: float
+    activations: float
+    other: float
+    inflight: float
+    activation_per_microbatch: float
+    other_detail: dict = field(default_factory=dict)
+
+    @property
+    def total(self) -> float:
+        return self.params + self.grads + self.optimizer + self.activations + self.other
+
+    def breakdown(self) -> dict[str, float]:
+        return {"params": self.params, "grads": self.grads, "optimizer": self.optimizer,
+                "activations": self.activations, "other": self.other}
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    stages: tuple[StageMemory, ...]
+    capacity: float
+    params_total: int
+
+    @property
+    def peak_max(self) -> float:
+        return max(st.total for st in self.stages)
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_max <= self.capacity
+
+    @property
+    def headroom(self) -> float:
+        return self.capacity - self.peak_max
+
+    def dominant(self) -> str:
+        worst = max(self.stages, key=lambda st: st.total)
+        parts = worst.breakdown()
+        return max(parts, key=parts.get)
+
+
+def stage_layers(scenario: Scenario, pp_rank: int) -> list[int]:
+    """Indices of the virtual stages (chunks) held by pipeline rank ``pp_rank``, in model order."""
+    pp, vpp = scenario.parallel.pp, scenario.parallel.vpp
+    return [c * pp + pp_rank for c in range(vpp)]
+
+
+def layer_params_per_rank(model, tp: int) -> int:
+    """Weights of one layer on one TP rank, without biases: its share of the matrices and both norms
+    (replicated). What DP buckets carry and ZeRO-3 gathers per layer."""
+    return model.matmul_params_per_layer // tp + 2 * model.norm_params
+
+
+def edge_params(model, tp: int, pp: int, *, first: bool, last: bool) -> int:
+    """Embedding / output-layer parameters one TP rank holds on the first and/or last (virtual) stage.
+
+    First: the vocab-parallel embedding (Megatron splits it by t) and any learned position table.
+    Last: the final norm and the output layer, split by t; with tied embeddings and pp > 1 Megatron
+    keeps a copy of the embedding on the last stage, so only pp = 1 saves it."""
+    h = model.hidden
+    count = 0
+    if first:
+        count += model.vocab * h // tp + model.position_embeddings * h
+    if last:
+        count += model.norm_params
+        if not model.tied_embeddings or pp > 1:
+            count += model.vocab * h // tp
+    return count
+
+
+def local_params(scenario: Scenario, pp_rank: int) -> tuple[int, int]:
+    """(parameters held by one TP rank of this pipeline rank, its transformer layers)."""
+    m, par = scenario.model, scenario.parallel
+    t = par.tp
+    layers = sum(scenario.layers_per_stage[v] for v in stage_layers(scenario, pp_rank))
+    h, kv, f = m.hidden, m.kv_width, m.ffn_hidden
+    matrices = m.matmul_params_per_layer // t
+    # column-parallel biases split by t, row-parallel ones (attention output, fc2) replicated
+    biases = ((h + 2 * kv + f * (m.mlp_matrices - 1)) // t + 2 * h) if m.bias else 0
+    per_layer = matrices + biases + 2 * m.norm_params
+    count = layers * per_layer
+    count += edge_params(m, t, par.pp, first=pp_rank == 0, last=pp_rank == par.pp - 1)
+    return count, layers
+
+
+def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
+    par, tr, m = scenario.parallel, scenario.training, scenario.model
+    hw = scenario.hardware
+    state = state_bytes_per_param(tr.precision, tr.optimizer, tr.grad_dtype)
+    fsdp1 = par.zero_impl == "fsdp1" and par.zero >= 3 and par.dp > 1 and tr.precision != "fp32"
+    stored = fsdp1_sharded_state(state) if fsdp1 else state
+    n, layers = local_params(scenario, pp_rank)
+    dp = par.dp
+    weights = n * stored.weights / (dp if par.zero >= 3 else 1)
+    grads = n * stored.grads / (dp if par.zero >= 2 else 1)
+    optim = n * stored.optimizer / (dp if par.zero >= 1 else 1)
+
+    s, b, h, a, t = tr.seq_len, tr.micro_batch, m.hidden, m.heads, par.tp
+    sp = par.sequence_parallel and t > 1
+    scale = 2.0 if tr.precision == "fp32" else 1.0   # fp32 training: every term doubled (masks too, conservatively)
+    per_layer = activation_bytes_per_layer(
+        s, b, h, a, ffn=m.ffn_hidden, kv=m.kv_width, mlp=m.mlp, t=t, sequence_parallel=sp,
+        attention_scores=not tr.flash_attention, recompute=tr.recompute, dropout=tr.dropout) * scale
+    per_mb = per_layer * layers
+    if pp_rank == 0 and tr.dropout:
+        per_mb += s * b * h / (t if sp else 1)   # embedding dropout mask (1 byte), Korthikanti Sec. 4.3
+    if pp_rank == par.pp - 1:
+        # final norm input + output-layer input (16-bit) and what the loss keeps for its backward: the fp32
+        # log-softmax output with the eager loss (4sbv/t), the 16-bit logits with the fused one (2sbv/t)
+        logit_bytes = 4.0 if tr.cross_entropy == "eager" else 2.0
+        per_mb += (4.0 * s * b * h / (t if sp else 1) + logit_bytes * s * b * m.vocab / t) * scale
+    inflight = inflight_microbatches(par.schedule, scenario.microbatches, par.pp, pp_rank, par.vpp)
+    activations = per_mb * inflight
+    # two short-lived peaks on top of what is kept, never held together: the layer being recomputed
+    # materialises its full activations once (Korthikanti Table 2 note; under selective_op only what it did not
+    # keep comes back), and on the last stage the loss's own peak (§3.5), which its backward frees before the
+    # last layer is recomputed
+    recompute_peak = 0.0
+    if tr.recompute in ("full", "selective_op"):
+        recompute_peak = (activation_bytes_per_layer(
+            s, b, h, a, ffn=m.ffn_hidden, kv=m.kv_width, mlp=m.mlp, t=t, sequence_parallel=sp,
+            attention_scores=not tr.flash_attention, dropout=tr.dropout) * scale
+            - (per_layer if tr.recompute == "selective_op" else 0.0))
+    loss_peak = 0.0
+    if pp_rank == par.pp - 1:
+        elem = 4.0 if tr.precision == "fp32" else 2.0
+        loss_peak = loss_transient_bytes_per_logit(tr.cross_entropy, elem) * s * b * m.vocab / t
+    activations += max(recompute_peak, loss_peak)
+
+    detail = {}
+    if par.zero >= 3 and dp > 1:
+        # current + prefetched layer gathered in full (FSDP/ZeRO-3 prefetch of one layer)
+        per_layer_params = layer_params_per_rank(m, par.tp)
+        # two layers' full weights (current + prefetched) and one layer's unsharded gradient
+        # awaiting its reduce-scatter; the engine tracks the same buffers over time
+        # plus, on the first and last stage, the embedding / output-layer weights gathered for the whole op
+        edge = edge_params(m, par.tp, par.pp, first=pp_rank == 0, last=pp_rank == par.pp - 1)
+        detail["zero3_gather_buffers"] = (per_layer_params * (2 * state.weights + state.grads) if layers else 0.0) \
+            + edge * state.weights
+    ov = hw.memory_overheads
+    detail["cuda_context"] = ov.cuda_context
+    detail["workspace"] = ov.workspace
+    detail["comm_buffers"] = ov.comm_buffers
+    tensors = weights + grads + optim + activations + detail.get("zero3_gather_buffers", 0.0)
+    detail["fragmentation"] = ov.fragmentation * tensors
+    return StageMemory(pp=pp_rank, layers=layers, params_local=n, params=weights, grads=grads,
+                       optimizer=optim, activations=activations, other=sum(detail.values()),
+                       inflight=inflight, activation_per_microbatch=per_mb, other_detail=detail)
+
+
+def memory_report(scenario: Scenario) -> MemoryReport:
+    stages = tuple(stage_memory(scenario, p) for p in range(scenario.parallel.pp))
+    return MemoryReport(stages=stages, capacity=scenario.hardware.gpu.memory,
+                        params_total=scenario.model.params_total)
+
+
+def advice(scenario: Scenario, report: MemoryReport) -> list[str]:
+    """What would relieve memory, in the reference article's order (rule 18, 17)."""
+    tips = []
+    tr, par = scenario.training, scenario.parallel
+    dom = report.dominant()
+    m = scenario.microbatches
+    if par.pp > 1 and par.schedule == "gpipe" and m > par.pp:
+        tips.append(f"switch to 1F1B (parallel.schedule: 1f1b): GPipe keeps the activations of all {m} micro-batches "
+                    f"until the backward, 1F1B at most {par.pp} on the first stage (Narayanan et al. 2021, §2.2.1)")
+    if dom == "activations" or tr.recompute == "none":
+        if tr.recompute == "none":
+            tips.append("turn on activation recompute (training.recompute: selective_op, selective or full)")
+        elif tr.recompute != "full":
+            tips.append("recompute whole layers (training.recompute: full): only each layer's input is kept")
+        if not tr.flash_attention:
+            tips.append("use flash attention (training.flash_attention: true): no s x s score matrix")
+        if tr.micro_batch > 1:
+            tips.append("use a smaller micro_batch")
+    if tr.precision == "fp32":
+        tips.append("train in bf16 mixed precision (training.precision: bf16)")
+    if tr.optimizer == "adam" and dom in ("optimizer", "params", "grads"):
+        tips.append("a leaner optimizer (training.optimizer: adafactor) drops Adam's 8 bytes/parameter of moments")
+    if par.zero < 3 and par.dp > 1:
+        tips.append(f"shard states over the {par.dp} DP ranks (parallel.zero: {par.zero + 1})")
+    tips.append("split the model further: raise parallel.pp (layers) or parallel.tp (within a node)")
+    return tips

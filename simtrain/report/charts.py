@@ -1,0 +1,95 @@
+"""Charts and traces of a simulated step, and the files the CLI writes.
+
+The figures (plotly, imported on first use so ``import simtrain`` stays fast):
+
+- :func:`gantt_figure`: where the time goes, stage by stage (simtrain.report.charts_gantt);
+- :func:`memory_figure`: allocated bytes over the step per stage (simtrain.report.charts_memory);
+- :func:`sweep_figure`, :func:`heatmap_figure`: sweep tables (simtrain.report.charts_sweep);
+
+and :func:`trace_events`, the Chrome/Perfetto trace (simtrain.report.trace). Each takes
+a :class:`~simtrain.report.result.Result` or its JSON report, so saved runs redraw
+without a second simulation (``simtrain plot``).
+
+HTML files embed plotly.js: they open offline, with nothing fetched from a CDN.
+Every file is written atomically (simtrain.report.outputs.write_atomic).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+from simtrain.report.charts_data import report_of
+from simtrain.report.charts_gantt import gantt_figure
+from simtrain.report.charts_memory import memory_figure
+from simtrain.report.charts_sweep import heatmap_figure, sweep_figure
+from simtrain.spec.errors import InputError
+from simtrain.report.outputs import write_atomic
+from simtrain.report.trace import trace_events
+
+__all__ = ["gantt_figure", "memory_figure", "sweep_figure", "heatmap_figure", "trace_events", "figures_html",
+           "write_figure", "write_outputs", "plot_saved"]
+
+
+def figures_html(title: str, figures: list) -> str:
+    """One self-contained HTML page holding ``figures``, with plotly.js embedded once."""
+    # fixed div ids (plotly draws random ones): the same report gives the same page, byte for byte
+    divs = [fig.to_html(full_html=False, include_plotlyjs=(i == 0), div_id=f"simtrain-figure-{i}",
+                        config={"displaylogo": False, "responsive": True})
+            for i, fig in enumerate(figures)]
+    return ("<!DOCTYPE html>\n<html>\n<head>\n<meta charset=\"utf-8\">\n"
+            f"<title>{html.escape(title)}</title>\n"
+            "<style>body{margin:0;padding:8px;font-family:sans-serif}</style>\n</head>\n<body>\n"
+            + "\n".join(divs) + "\n</body>\n</html>\n")
+
+
+def write_figure(path: str | Path, title: str, figures: list) -> Path:
+    """Write figures as a self-contained HTML page, atomically."""
+    return write_atomic(path, figures_html(title, figures))
+
+
+def _write(report: dict, gantt: str | None, memory: str | None, trace: str | None) -> None:
+    name = str(report.get("scenario", "simtrain"))
+    if gantt:
+        # the memory timeline rides along under the Gantt chart: one page answers time and memory
+        write_figure(gantt, f"{name}: one step", [gantt_figure(report), memory_figure(report)])
+    if memory:
+        write_figure(memory, f"{name}: memory over one step", [memory_figure(report)])
+    if trace:
+        write_atomic(trace, json.dumps(trace_events(report), separators=(",", ":"), allow_nan=False) + "\n")
+
+
+def write_outputs(result: Any, gantt: str | None = None, memory: str | None = None,
+                  trace: str | None = None) -> None:
+    """The files `simtrain run` writes: Gantt (HTML, with the memory timeline), memory (HTML), trace (JSON)."""
+    if not (gantt or memory or trace):
+        return
+    _write(report_of(result), gantt, memory, trace)
+
+
+def plot_saved(report_json_path: str | Path, gantt: str | None = None, memory: str | None = None,
+               trace: str | None = None) -> None:
+    """Redraw the charts (and the trace) of a saved `simtrain run --json` report."""
+    path = Path(report_json_path)
+    if not (gantt or memory or trace):
+        raise InputError("nothing to draw: give --gantt PATH.html, --memory-plot PATH.html and/or --trace PATH.json",
+                         file=str(path))
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"report '{path}' does not exist") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(f"cannot read the report: {err}", file=str(path)) from None
+    try:
+        report = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InputError(f"not a JSON report: {err.msg}", file=str(path), line=err.lineno) from None
+    if not isinstance(report, dict):
+        raise InputError("not a simtrain JSON report (expected an object)", file=str(path))
+    try:
+        report = report_of(report)
+    except InputError as err:
+        raise err.located(file=str(path)) from None
+    _write(report, gantt, memory, trace)

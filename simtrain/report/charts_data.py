@@ -1,0 +1,369 @@
+"""The simulated timeline as the charts and the trace read it.
+
+Everything here works on the JSON report (``Result.to_dict()``), so a chart
+drawn from a saved report (``simtrain plot``) is the chart drawn right after
+the run. Times stay in seconds (SI); the figures convert to ms, the trace to us.
+
+Three transformations serve both the Gantt chart and the trace:
+
+- :func:`merge_layers` joins the engine's per-layer records of one operation
+  into one bar (the engine records every layer so that the trace can show them).
+- :func:`assign_tracks` puts records that overlap in time on one stream (two
+  pipeline sends in flight, a ZeRO-3 gather beside a reduce-scatter) on separate
+  tracks, so every track is a sequence of non-overlapping slices.
+- :func:`idle_gaps` finds the spans where a compute stream does nothing: the
+  pipeline bubbles, and the waits for communication.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from operator import itemgetter
+from typing import Any, NamedTuple
+
+from simtrain.spec.errors import InputError
+from simtrain.spec.units import is_number
+
+#: streams in display order (the engine's names)
+STREAMS = ("compute", "tp", "pp", "dp")
+STREAM_LABELS = {"compute": "compute", "tp": "TP comm", "pp": "PP send", "dp": "DP/ZeRO"}
+
+
+class Rec(NamedTuple):
+    """One engine record, times in seconds (see simtrain.report.timeline.FIELDS)."""
+
+    lane: int
+    stream: str
+    kind: str
+    start: float
+    end: float
+    mb: int
+    vstage: int
+    lo: int
+    hi: int
+    nbytes: float
+
+
+@dataclass(frozen=True)
+class LaneInfo:
+    """One simulated lane: a pipeline rank of one DP replica (``dp`` None: folded, all replicas)."""
+
+    index: int
+    dp: int | None
+    pp: int
+    end: float
+    memory_activations: tuple = ()
+
+
+@dataclass
+class Bar:
+    """Consecutive records of one operation on one stream, drawn as one bar."""
+
+    stream: str
+    kind: str
+    start: float
+    end: float
+    busy: float                 # s actually spent (the span minus stalls inside the operation)
+    mb: int
+    vstage: int
+    lo: int                     # first transformer layer, -1 if none
+    hi: int                     # last layer + 1
+    nbytes: float
+    count: int = 1              # engine records joined into this bar
+    edge: bool = False          # holds embedding or output-layer work (records without a layer)
+    parts: dict = field(default_factory=dict)   # kind -> busy s, when kinds were joined
+
+
+class ReportError(InputError):
+    """A saved report the charts cannot read: a field missing or of the wrong type, as after a hand
+    edit; the message names the field. Raised where the report is read; `simtrain plot` adds the file."""
+
+
+#: the record fields the charts read, in :class:`Rec` order (simtrain.report.timeline.FIELDS)
+RECORD_FIELDS = ("lane", "stream", "kind", "start_s", "end_s", "microbatch", "vstage", "layer_lo", "layer_hi", "bytes")
+_NUMBER = (int, float)
+#: the value types a record may hold, in :class:`Rec` order: times and bytes int or float, the rest exact
+_RECORD_TYPES = {(int, str, str, start, end, int, int, int, int, nbytes)
+                 for start in _NUMBER for end in _NUMBER for nbytes in _NUMBER}
+
+
+def _damaged(field: str, what: str) -> ReportError:
+    return ReportError(f"{what}; write the report again with `simtrain run SCENARIO --json PATH`", field=field)
+
+
+def _show(value: Any) -> str:
+    """A value as the JSON file spells it (null, "x"), cut to 60 characters."""
+    text = json.dumps(value, default=repr, ensure_ascii=False)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _positive_whole(value: Any) -> bool:
+    return _whole(value) and value >= 1
+
+
+def _pairs(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(p, list) and len(p) == 2 and is_number(p[0]) and is_number(p[1])
+                                           for p in value)
+
+
+def _want(parent: dict, key: str, where: str, ok, kind: str, *, required: bool = True) -> None:
+    """``parent[key]`` must pass ``ok``; ``kind`` says what it should be, for the message."""
+    if key not in parent:
+        if required:
+            raise _damaged(where + key, f"missing from the report (it should be {kind})")
+    elif not ok(parent[key]):
+        raise _damaged(where + key, f"{_show(parent[key])} is not {kind}")
+
+
+def _want_objects(items: list, where: str, kind: str) -> None:
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise _damaged(f"{where}.{i}", f"{_show(item)} is not {kind}")
+
+
+def check_report(report: dict) -> dict:
+    """The timeline, lanes, stages and config of a report have the shapes the charts read, else a
+    :class:`ReportError` naming the field; the records are checked as :func:`records` reads them."""
+    tl = report["timeline"]
+    if not isinstance(tl, dict):
+        raise _damaged("timeline", f"{_show(tl)} is not a timeline (an object with fields, records, lanes, step_time_s)")
+    _want(tl, "fields", "timeline.", lambda v: isinstance(v, list) and all(f in v for f in RECORD_FIELDS),
+          "a list naming the record fields " + ", ".join(RECORD_FIELDS))
+    _want(tl, "records", "timeline.", lambda v: isinstance(v, list), "a list of records")
+    _want(tl, "step_time_s", "timeline.", lambda v: is_number(v) and 0 < v < float("inf"), "a positive number of seconds")
+    _want(tl, "pp", "timeline.", _positive_whole, "a positive whole number", required=False)
+    _want(tl, "lanes", "timeline.", lambda v: isinstance(v, list) and len(v) > 0, "a non-empty list of lanes")
+    _want_objects(tl["lanes"], "timeline.lanes", "a lane (an object with index, dp, pp, end_s)")
+    for i, lane in enumerate(tl["lanes"]):
+        where = f"timeline.lanes.{i}."
+        _want(lane, "index", where, _whole, "a whole number")
+        _want(lane, "dp", where, lambda v: v is None or _whole(v), "a whole number or null")
+        _want(lane, "pp", where, _whole, "a whole number")
+        _want(lane, "end_s", where, is_number, "a number of seconds")
+        _want(lane, "memory_activations", where, _pairs, "a list of [time s, bytes] pairs", required=False)
+    _want(report, "stages", "", lambda v: isinstance(v, list), "a list of pipeline stages")
+    _want_objects(report["stages"], "stages", "a stage (an object with pp, memory, peak_memory_bytes)")
+    for i, stage in enumerate(report["stages"]):
+        _want(stage, "pp", f"stages.{i}.", _whole, "a whole number")
+        _want(stage, "memory", f"stages.{i}.", lambda v: isinstance(v, dict) and all(map(is_number, v.values())),
+              "an object of byte counts")
+        _want(stage, "peak_memory_bytes", f"stages.{i}.", is_number, "a number of bytes")
+    stage_pp = {stage["pp"] for stage in report["stages"]}
+    for i, lane in enumerate(tl["lanes"]):
+        if lane["pp"] not in stage_pp:
+            raise _damaged(f"timeline.lanes.{i}.pp", f"stage {lane['pp']} is not among the report's stages")
+    _want(report, "bubble_fraction", "", lambda v: v is None or is_number(v), "a fraction or null", required=False)
+    _want(report, "memory_capacity_bytes", "", is_number, "a number of bytes", required=False)
+    _want(report, "config", "", lambda v: isinstance(v, dict), "an object", required=False)
+    config = report.get("config", {})
+    _want(config, "gpus_per_node", "config.", lambda v: v is None or _positive_whole(v), "a positive whole number",
+          required=False)
+    _want(config, "parallel", "config.", lambda v: isinstance(v, dict), "an object", required=False)
+    for key in ("dp", "tp", "pp", "vpp"):
+        _want(config.get("parallel", {}), key, "config.parallel.", _positive_whole, "a positive whole number",
+              required=False)
+    return report
+
+
+def report_of(result_or_report: Any) -> dict:
+    """The JSON report of a :class:`~simtrain.report.result.Result`, or the report dict itself, checked
+    (:func:`check_report`): a saved report may have been edited by hand."""
+    report = result_or_report if isinstance(result_or_report, dict) else result_or_report.to_dict(timeline=True)
+    if not report.get("timeline"):
+        raise InputError("this report has no timeline to draw (a `simtrain memory` report, or saved without it); "
+                         "write one with `simtrain run SCENARIO --json PATH`")
+    if isinstance(result_or_report, dict):
+        check_report(report)
+    return report
+
+
+def records(timeline: dict) -> list[Rec]:
+    """The timeline's records, read by field name so a reordered report still reads right; a record of
+    the wrong length or with a value of the wrong type is a :class:`ReportError` naming it."""
+    names = timeline["fields"]
+    pick = itemgetter(*(names.index(f) for f in RECORD_FIELDS))
+    out = []
+    for k, row in enumerate(timeline["records"]):
+        if not isinstance(row, (list, tuple)) or len(row) != len(names):
+            raise _damaged(f"timeline.records.{k}",
+                           f"{_show(row)} is not a record of the {len(names)} fields {', '.join(map(str, names))}")
+        rec = Rec._make(pick(row))
+        if tuple(map(type, rec)) not in _RECORD_TYPES:   # one set lookup per record: the check stays cheap
+            raise _damaged(f"timeline.records.{k}", f"{_show(row)} holds a value of the wrong type (lane, "
+                           "microbatch, vstage and layers are whole numbers, stream and kind text, times and bytes "
+                           "numbers)")
+        out.append(rec)
+    return out
+
+
+def lanes(timeline: dict) -> list[LaneInfo]:
+    return [LaneInfo(index=ln["index"], dp=ln["dp"], pp=ln["pp"], end=ln["end_s"],
+                     memory_activations=tuple(tuple(x) for x in ln.get("memory_activations", ())))
+            for ln in timeline["lanes"]]
+
+
+def shown_lanes(timeline: dict) -> tuple[list[LaneInfo], str]:
+    """The lanes a chart shows, one per pipeline rank, and a note saying which."""
+    all_lanes = lanes(timeline)
+    if not timeline.get("full"):
+        return all_lanes, "folded: each stage stands for all its DP replicas"
+    replicas = len({ln.dp for ln in all_lanes})
+    # the replica that finishes last sets the step: show it (a straggler or a slow link lives there)
+    slowest = max(all_lanes, key=lambda ln: (ln.end, -ln.index)).dp
+    return ([ln for ln in all_lanes if ln.dp == slowest],
+            f"full fidelity: DP replica {slowest} of {replicas} shown (the one that finishes last)")
+
+
+def tolerance(step_time: float) -> float:
+    """Gaps and overlaps below this are rounding, not time: reports keep 9 significant digits."""
+    return max(1e-9, 2e-8 * step_time)
+
+
+def assign_tracks(items: list, tol: float) -> list[int]:
+    """Greedy interval partitioning: for items with .start/.end, sorted by start, the track of each.
+
+    An item goes on the first track whose last item ended by its start (within ``tol``),
+    so no two items on one track overlap; one track suffices when nothing overlaps.
+    """
+    ends: list[float] = []
+    out = []
+    for it in items:
+        for k, end in enumerate(ends):
+            if it.start >= end - tol:
+                ends[k] = it.end
+                out.append(k)
+                break
+        else:
+            ends.append(it.end)
+            out.append(len(ends) - 1)
+    return out
+
+
+def _bar(r: Rec) -> Bar:
+    return Bar(stream=r.stream, kind=r.kind, start=r.start, end=r.end, busy=r.end - r.start, mb=r.mb,
+               vstage=r.vstage, lo=r.lo, hi=r.hi, nbytes=r.nbytes, edge=r.lo < 0, parts={r.kind: r.end - r.start})
+
+
+def _join(bar: Bar, other: Bar, kind: str | None = None) -> None:
+    bar.end = max(bar.end, other.end)
+    bar.busy += other.busy
+    bar.nbytes += other.nbytes
+    bar.count += other.count
+    bar.edge = bar.edge or other.edge
+    if other.lo >= 0:
+        bar.lo = other.lo if bar.lo < 0 else min(bar.lo, other.lo)
+        bar.hi = max(bar.hi, other.hi)
+    for k, v in other.parts.items():
+        bar.parts[k] = bar.parts.get(k, 0.0) + v
+    if kind is not None:
+        bar.kind = kind
+
+
+def merge_layers(row: list[Rec], tol: float) -> list[Bar]:
+    """Join consecutive records of one row with the same (kind, micro-batch, virtual stage).
+
+    ``row`` holds one lane's records of one stream (one track), sorted by start. On the
+    compute stream records join across gaps: nothing else runs there in between, so a gap
+    inside an operation is the operation's own stall (its TP all-reduce, a ZeRO-3 gather);
+    the bar's ``busy`` keeps the time really computed. On communication streams records
+    join only when they touch, so a bar never claims a link was busy when it was not.
+    """
+    out: list[Bar] = []
+    for r in row:
+        prev = out[-1] if out else None
+        if (prev is not None and prev.kind == r.kind and prev.mb == r.mb and prev.vstage == r.vstage
+                and r.kind != "optimizer" and (r.stream == "compute" or r.start <= prev.end + tol)):
+            _join(prev, _bar(r))
+        else:
+            out.append(_bar(r))
+    return out
+
+
+def _copy(bar: Bar) -> Bar:
+    return replace(bar, parts=dict(bar.parts))
+
+
+def merge_ops(bars: list[Bar]) -> list[Bar]:
+    """Coarser: one bar per operation (recompute joins its backward); a comm operation's pieces join across gaps.
+
+    Returns new bars; ``bars`` is left as it was.
+    """
+    out: list[Bar] = []
+    for b in bars:
+        prev = out[-1] if out else None
+        if prev is None:
+            out.append(_copy(b))
+            continue
+        if b.stream == "compute":
+            same_op = prev.mb == b.mb and prev.vstage == b.vstage and b.mb >= 0
+            if same_op and {prev.kind, b.kind} <= {"backward", "recompute"}:
+                _join(prev, b, kind="backward")
+                continue
+            if same_op and prev.kind == b.kind:
+                _join(prev, b)
+                continue
+        elif prev.kind == b.kind and prev.mb == b.mb and prev.vstage == b.vstage:
+            _join(prev, b)
+            continue
+        out.append(_copy(b))
+    return out
+
+
+def merge_close(bars: list[Bar], min_gap: float) -> list[Bar]:
+    """Coarsest: neighbours closer than ``min_gap`` join; the bar takes the kind with the most busy time (new bars)."""
+    out: list[Bar] = []
+    for b in bars:
+        prev = out[-1] if out else None
+        if prev is not None and b.start - prev.end < min_gap:
+            _join(prev, b)
+            prev.kind = max(prev.parts, key=prev.parts.get)
+            if prev.mb != b.mb:
+                prev.mb = -1
+        else:
+            out.append(_copy(b))
+    return out
+
+
+def idle_gaps(spans: list[tuple[float, float]], t_end: float, tol: float) -> list[tuple[float, float]]:
+    """Parts of [0, t_end] that no (start, end) span covers, longer than ``tol``."""
+    gaps = []
+    t = 0.0
+    for start, end in sorted(spans):
+        if start - t > tol:
+            gaps.append((t, start))
+        t = max(t, end)
+    if t_end - t > tol:
+        gaps.append((t, t_end))
+    return gaps
+
+
+def gpu_ranks(report: dict, lane: LaneInfo) -> tuple[int, int]:
+    """First and last GPU rank a lane stands for (Megatron order, see simtrain.spec.placement)."""
+    from simtrain.spec.placement import Placement
+
+    par = report.get("config", {}).get("parallel", {})
+    pl = Placement(par.get("dp", 1), par.get("tp", 1), par.get("pp", 1),
+                   report.get("config", {}).get("gpus_per_node", 1) or 1)
+    if lane.dp is None:
+        ranks = [pl.rank(d, t, lane.pp) for d in range(pl.dp) for t in range(pl.tp)]
+    else:
+        ranks = pl.tp_group(lane.dp, lane.pp)
+    return min(ranks), max(ranks)
+
+
+def layer_text(bar: Bar, last_vstage: int) -> str:
+    """'layers 10-19 + output layer' style description of what a bar computed."""
+    parts = []
+    if bar.lo >= 0:
+        parts.append(f"layer {bar.lo}" if bar.hi == bar.lo + 1 else f"layers {bar.lo}-{bar.hi - 1}")
+    if bar.edge and bar.vstage >= 0:
+        if bar.vstage == 0:
+            parts.append("embedding")
+        if bar.vstage == last_vstage:
+            parts.append("output layer")
+    return " + ".join(parts)

@@ -1,0 +1,92 @@
+"""The terminal report: what a person reads after `simtrain run` or `simtrain memory`."""
+
+from __future__ import annotations
+
+from simtrain.report.result import Result
+from simtrain.spec.units import format_bytes, format_count, format_time
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def memory_table(result: Result) -> list[str]:
+    lines = [f"{'stage':>5} {'layers':>6} {'params':>10} {'grads':>10} {'optim':>10} {'activ':>10} {'other':>10}"
+             f" {'peak':>10} {'of cap':>7}"]
+    for st in result.stages:
+        m = st.memory
+        lines.append(f"{st.pp:>5} {st.layers:>6} {format_bytes(m['params']):>10} {format_bytes(m['grads']):>10} "
+                     f"{format_bytes(m['optimizer']):>10} {format_bytes(m['activations']):>10} "
+                     f"{format_bytes(m['other']):>10} {format_bytes(st.peak_memory_bytes):>10} "
+                     f"{_pct(st.peak_memory_bytes / result.capacity_bytes):>7}")
+    return lines
+
+
+def verdict(result: Result) -> list[str]:
+    head = result.capacity_bytes - result.peak_memory_bytes_max
+    if result.fits_in_memory:
+        return [f"fits: peak {format_bytes(result.peak_memory_bytes_max)} of {format_bytes(result.capacity_bytes)}"
+                f" per GPU, headroom {format_bytes(head)} ({_pct(head / result.capacity_bytes)})"]
+    worst = max(result.stages, key=lambda s: s.peak_memory_bytes)
+    dominant = max(worst.memory, key=worst.memory.get)
+    out = [f"DOES NOT FIT: peak {format_bytes(result.peak_memory_bytes_max)} > {format_bytes(result.capacity_bytes)}"
+           f" per GPU (stage {worst.pp}; largest part: {dominant} {format_bytes(worst.memory[dominant])})"]
+    out += [f"  try: {tip}" for tip in result.advice]
+    return out
+
+
+def memory_text(result: Result) -> str:
+    c = result.config
+    lines = [f"{result.scenario}: {result.gpus} x {c.get('gpu')} ({c.get('hardware')}), model {c.get('model')} "
+             f"({result.params_total / 1e9:.2f} B parameters), {format_count(result.microbatches, 'micro-batch', 'micro-batches')} per step", ""]
+    lines += memory_table(result) + _other_parts(result) + [""] + verdict(result)
+    lines += [f"warning: {w}" for w in result.warnings]
+    return "\n".join(lines) + "\n"
+
+
+def run_text(result: Result) -> str:
+    c = result.config
+    par = c.get("parallel", {})
+    lines = [
+        f"{result.scenario}: {result.gpus} x {c.get('gpu')} ({c.get('hardware')}), model {c.get('model')} "
+        f"({result.params_total / 1e9:.2f} B), dp={par.get('dp')} tp={par.get('tp')} pp={par.get('pp')}"
+        f" vpp={par.get('vpp')} {par.get('schedule')} zero={par.get('zero')}",
+        "",
+        f"step time        {format_time(result.step_time_s)}",
+        f"tokens/s         {result.tokens_per_s:,.0f}  ({result.tokens_per_s / result.gpus:,.0f} per GPU)",
+        f"MFU / HFU        {_pct(result.mfu)} / {_pct(result.hfu)}",
+        f"pipeline bubble  {_pct(result.bubble_fraction)}  "
+        f"({format_count(result.microbatches, 'micro-batch', 'micro-batches')}, {format_count(par.get('pp'), 'stage')})",
+        "exposed comm     " + ", ".join(f"{k.upper()} {format_time(v)}" for k, v in result.exposed_comm_s.items()),
+        *([f"framework        FSDP1 hooks {format_time(result.framework_overhead_s)} per step, inside compute "
+           "(a fixed cost per layer and micro-batch; docs/model.md section 2.12)"] if result.framework_overhead_s else []),
+        "",
+        f"{'stage':>5} {'layers':>6} {'compute':>10} {'exp. comm':>10} {'bubble':>10} {'peak mem':>10} {'of cap':>7}",
+    ]
+    for st in result.stages:
+        exposed = format_time(sum(st.exposed_comm_s.values())) if st.exposed_comm_s is not None else "-"
+        lines.append(f"{st.pp:>5} {st.layers:>6} {format_time(st.compute_s):>10} {exposed:>10} "
+                     f"{format_time(st.bubble_s):>10} "
+                     f"{format_bytes(st.peak_memory_bytes):>10} {_pct(st.peak_memory_bytes / result.capacity_bytes):>7}")
+    place = c.get("placement", {})
+    if place:
+        lines += ["", "placement        " + ", ".join(
+            f"{k.split('_')[0].upper()} groups {'cross nodes' if v else 'within a node'}" for k, v in place.items())]
+    lines += [""] + verdict(result)
+    # the verdict above already says when it does not fit (the JSON keeps that warning too)
+    lines += [f"warning: {w}" for w in result.warnings if not w.startswith("does not fit")]
+    lines.append(f"({result.fidelity} simulation, {result.events:,} events)")
+    return "\n".join(lines) + "\n"
+
+
+_OTHER_NAMES = {"fragmentation": "allocator fragmentation", "cuda_context": "CUDA context", "workspace": "workspaces",
+                "comm_buffers": "NCCL buffers", "zero3_gather_buffers": "ZeRO-3 gathered layers"}
+
+
+def _other_parts(result: Result) -> list[str]:
+    """What 'other' holds on the stage with the peak, largest first (when the ledger's parts are known)."""
+    worst = max(result.stages, key=lambda s: s.peak_memory_bytes)
+    if not worst.other_detail:
+        return []
+    parts = sorted(((v, k) for k, v in worst.other_detail.items() if v > 0), reverse=True)
+    return [f"other (stage {worst.pp}): " + ", ".join(f"{_OTHER_NAMES.get(k, k)} {format_bytes(v)}" for v, k in parts)]

@@ -1,0 +1,221 @@
+"""Closed, typed schemas: pydantic models that reject unknown keys, and the
+translation of pydantic's errors into one located sentence.
+
+Pydantic reports every problem it finds; a person needs the one that explains
+the rest. A misspelt key comes first (``trainig:`` also makes ``training``
+"missing", but the typo is the news), then the first problem in file order.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
+
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
+
+from simtrain.spec.errors import InputError, suggest
+from simtrain.spec.yamlio import locate
+
+T = TypeVar("T", bound=BaseModel)
+
+
+class Closed(BaseModel):
+    """Base for every schema: unknown keys are errors, values are immutable, numbers are finite, and
+    a boolean is never a number.
+
+    Pydantic's lax mode turns ``true`` into 1 for an ``int`` (and 1.0 for a ``float``), so
+    ``micro_batch: true`` would run as 1 and ``zero: false`` as stage 0. Strict mode would also refuse
+    ``2.0`` for a whole number, which files write; so one check here, before any field's own
+    validation, refuses a boolean wherever the field's type takes numbers but not booleans.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_boolean_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, (bool, list, tuple, dict)) and info.field_name in cls.model_fields:
+            problem = _boolean_as_number(cls.model_fields[info.field_name].annotation, value)
+            if problem:
+                raise FieldError(*problem)
+        return value
+
+
+class FieldError(ValueError):
+    """A rule broken at a place inside the value a validator checks (``links.3.b``), for validators
+    that look across fields: :func:`validate` reports it at that place and its line."""
+
+    def __init__(self, message: str, *where: str | int) -> None:
+        super().__init__(message)
+        self.where = where
+
+
+def _alternatives(ann: Any) -> list[Any]:
+    """The types a value may take at ``ann``: unions opened, ``Annotated`` metadata dropped."""
+    origin = get_origin(ann)
+    if origin is Annotated:
+        return _alternatives(get_args(ann)[0])
+    if origin is Union or origin is types.UnionType:
+        return [alt for arg in get_args(ann) for alt in _alternatives(arg)]
+    return [ann]
+
+
+def _number_kind(ann: Any) -> tuple[str, str] | None:
+    """('a whole number' | 'a number', allowed-values note) when ``ann`` takes numbers but not
+    booleans, else None (a bool field, ``Any``, text, a section)."""
+    alternatives = _alternatives(ann)
+    literals = [v for alt in alternatives if get_origin(alt) is Literal for v in get_args(alt)]
+    if bool in alternatives or Any in alternatives or any(isinstance(v, bool) for v in literals):
+        return None
+    numbers = [v for v in literals if isinstance(v, int)]
+    if int in alternatives or numbers:
+        shown = ", ".join(str(v) for v in numbers[:-1]) + f" or {numbers[-1]}" if len(numbers) > 1 else ""
+        return "a whole number", f" (allowed: {shown})" if shown and int not in alternatives else ""
+    if float in alternatives:
+        return "a number", ""
+    return None
+
+
+def _boolean_as_number(ann: Any, value: Any, *where: int | str) -> tuple[str, ...] | None:
+    """(message, *place) for a boolean at, or inside a list or mapping at, a place that wants a number."""
+    if isinstance(value, bool):
+        kind = _number_kind(ann)
+        return (f"{str(value).lower()} is a boolean, not {kind[0]}{kind[1]}", *where) if kind else None
+    for alt in _alternatives(ann):
+        origin, args = get_origin(alt), get_args(alt)
+        if origin in (list, tuple) and isinstance(value, (list, tuple)) and args:
+            for i, item in enumerate(value):
+                item_ann = args[0] if origin is list or args[-1] is Ellipsis else args[min(i, len(args) - 1)]
+                problem = _boolean_as_number(item_ann, item, *where, i)
+                if problem:
+                    return problem
+        elif origin is dict and isinstance(value, dict) and len(args) == 2:
+            for key, item in value.items():
+                problem = _boolean_as_number(args[1], item, *where, key)
+                if problem:
+                    return problem
+    return None
+
+
+def _field_names(model: type[BaseModel], loc: tuple) -> list[str]:
+    """Valid keys at the level where an unknown key was found."""
+    cls: Any = model
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        field = getattr(cls, "model_fields", {}).get(part)
+        if field is None:
+            return []
+        ann = field.annotation
+        for candidate in _type_args(ann):
+            if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+                cls = candidate
+                break
+        else:
+            return []
+    return list(getattr(cls, "model_fields", {}))
+
+
+def _type_args(ann: Any) -> list[Any]:
+    """The classes inside an annotation: X, X | None, list[X], list[X] | None."""
+    out = []
+    for arg in getattr(ann, "__args__", (ann,)):
+        out.append(arg)
+        out.extend(getattr(arg, "__args__", ()))
+    return out
+
+
+def _kind_of(value: Any) -> str:
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    if isinstance(value, bool):
+        return f"{value!r} (true/false)"
+    if value is None:
+        return "nothing (null)"
+    return repr(value)
+
+
+#: pydantic error type -> our sentence, given the offending value
+_SENTENCES = {
+    "int_parsing": "{v} is not a whole number",
+    "int_type": "{v} is not a whole number",
+    "int_from_float": "{v} is not a whole number",
+    "float_parsing": "{v} is not a number",
+    "float_type": "{v} is not a number",
+    "finite_number": "{v} is not a finite number",
+    "bool_parsing": "{v} is not true or false",
+    "bool_type": "{v} is not true or false",
+    "string_type": "{v} is not text (expected a string)",
+    "model_type": "{v} is not a section (expected key: value lines)",
+    "model_attributes_type": "{v} is not a section (expected key: value lines)",
+    "dict_type": "{v} is not a mapping (expected key: value lines)",
+    "list_type": "{v} is not a list (expected [a, b, ...] or '- ' lines)",
+    "none_required": "{v} must be empty (null)",
+}
+
+_BOUNDS = {"greater_than": ("gt", "greater than"), "greater_than_equal": ("ge", "at least"),
+           "less_than": ("lt", "less than"), "less_than_equal": ("le", "at most")}
+
+
+def _describe(err: dict, model: type[BaseModel]) -> str:
+    kind = err["type"]
+    value = err.get("input")
+    loc = err["loc"]
+    ctx = err.get("ctx", {})
+    if kind == "extra_forbidden":
+        names = _field_names(model, loc)
+        hint = suggest(str(loc[-1]), names)
+        return f"unknown key{hint}" + (f"; allowed keys: {', '.join(names)}" if not hint and names else "")
+    if kind == "missing":
+        return "is required but missing"
+    if kind == "literal_error":
+        expected = ctx.get("expected", "")
+        options = [e.strip(" '") for e in expected.replace(" or ", ",").split(",")]
+        if isinstance(value, bool):      # YAML 1.1 reads yes/no/on/off/true/false as booleans
+            return (f"{str(value).lower()} (YAML reads an unquoted yes, no, on, off, true or false as a boolean) is not "
+                    f"allowed (allowed: {expected}; quote a word that should stay a word)")
+        return f"{value!r} is not allowed{suggest(str(value), options)} (allowed: {expected})"
+    if kind in _SENTENCES:
+        return _SENTENCES[kind].format(v=_kind_of(value))
+    if kind in _BOUNDS:
+        key, words = _BOUNDS[kind]
+        return f"{_kind_of(value)} must be {words} {ctx.get(key)}"
+    msg = err["msg"]
+    for prefix in ("Value error, ", "Assertion failed, "):
+        if msg.startswith(prefix):
+            msg = msg[len(prefix):]
+    if kind in ("value_error", "assertion_error"):
+        return msg
+    return f"{_kind_of(value)}: {msg[0].lower() + msg[1:]}"
+
+
+def _pick(errors: list[dict]) -> dict:
+    """The error to show: a misspelt key first (it usually explains a 'missing' one), else the first."""
+    for err in errors:
+        if err["type"] == "extra_forbidden":
+            return err
+    return errors[0]
+
+
+def _dotted(loc: tuple) -> str:
+    """pydantic's location without its internal steps ('[key]', 'function-after[...]')."""
+    return ".".join(str(p) for p in loc if not (isinstance(p, str) and (p.startswith("function-") or p == "[key]")))
+
+
+def validate(model: type[T], data: Any, *, file: str | None, prefix: str = "", root: Any = None,
+             units: bool = True) -> T:
+    """Build ``model`` from ``data`` or raise an InputError naming file, line and field. With ``file`` (and
+    ``units``) physical quantities must carry their unit (``simtrain.spec.quantity``)."""
+    try:
+        return model.model_validate(data, context={"file": file} if file and units else None)
+    except ValidationError as exc:
+        err = _pick(exc.errors(include_url=False))
+        where = getattr(err.get("ctx", {}).get("error"), "where", ())
+        dotted = _dotted(tuple(err["loc"]) + tuple(where))
+        field = f"{prefix}.{dotted}" if prefix and dotted else (prefix or dotted)
+        line, note = locate(root if root is not None else data, field) if field else (getattr(data, "line", None), "")
+        raise InputError(_describe(err, model) + note, file=file, line=line, field=field or None) from None
+    except InputError as err:
+        raise err.located(file=file, line=getattr(data, "line", None)) from None

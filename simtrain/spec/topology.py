@@ -1,0 +1,275 @@
+"""The cluster as a directed networkx graph, and routes through it.
+
+Nodes are GPUs (``gpu{i}``), NVSwitch planes or PCIe host bridges
+(``nvsw{n}``/``host{n}``), NICs (``nic{n}.{k}``) and network switches. Every
+physical link is two directed edges (one per direction) with ``bandwidth``
+(bytes/s, already multiplied by the achievable ``efficiency``) and
+``latency`` (s). A route is the tuple of directed edges a message crosses;
+its latency is the sum of the edges' latencies.
+
+Template topologies route structurally and compute a link's attributes from
+its end points (:meth:`Cluster.link_attrs`, the one function the graph builder
+also uses), so a 16,384-GPU step needs no graph search and no graph at all;
+``cluster.graph`` is built on first use (charts, explicit topologies, link
+checks). Explicit topologies route by fewest hops; a test checks that
+structural routes equal the graph's shortest paths on the templates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:   # networkx loads on first use of a graph: `import simtrain` stays fast
+    import networkx as nx
+
+from simtrain.spec.hardware import HardwareSpec
+
+Link = tuple[str, str]
+
+
+@dataclass(eq=False)
+class Cluster:
+    """GPUs and the network between them, for one hardware spec and size."""
+
+    spec: HardwareSpec
+    nodes: int
+    gpus_per_node: int
+    _routes: dict = field(default_factory=dict, repr=False)
+    _attrs: dict = field(default_factory=dict, repr=False)
+    shapes: dict = field(default_factory=dict, repr=False)   # ring shapes by (kind, layout, rank, every)
+
+    @property
+    def gpus(self) -> int:
+        if self.spec.explicit:
+            return len(self.spec.devices)
+        return self.nodes * self.gpus_per_node
+
+    def gpu(self, index: int) -> str:
+        return f"gpu{index}"
+
+    def __post_init__(self) -> None:
+        if self.spec.explicit:
+            nodes = [d.node for d in self.spec.devices]
+            self.node_of = nodes.__getitem__          # type: ignore[method-assign]
+
+    def node_of(self, index: int) -> int:
+        return index // self.gpus_per_node
+
+    # --- the graph --------------------------------------------------------
+    @cached_property
+    def graph(self) -> "nx.DiGraph":
+        return _build_explicit(self.spec) if self.spec.explicit else _build_template(self)
+
+    def _link(self, link: Link) -> tuple[float, float, str]:
+        hit = self._attrs.get(link)
+        if hit is None:
+            if self.spec.explicit:
+                data = self.graph.edges[link]
+                hit = (data["bandwidth"], data["latency"], data["kind"])
+            else:
+                hit = self.link_attrs(*link)
+            self._attrs[link] = hit
+        return hit
+
+    def bandwidth(self, link: Link) -> float:
+        return self._link(link)[0]
+
+    def latency(self, link: Link) -> float:
+        return self._link(link)[1]
+
+    def link_attrs(self, u: str, v: str) -> tuple[float, float, str]:
+        """(bandwidth bytes/s after efficiency, latency s, kind) of the template link u -> v."""
+        spec = self.spec
+        intra, inter = spec.intra_node, spec.inter_node
+        a, b = (u, v) if u < v else (v, u)          # attributes are the same both ways
+        if a.startswith("gpu"):
+            if b.startswith(("nvsw", "host")):
+                return intra.bandwidth * intra.efficiency, intra.latency / 2, intra.fabric
+            if b.startswith("nic"):
+                return inter.pcie_bandwidth or float("inf"), 0.0, "pcie"
+        if a.startswith(("leaf", "nic", "rail")) or b.startswith(("nic", "rail", "spine", "switch", "leaf")):
+            nic_bw = inter.nic_bandwidth * inter.efficiency
+            if a.startswith("nic") or b.startswith("nic"):
+                return nic_bw, inter.latency / 2, "network"
+            if "spine" in (a, b):
+                return nic_bw * self.nodes / inter.oversubscription, 0.0, "network"
+        if "core" in (a, b):
+            nic_bw = inter.nic_bandwidth * inter.efficiency
+            per_leaf = inter.nodes_per_leaf * inter.nics_per_node * nic_bw
+            return per_leaf / inter.oversubscription, 0.0, "network"
+        raise KeyError(f"no template link {u} -> {v}")
+
+    # --- routes -----------------------------------------------------------
+    def _route_entry(self, a: int, b: int, cache: bool = True) -> tuple[tuple[Link, ...], float]:
+        key = (a, b)
+        hit = self._routes.get(key)
+        if hit is None:
+            nodes = self._explicit_path(a, b) if self.spec.explicit else self._template_path(a, b)
+            links = tuple(zip(nodes[:-1], nodes[1:]))
+            latency = 0.0
+            for link in links:
+                latency += self._link(link)[1]
+            hit = (links, latency)
+            if cache:
+                self._routes[key] = hit
+        return hit
+
+    def route(self, a: int, b: int, cache: bool = True) -> tuple[Link, ...]:
+        """Directed edges from GPU a to GPU b (``cache=False`` for one-off replica routes)."""
+        if not cache and (a, b) not in self._routes:
+            nodes = self._explicit_path(a, b) if self.spec.explicit else self._template_path(a, b)
+            return tuple(zip(nodes[:-1], nodes[1:]))
+        return self._route_entry(a, b, cache)[0]
+
+    def local_nodes(self, links) -> set[int] | None:
+        """Nodes whose own links (GPU, NIC, NVSwitch/host ends) are in ``links``; None if any link is
+        shared between nodes (a network switch to switch link) or the topology is explicit. Flows
+        with neither end on these nodes cannot cross these links."""
+        if self.spec.explicit:
+            return None
+        nodes: set[int] = set()
+        for u, v in links:
+            end = u if u.startswith(("gpu", "nic", "nvsw", "host")) else v
+            if end.startswith("gpu"):
+                nodes.add(int(end[3:]) // self.gpus_per_node)
+            elif end.startswith("nic"):
+                nodes.add(int(end[3:].split(".")[0]))
+            elif end.startswith(("nvsw", "host")):
+                nodes.add(int(end[4:]))
+            else:
+                return None
+        return nodes
+
+    def route_latency(self, a: int, b: int) -> float:
+        """Sum of the latencies of the route's edges."""
+        return self._route_entry(a, b)[1]
+
+    def _explicit_path(self, a: int, b: int) -> list[str]:
+        import networkx as nx
+
+        try:
+            return nx.shortest_path(self.graph, self.gpu(a), self.gpu(b))
+        except nx.NetworkXNoPath:
+            from simtrain.spec.errors import InputError
+
+            raise InputError(f"no path from {self.spec.devices[a].name} to {self.spec.devices[b].name}",
+                             field="links") from None
+
+    def _nic(self, index: int) -> str:
+        n, local = divmod(index, self.gpus_per_node)
+        nics = self.spec.inter_node.nics_per_node
+        return f"nic{n}.{local * nics // self.gpus_per_node}"
+
+    def _template_path(self, a: int, b: int) -> list[str]:
+        gpn = self.gpus_per_node
+        na, nb = a // gpn, b // gpn
+        if na == nb:
+            hub = "nvsw" if self.spec.intra_node.fabric == "nvswitch" else "host"
+            return [f"gpu{a}", f"{hub}{na}", f"gpu{b}"]
+        nic_a, nic_b = self._nic(a), self._nic(b)
+        return [self.gpu(a), nic_a, *self._fabric_path(na, nic_a, nb, nic_b), nic_b, self.gpu(b)]
+
+    def _fabric_path(self, na: int, nic_a: str, nb: int, nic_b: str) -> list[str]:
+        inter = self.spec.inter_node
+        if inter.topology == "single-switch":
+            return ["switch"]
+        if inter.topology == "rail-optimized":
+            ra, rb = nic_a.split(".")[1], nic_b.split(".")[1]
+            return [f"rail{ra}"] if ra == rb else [f"rail{ra}", "spine", f"rail{rb}"]
+        la, lb = na // inter.nodes_per_leaf, nb // inter.nodes_per_leaf
+        return [f"leaf{la}"] if la == lb else [f"leaf{la}", "core", f"leaf{lb}"]
+
+
+def _add_link(edges: list, a: str, b: str, bandwidth: float, latency_each_way: float, kind: str) -> None:
+    attrs = {"bandwidth": bandwidth, "latency": latency_each_way, "kind": kind}
+    edges.append((a, b, attrs))
+    edges.append((b, a, dict(attrs)))
+
+
+def _build_template(cluster: Cluster) -> "nx.DiGraph":
+    """The template's graph; every edge's attributes come from ``cluster.link_attrs``."""
+    import networkx as nx
+
+    spec, gpn = cluster.spec, cluster.gpus_per_node
+    intra, inter = spec.intra_node, spec.inter_node
+    g = nx.DiGraph(name=spec.name)
+    pairs: list[tuple[str, str]] = []
+    hub = "nvsw" if intra.fabric == "nvswitch" else "host"
+    for n in range(cluster.nodes):
+        g.add_node(f"{hub}{n}", kind="nvswitch" if hub == "nvsw" else "pcie_host", node=n)
+        for local in range(gpn):
+            i = n * gpn + local
+            g.add_node(f"gpu{i}", kind="gpu", node=n, local=local, index=i)
+            pairs.append((f"gpu{i}", f"{hub}{n}"))
+        if cluster.nodes > 1 and inter is not None:
+            for k in range(inter.nics_per_node):
+                g.add_node(f"nic{n}.{k}", kind="nic", node=n)
+            for local in range(gpn):
+                i = n * gpn + local
+                pairs.append((f"gpu{i}", cluster._nic(i)))
+            for k in range(inter.nics_per_node):
+                if inter.topology == "single-switch":
+                    up = "switch"
+                elif inter.topology == "rail-optimized":
+                    up = f"rail{k}"
+                else:
+                    up = f"leaf{n // inter.nodes_per_leaf}"
+                pairs.append((f"nic{n}.{k}", up))
+    if cluster.nodes > 1 and inter is not None:
+        if inter.topology == "rail-optimized":
+            pairs.extend((f"rail{k}", "spine") for k in range(inter.nics_per_node))
+        elif inter.topology == "fat-tree":
+            leaves = -(-cluster.nodes // inter.nodes_per_leaf)
+            pairs.extend((f"leaf{leaf}", "core") for leaf in range(leaves))
+    edges: list = []
+    for a, b in pairs:
+        _add_link(edges, a, b, *cluster.link_attrs(a, b))
+    g.add_edges_from(edges)
+    for _node, data in g.nodes(data=True):
+        data.setdefault("kind", "switch")
+    return g
+
+
+def _build_explicit(spec: HardwareSpec) -> "nx.DiGraph":
+    import networkx as nx
+
+    g = nx.DiGraph(name=spec.name)
+    for i, dev in enumerate(spec.devices):
+        g.add_node(f"gpu{i}", kind="gpu", node=dev.node, index=i, label=dev.name)
+    names = {dev.name: f"gpu{i}" for i, dev in enumerate(spec.devices)}
+    for sw in spec.switches:
+        g.add_node(sw.name, kind=sw.kind)
+        names[sw.name] = sw.name
+    edges: list = []
+    for link in spec.links:
+        _add_link(edges, names[link.a], names[link.b], link.bandwidth * link.efficiency, link.latency, link.kind)
+    g.add_edges_from(edges)
+    return g
+
+
+def build_cluster(spec: HardwareSpec, *, nodes: int | None = None, gpus_per_node: int | None = None) -> Cluster:
+    """The cluster for ``spec``, with the scenario's optional size overrides.
+
+    Clusters are shared between scenarios on the same (immutable) spec and size, so that a sweep or
+    a search computes each route and ring shape once, not once per candidate layout."""
+    if spec.explicit:
+        node_ids = {d.node for d in spec.devices}
+        per = max(sum(1 for d in spec.devices if d.node == n) for n in node_ids)
+        return _shared_cluster(spec, len(node_ids), per)
+    return _shared_cluster(spec, nodes or spec.nodes, gpus_per_node or spec.gpus_per_node)
+
+
+_SHARED: dict = {}   # (id(spec), nodes, gpus_per_node) -> Cluster; at most 8, oldest dropped first
+
+
+def _shared_cluster(spec: HardwareSpec, nodes: int, gpus_per_node: int) -> Cluster:
+    key = (id(spec), nodes, gpus_per_node)
+    hit = _SHARED.get(key)
+    if hit is None or hit.spec is not spec:     # `is` guards against a reused id of a dead spec
+        hit = Cluster(spec, nodes, gpus_per_node)
+        _SHARED[key] = hit
+        while len(_SHARED) > 8:
+            _SHARED.pop(next(iter(_SHARED)))
+    return hit

@@ -1,0 +1,28 @@
+"""The layered package gives the reports it gave before the move (issue 18): every bundled scenario's
+JSON report is byte-identical to the one written before the files moved (tests/data/reports_before_layout,
+generated with `simtrain run SCENARIO --json` at 18a7a03 and gzipped)."""
+
+import gzip
+from pathlib import Path
+
+import pytest
+
+import simtrain
+from simtrain.report.outputs import dumps_json
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "data" / "reports_before_layout"
+SCENARIOS = sorted(p.stem for p in (ROOT / "scenarios").glob("*.yaml"))
+
+
+def test_every_bundled_scenario_has_a_fixture():
+    """A scenario added later needs its own fixture; one removed leaves no stale fixture behind."""
+    assert sorted(p.name[: -len(".json.gz")] for p in FIXTURES.glob("*.json.gz")) == SCENARIOS
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_report_is_byte_identical_to_the_fixture(name):
+    """`simtrain run scenarios/NAME.yaml --json` writes the same bytes as before the layout move."""
+    report = dumps_json(simtrain.simulate(ROOT / "scenarios" / f"{name}.yaml").to_dict())
+    expected = gzip.decompress((FIXTURES / f"{name}.json.gz").read_bytes()).decode()
+    assert report == expected
