@@ -18,8 +18,8 @@ import tempfile
 from pathlib import Path
 
 import simtrain
-from simtrain.report.charts import sweep_figure, write_figure
 from simtrain.decide.sweep import sweep
+from simtrain.report.charts import sweep_figure, write_figure
 
 SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "pp4_dp4.yaml"
 COUNTS = [4, 8, 16, 32, 64]          # micro-batches per step per pipeline

@@ -11,11 +11,10 @@ import subprocess
 import sys
 
 import pytest
+from conftest import REPO, make_scenario
 
 import simtrain
 from simtrain.spec.errors import InputError
-
-from conftest import REPO, make_scenario
 
 PP4 = REPO / "scenarios" / "pp4_dp4.yaml"
 
@@ -103,7 +102,7 @@ def test_compare_takes_the_cli_token_counts_and_refuses_nonsense():
 def test_the_report_keys_are_attributes_too():
     """Every top-level number of the JSON report is an attribute of the Result by the same name (a notebook reads
     `r.memory_capacity_bytes` as `simtrain run --json` writes it), equal up to the report's rounding."""
-    from simtrain.report.result import report_float
+    from simtrain.spec.units import report_float
 
     r = simtrain.simulate(make_scenario())
     report = r.to_dict(timeline=False)

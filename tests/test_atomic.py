@@ -17,10 +17,9 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 
 from simtrain.report import outputs as simtrain_io
-
-from conftest import run_cli
 
 SCENARIO = Path(__file__).resolve().parent / "bad_inputs" / "good" / "base.yaml"
 OLD = '{"old": "report"}\n'

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import run_cli
 
 CORPUS = Path(__file__).resolve().parent / "bad_inputs"
@@ -220,8 +219,8 @@ def test_python_tags_are_never_executed(tmp_path, capsys):
 def test_scenario_names_are_escaped_in_html(tmp_path):
     """A scenario named '<script>alert(1)</script>' appears escaped in the Gantt and memory charts."""
     charts = pytest.importorskip("simtrain.report.charts")
-    from simtrain.spec.scenario import load_scenario
     from simtrain.engine.simulation import simulate
+    from simtrain.spec.scenario import load_scenario
 
     name = "<script>alert(1)</script>"
     result = simulate(load_scenario(BASE, {"name": name}))

@@ -19,12 +19,18 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from simtrain.report.charts import (gantt_figure, heatmap_figure, memory_figure, plot_saved, sweep_figure,
-                             write_outputs)
 from simtrain.cli import main
+from simtrain.engine.simulation import simulate
+from simtrain.report.charts import (
+    gantt_figure,
+    heatmap_figure,
+    memory_figure,
+    plot_saved,
+    sweep_figure,
+    write_outputs,
+)
 from simtrain.spec.errors import InputError
 from simtrain.spec.scenario import load_scenario
-from simtrain.engine.simulation import simulate
 
 DATA = Path(__file__).parent / "data"
 ROOT = Path(__file__).parent.parent

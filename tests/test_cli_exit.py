@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import REPO, run_cli, scenario_dict
 
 AGAIN = "; write the report again with `simtrain run SCENARIO --json PATH`"
@@ -81,14 +80,15 @@ def test_search_to_parquet_without_pyarrow_exits_2_before_searching(small, no_py
 
 def test_python_sweep_to_parquet_without_pyarrow_is_an_input_error(tmp_path, no_pyarrow, monkeypatch):
     """sweep_to_file raises the same InputError before any point runs."""
-    import simtrain.decide.sweep
     from conftest import make_scenario
+
+    import simtrain.decide.sweep_files
     from simtrain.spec.errors import InputError
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(simtrain.decide.sweep, "run_points", lambda *a, **k: pytest.fail("points ran"))
+    monkeypatch.setattr(simtrain.decide.sweep_files, "run_points", lambda *a, **k: pytest.fail("points ran"))
     with pytest.raises(InputError) as info:
-        simtrain.decide.sweep.sweep_to_file(make_scenario(), {"training.micro_batch": [1]}, "t.parquet")
+        simtrain.decide.sweep_files.sweep_to_file(make_scenario(), {"training.micro_batch": [1]}, "t.parquet")
     assert str(info.value) == NO_PYARROW.format("t.parquet")
     assert _files(tmp_path) == []
 
@@ -189,9 +189,10 @@ def test_validate_only_on_the_bundled_cases_exits_2(capsys):
 @pytest.fixture(scope="module")
 def saved_report(tmp_path_factory) -> dict:
     """The JSON report of `simtrain run --json` on a two-stage pipeline of the ideal node."""
-    from simtrain.report.outputs import dumps_json
     from conftest import make_scenario
+
     from simtrain.engine.simulation import simulate
+    from simtrain.report.outputs import dumps_json
 
     return json.loads(dumps_json(simulate(make_scenario(parallel={"pp": 2})).to_dict()))
 
@@ -472,12 +473,12 @@ def test_a_layout_that_does_not_fit_is_said_once(small, capsys):
 
 def test_an_interrupted_sweep_points_to_resume(small, capsys, monkeypatch):
     """Ctrl-C during a sweep: the table keeps the finished rows, and the message says how to continue."""
-    import simtrain.decide.sweep
+    import simtrain.decide.sweep_files
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(simtrain.decide.sweep, "sweep_to_file", interrupted)
+    monkeypatch.setattr(simtrain.decide.sweep_files, "sweep_to_file", interrupted)
     code, _, err = run_cli(["sweep", "ok.yaml", "--grid", "training.micro_batch=1,2", "--out", "s.csv"], capsys)
     assert code == 130
     assert "--resume" in err and err.strip().endswith("interrupted")

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import pytest
 import simpy
+from conftest import DATA, hardware_variant, make_scenario
 
-from simtrain.plan.collectives import collective_phases, p2p_phase, phase_time_alone
 from simtrain.engine.fluid import FluidNetwork
+from simtrain.plan.collectives import collective_phases, p2p_phase, phase_time_alone
 from simtrain.spec.hardware import load_hardware
 from simtrain.spec.topology import build_cluster
-
-from conftest import DATA, hardware_variant, make_scenario
 
 STAR_B = 100e9          # core_star8.yaml: 100 GB/s per direction
 STAR_ALPHA = 2e-6       # GPU -> switch -> GPU: two 1 us hops

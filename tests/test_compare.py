@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import pytest
 import yaml
+from conftest import DATA, REPO, gpt_model, make_scenario, run_cli
 
 from simtrain.decide.compare import compare, compare_text, warnings_for
-from simtrain.spec.scenario import load_scenario
 from simtrain.engine.simulation import simulate
-
-from conftest import DATA, REPO, gpt_model, make_scenario, run_cli
+from simtrain.spec.scenario import load_scenario
 
 H100 = REPO / "scenarios" / "compare_h100.yaml"
 A100 = REPO / "scenarios" / "compare_a100.yaml"

@@ -123,8 +123,9 @@ def test_adam_step_moves_28_bytes_per_parameter():
 
 def test_pure_fp32_adam_step_moves_28_bytes_per_parameter():
     """fp32 training, fp32 gradients: read w, g, m, v (16 B), write w, m, v (12 B) = 28 B, as the plan charges it."""
-    from simtrain.plan.build import build_plan
     from conftest import make_scenario
+
+    from simtrain.plan.build import build_plan
     s = make_scenario(model="llama2-7b", training={"seq_len": 512, "global_batch": 1, "precision": "fp32"})
     n = s.model.params_total
     dev = costs.Device(gpu=s.hardware.gpu, compute=s.hardware.compute, dtype="fp32")
@@ -266,8 +267,9 @@ def test_backward_tp_collectives_per_recompute_mode(recompute, factor):
     """A layer's forward has two TP all-reduces (Shoeybi et al. 2019, Fig. 3); its backward two more. Full recompute
     re-runs the forward's two; torchtitan's op policy re-runs the one after the attention output (the MLP output is
     kept), so the backward carries 1.5 forward-collectives' worth."""
-    from simtrain.plan.build import build_plan
     from conftest import make_scenario
+
+    from simtrain.plan.build import build_plan
     s = make_scenario(training={"recompute": recompute}, parallel={"tp": 2})
     c = build_plan(s).chunks[0]
     assert c.tp_fwd_layer > 0

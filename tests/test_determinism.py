@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from simtrain.engine.simulation import simulate
 from simtrain.report.outputs import dumps_json
 from simtrain.spec.scenario import load_scenario, parse_set
-from simtrain.engine.simulation import simulate
 
 SCENARIO = Path(__file__).resolve().parent / "bad_inputs" / "good" / "base.yaml"
 SETS = ["nodes=2", "gpus_per_node=4", "parallel.dp=4", "training.global_batch=16", "simulation.fidelity=full",

@@ -19,14 +19,13 @@ import subprocess
 import sys
 
 import pytest
-
-from simtrain.report.outputs import dumps_json
-from simtrain.plan.memory import edge_params, layer_params_per_rank
-from simtrain.plan.build import build_plan
-from simtrain.spec.scenario import load_scenario
-from simtrain.engine.simulation import memory, simulate
-
 from conftest import DATA, REPO, gpt_model, hardware_variant, make_scenario
+
+from simtrain.engine.simulation import memory, simulate
+from simtrain.plan.build import build_plan
+from simtrain.plan.memory import edge_params, layer_params_per_rank
+from simtrain.report.outputs import dumps_json
+from simtrain.spec.scenario import load_scenario
 
 PP4_DP4 = REPO / "scenarios" / "pp4_dp4.yaml"
 

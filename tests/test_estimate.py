@@ -4,13 +4,12 @@ simulation never beats, and the closed-form pipeline formulas on equal stages.""
 from __future__ import annotations
 
 import pytest
+from conftest import DATA, REPO, gpt_model, make_scenario
 
 from simtrain.decide.estimate import estimate
+from simtrain.engine.simulation import simulate
 from simtrain.plan.build import build_plan
 from simtrain.spec.scenario import load_scenario
-from simtrain.engine.simulation import simulate
-
-from conftest import DATA, REPO, gpt_model, make_scenario
 
 TWO_NODES = DATA / "core_two_nodes.yaml"
 #: a small model with a real vocabulary: the first and last stages are heavier than the rest

@@ -13,8 +13,8 @@ schedules, up to 128 GPUs.
 from __future__ import annotations
 
 import pytest
-
 from conftest import make_scenario
+
 from simtrain.engine.simulation import simulate
 
 #: (id, hardware, nodes, parallel, training); small GPT-style model (8 layers, h = 1024) so that each

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from simtrain.engine.simulation import simulate
 from simtrain.report.charts import gantt_figure, write_outputs
 from simtrain.spec.scenario import load_scenario
-from simtrain.engine.simulation import simulate
 
 DATA = Path(__file__).parent / "data"
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")

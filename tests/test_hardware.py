@@ -13,11 +13,10 @@ from pathlib import Path
 import networkx as nx
 import pytest
 import yaml
+from conftest import DATA, REPO, hardware_variant, scenario_dict
 
 from simtrain.spec.hardware import HardwareSpec, load_hardware
 from simtrain.spec.topology import build_cluster
-
-from conftest import DATA, REPO, hardware_variant, scenario_dict
 
 HARDWARE_DIR = REPO / "hardware"
 REQUIRED = ["dgx-a100", "dgx-h100"]

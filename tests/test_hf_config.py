@@ -14,13 +14,12 @@ import typing
 from pathlib import Path
 
 import pytest
+from conftest import DATA, make_scenario
 from pydantic import ValidationError
 
 from simtrain.spec.errors import InputError
 from simtrain.spec.model import from_hf_config, load_model
 from simtrain.spec.schema import Closed
-
-from conftest import DATA, make_scenario
 
 LLAMA2_7B = 6_738_415_616
 LLAMA3_8B = 8_030_261_248

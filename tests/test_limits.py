@@ -12,12 +12,11 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 
+from simtrain.engine.simulation import simulate
 from simtrain.spec.errors import InputError, SimulationLimitError
 from simtrain.spec.scenario import load_scenario, parse_set
-from simtrain.engine.simulation import simulate
-
-from conftest import run_cli
 
 GOOD = Path(__file__).resolve().parent / "bad_inputs" / "good"
 

@@ -13,11 +13,15 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from simtrain.plan.memory import (activation_bytes_per_layer, inflight_microbatches, local_params, stage_memory,
-                             state_bytes_per_param)
-
 from conftest import REPO, make_scenario, run_cli
+
+from simtrain.plan.memory import (
+    activation_bytes_per_layer,
+    inflight_microbatches,
+    local_params,
+    stage_memory,
+    state_bytes_per_param,
+)
 
 PP4_DP4 = str(REPO / "scenarios" / "pp4_dp4.yaml")
 

@@ -9,11 +9,10 @@ Megatron-LM" (arXiv:2104.04473), Sec. 5.1 and Table 1 for GPT-3.
 from __future__ import annotations
 
 import pytest
+from conftest import DATA
 
 from simtrain.spec.errors import InputError
 from simtrain.spec.model import ModelSpec, load_model
-
-from conftest import DATA
 
 #: published totals (HF safetensors index total_size / 2 bytes per bf16/fp16 weight)
 PUBLISHED = {

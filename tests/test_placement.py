@@ -10,10 +10,9 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from conftest import make_scenario
 
 from simtrain.spec.placement import Placement, placement_of
-
-from conftest import make_scenario
 
 
 def test_tp_is_innermost():

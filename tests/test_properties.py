@@ -15,9 +15,9 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from simtrain.engine.simulation import memory, simulate
 from simtrain.spec.errors import InputError
 from simtrain.spec.scenario import load_scenario, scenario_from_dict
-from simtrain.engine.simulation import memory, simulate
 
 GOOD = Path(__file__).resolve().parent / "bad_inputs" / "good"
 HW = GOOD / "hw.yaml"          # tiny test node: 80 GiB, 100 TFLOPS bf16, 4 GPUs per node, single switch

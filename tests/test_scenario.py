@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import IDEAL_HW, make_scenario, run_cli
 
 from simtrain.spec.errors import InputError
 from simtrain.spec.scenario import load_scenario
-
-from conftest import IDEAL_HW, make_scenario, run_cli
 
 BASE = f"""\
 name: bad

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import pytest
 import yaml
-
-from simtrain.spec.errors import InputError
-from simtrain.decide.search import enumerate_layouts, gpu_overrides, search, why_slower
-from simtrain.decide.sweep import read_table
-
 from conftest import DATA, gpt_model, hardware_variant, make_scenario, run_cli
+
+from simtrain.decide.search import enumerate_layouts, gpu_overrides, search, why_slower
+from simtrain.decide.sweep_files import read_table
+from simtrain.spec.errors import InputError
 
 TWO_NODES = DATA / "core_two_nodes.yaml"
 SMALL = gpt_model(layers=4, hidden=1024, heads=16, vocab=32000)

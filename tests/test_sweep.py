@@ -10,12 +10,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pandas as pd
 import pytest
+from conftest import hardware_variant, make_scenario, run_cli
 
 import simtrain
+from simtrain.decide.sweep import COLUMNS, ScenarioPayload, sweep
+from simtrain.decide.sweep_files import read_table, sweep_to_file
 from simtrain.engine.simulation import simulate
-from simtrain.decide.sweep import COLUMNS, ScenarioPayload, read_table, sweep, sweep_to_file
-
-from conftest import hardware_variant, make_scenario, run_cli
 
 GRID = {"parallel.schedule": ["gpipe", "1f1b"], "training.global_batch": [4, 8, 16]}
 
@@ -175,7 +175,7 @@ def test_resume_runs_only_missing_points(pipe, tmp_path, ext, monkeypatch):
                   progress=False)
     full = sweep_to_file(pipe, GRID, tmp_path / f"ref.{ext}", workers=1, progress=False)
     ran = []
-    import simtrain.decide.sweep as sweep_module
+    import simtrain.decide.sweep_files as sweep_module
 
     real = sweep_module.run_points
 
@@ -315,7 +315,6 @@ def test_table_bytes_are_whole_numbers_as_in_the_json_report(pipe, tmp_path):
 def test_resume_refuses_rows_of_an_edited_model_file(tmp_path):
     """A model given as a file path: editing the file between runs changes the rows' model, so --resume refuses."""
     import yaml as _yaml
-
     from conftest import gpt_model
 
     model = tmp_path / "m.yaml"
@@ -356,7 +355,7 @@ def test_pool_workers_leave_ctrl_c_to_the_parent():
     so only the parent reports it, once."""
     import signal
 
-    from simtrain.decide.sweep import open_executor
+    from simtrain.decide.workers import open_executor
 
     with open_executor(2, None, tasks=2) as pool:
         seen = {pool.submit(_sigint_disposition).result() for _ in range(4)}
@@ -368,7 +367,7 @@ def test_an_interrupted_pool_stops_its_workers_now():
     """On an exception in the caller (Ctrl-C) the workers are ended, not left to finish their points."""
     import time
 
-    from simtrain.decide.sweep import open_executor
+    from simtrain.decide.workers import open_executor
 
     processes = []
     with pytest.raises(KeyboardInterrupt):
@@ -386,7 +385,7 @@ def test_a_broken_worker_pool_stops_with_the_reason():
     `if __name__ == "__main__":` rule and workers=1."""
     import os
 
-    from simtrain.decide.sweep import WorkersFailed, open_executor, run_tasks
+    from simtrain.decide.workers import WorkersFailed, open_executor, run_tasks
 
     with pytest.raises(WorkersFailed, match='__name__ == "__main__"'):
         with open_executor(2, None, tasks=2) as pool:
@@ -399,7 +398,7 @@ def test_a_callers_executor_has_its_queued_tasks_cancelled():
     import time
     from concurrent.futures import ThreadPoolExecutor
 
-    from simtrain.decide.sweep import run_tasks
+    from simtrain.decide.workers import run_tasks
 
     ran = []
 
@@ -428,10 +427,11 @@ def test_a_grid_value_naming_a_bad_file_is_that_files_error(tmp_path):
 def test_a_killed_worker_is_not_called_a_bug_on_the_command_line(capsys, repo, tmp_path, monkeypatch):
     """A worker killed from outside (OOM killer): exit 1 with what happened and how to resume, not the
     `__main__` advice meant for scripts, and not 'internal error'."""
-    import simtrain.decide.sweep as sweeps
+    import simtrain.decide.sweep_files as sweeps
+    from simtrain.decide.workers import WORKERS_FAILED, WorkersFailed
 
     def died(*args, **kwargs):
-        raise sweeps.WorkersFailed(sweeps.WORKERS_FAILED)
+        raise WorkersFailed(WORKERS_FAILED)
 
     monkeypatch.setattr(sweeps, "sweep_to_file", died)
     monkeypatch.chdir(tmp_path)

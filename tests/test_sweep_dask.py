@@ -8,10 +8,9 @@ import sys
 
 import pandas as pd
 import pytest
+from conftest import make_scenario
 
 from simtrain.decide.sweep import sweep
-
-from conftest import make_scenario
 
 GRID = {"parallel.schedule": ["gpipe", "1f1b"], "training.global_batch": [4, 8, 12]}
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from simtrain.report.charts import write_outputs
-from simtrain.spec.scenario import load_scenario
 from simtrain.engine.simulation import simulate
+from simtrain.report.charts import write_outputs
 from simtrain.report.trace import trace_events
+from simtrain.spec.scenario import load_scenario
 
 DATA = Path(__file__).parent / "data"
 ROOT = Path(__file__).parent.parent

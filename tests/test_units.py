@@ -7,11 +7,10 @@ prefixes (Ki, Mi, Gi) powers of 1024 (IEC 80000-13), ``B`` is a byte and ``b`` a
 from __future__ import annotations
 
 import pytest
+from conftest import hardware_variant
 
 from simtrain.spec.errors import InputError
 from simtrain.spec.units import parse_quantity
-
-from conftest import hardware_variant
 
 
 @pytest.mark.parametrize(("text", "kind", "expected"), [
@@ -137,6 +136,7 @@ def test_python_overrides_take_si_numbers_on_a_file_scenario():
     """A scenario loaded from a file takes SI floats through with_overrides, as Python does everywhere:
     dp_bucket_size 50e6 is 50 MB."""
     from conftest import REPO
+
     from simtrain.spec.scenario import load_scenario
 
     sc = load_scenario(REPO / "scenarios/pp4_dp4.yaml").with_overrides({"simulation.dp_bucket_size": 50e6})

@@ -13,13 +13,13 @@ import json
 import time
 
 import pytest
-
 from conftest import REPO, make_scenario, run_cli
-from simtrain.spec.errors import SimulationLimitError
-from simtrain.report.outputs import dumps_json
-from simtrain.plan.build import build_plan
-from simtrain.spec.scenario import load_scenario
+
 from simtrain.engine.simulation import simulate
+from simtrain.plan.build import build_plan
+from simtrain.report.outputs import dumps_json
+from simtrain.spec.errors import SimulationLimitError
+from simtrain.spec.scenario import load_scenario
 
 SLOW = 1.3
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from simtrain.cli import JSON_HELP, OutPath, cli, distinct_outputs, emit
+from simtrain.cli.app import JSON_HELP, OutPath, cli, distinct_outputs, emit
 from simtrain.report.outputs import staged_outputs, write_json
 from simtrain.spec.scenario import load_scenario, parse_set
 

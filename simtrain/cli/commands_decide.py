@@ -8,9 +8,9 @@ from typing import Any
 import click
 import yaml
 
-from simtrain.cli import JSON_HELP, OutPath, cli, distinct_outputs, emit
-from simtrain.spec.errors import InputError
+from simtrain.cli.app import JSON_HELP, OutPath, cli, distinct_outputs, emit
 from simtrain.report.outputs import staged_outputs, write_json
+from simtrain.spec.errors import InputError
 from simtrain.spec.scenario import load_scenario, parse_set
 from simtrain.spec.units import format_count
 
@@ -133,7 +133,9 @@ def sweep(scenario: str, grids: tuple[str, ...], out: str, resume: bool, workers
     """Simulate SCENARIO at every point of a grid and write one row per point.
 
     Exits with status 2 when no point of the grid is valid (the table of their errors is still written)."""
-    from simtrain.decide.sweep import WorkersFailed, grid_points, output_format, sweep_to_file, table_format
+    from simtrain.decide.sweep import grid_points
+    from simtrain.decide.sweep_files import output_format, sweep_to_file, table_format
+    from simtrain.decide.workers import WorkersFailed
 
     grid = parse_grid(grids)
     distinct_outputs(out=out, plot=plot_path, record=f"{out}.sweep.json")
@@ -188,9 +190,10 @@ def search(scenario: str, gpus: int | None, top: int, out: str | None, max_memor
            sets: tuple[str, ...], progress: bool | None) -> None:
     """Find the fastest parallel layouts of SCENARIO's model, hardware and global batch."""
     from simtrain.decide.search import search as run_search
-    from simtrain.spec.scenario import setup_warnings
     from simtrain.decide.search import search_text
-    from simtrain.decide.sweep import WorkersFailed, output_format, write_table
+    from simtrain.decide.sweep_files import output_format, write_table
+    from simtrain.decide.workers import WorkersFailed
+    from simtrain.spec.scenario import setup_warnings
 
     distinct_outputs(out=out)
     if out:

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from simtrain.cli import JSON_HELP, cli, emit
+from simtrain.cli.app import JSON_HELP, cli, emit
 
 
 def _digits(x: float, limit: float) -> int:

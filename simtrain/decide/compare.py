@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from simtrain.spec.scenario import Scenario
 from simtrain.spec.errors import InputError
+from simtrain.spec.scenario import Scenario
 from simtrain.spec.units import format_bytes, format_time, parse_count
 
 #: the token budget when none is given: 1e12 tokens ("1T")
@@ -79,7 +79,7 @@ def warnings_for(rows: list[dict[str, Any]]) -> list[str]:
 def compare_report(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The JSON of ``simtrain compare --json``: the rows (SI units, floats rounded as in every report) and the
     warnings the text gives."""
-    from simtrain.report.result import report_float
+    from simtrain.spec.units import report_float
 
     def clean(key: str, value: Any) -> Any:
         if isinstance(value, float) and "bytes" in key:

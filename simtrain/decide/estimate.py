@@ -35,8 +35,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from simtrain.plan.collectives import phase_time_alone
 from simtrain.plan.build import ChunkPlan, Plan, build_plan
+from simtrain.plan.collectives import phase_time_alone
 from simtrain.spec.scenario import Scenario
 
 #: relative slack on the bound: the engine adds the same floats in another order

@@ -25,10 +25,11 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
 
-from simtrain.spec.errors import InputError
+from simtrain.decide.sweep import ScenarioPayload, error_text
+from simtrain.decide.workers import open_executor, progress_bar, run_tasks
 from simtrain.plan.memory import EDGE_OF_MEMORY
+from simtrain.spec.errors import InputError
 from simtrain.spec.scenario import Scenario
-from simtrain.decide.sweep import ScenarioPayload, error_text, open_executor, progress_bar, run_tasks
 from simtrain.spec.units import as_whole, format_count, format_time
 
 #: layout field -> scenario key
@@ -172,7 +173,7 @@ class SearchResult:
         its status (simulated, pruned, oom, tight, invalid, failed), the estimate and the simulated metrics."""
         import pandas as pd
 
-        from simtrain.report.result import report_float
+        from simtrain.spec.units import report_float
 
         return pd.DataFrame([{k: report_float(v) if isinstance(v, float) else v for k, v in row.items()}
                              for row in self.rows])

@@ -12,7 +12,6 @@ case within 10%, with one hardware file per GPU type shared by all cases.
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path

@@ -9,9 +9,9 @@ import math
 
 import simpy
 
-from simtrain.plan.collectives import Phase
 from simtrain.engine.lane import Lane, Rendezvous
 from simtrain.plan.build import ChunkPlan
+from simtrain.plan.collectives import Phase
 
 
 class CommMixin:

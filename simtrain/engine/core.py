@@ -16,10 +16,16 @@ from __future__ import annotations
 import math
 
 from simtrain.engine.comm import CommMixin, _buckets
-from simtrain.spec.errors import SimulationLimitError
 from simtrain.engine.fluid import FluidNetwork
-from simtrain.engine.lane import CountingEnvironment, EventLimitReached, Lane, Record, Timeline  # noqa: F401  (Record, Timeline re-exported)
+from simtrain.engine.lane import (  # noqa: F401  (Record, Timeline re-exported)
+    CountingEnvironment,
+    EventLimitReached,
+    Lane,
+    Record,
+    Timeline,
+)
 from simtrain.plan.build import ChunkPlan, Plan
+from simtrain.spec.errors import SimulationLimitError
 from simtrain.spec.yamlio import locate
 
 
@@ -88,7 +94,7 @@ class Engine(CommMixin):
                 idx = len(lanes)
                 rng = None
                 if self.jitter > 0:
-                    import numpy as np   # only variation needs numpy: keep the common path light
+                    import numpy as np  # only variation needs numpy: keep the common path light
 
                     rng = np.random.default_rng([self.seed, idx])
                 lanes.append(Lane(index=idx, dp=d, rank=r, slowdown=slow, rng=rng,

@@ -8,11 +8,11 @@ from __future__ import annotations
 import statistics
 
 from simtrain.engine.core import Engine
-from simtrain.spec.errors import InputError
-from simtrain.plan.memory import EDGE_OF_MEMORY, StageMemory, advice, memory_report
-from simtrain.spec.placement import placement_of
 from simtrain.plan.build import build_plan
+from simtrain.plan.memory import EDGE_OF_MEMORY, StageMemory, advice, memory_report
 from simtrain.report.result import DEVICE_LIST_LIMIT, DeviceResult, Result, StageSummary
+from simtrain.spec.errors import InputError
+from simtrain.spec.placement import placement_of
 from simtrain.spec.scenario import Scenario
 from simtrain.spec.units import as_whole, format_time
 
@@ -117,7 +117,7 @@ def memory(scenario: Scenario) -> Result:
 
 def _slowdowns(s: Scenario) -> dict[int, float]:
     out: dict[int, float] = {}
-    import numpy as np   # seeded choice of straggler ranks
+    import numpy as np  # seeded choice of straggler ranks
 
     rng = np.random.default_rng(s.simulation.seed)
     for st in s.simulation.stragglers:

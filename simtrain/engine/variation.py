@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from simtrain.report.result import report_float
 from simtrain.spec.scenario import Scenario
+from simtrain.spec.units import report_float
 
 
 def sample_step_times(scenario: Scenario, samples: int) -> dict[str, float]:

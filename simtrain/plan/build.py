@@ -13,11 +13,22 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from simtrain.plan import costs
-from simtrain.plan.collectives import Phase, collective_shape, p2p_phase, phase_time_alone
-from simtrain.plan.memory import StageMemory, edge_params, layer_params_per_rank, stage_memory, state_bytes_per_param
+from simtrain.plan.collectives import (
+    Phase,
+    collective_shape,
+    p2p_phase,
+    phase_time_alone,
+)
+from simtrain.plan.memory import (
+    StageMemory,
+    edge_params,
+    layer_params_per_rank,
+    stage_memory,
+    state_bytes_per_param,
+)
+from simtrain.plan.schedules import Op, build_schedule
 from simtrain.spec.placement import Placement, placement_of
 from simtrain.spec.scenario import Scenario
-from simtrain.plan.schedules import Op, build_schedule
 
 
 @dataclass(frozen=True)

@@ -25,9 +25,9 @@ from simtrain.report.charts_data import report_of
 from simtrain.report.charts_gantt import gantt_figure
 from simtrain.report.charts_memory import memory_figure
 from simtrain.report.charts_sweep import heatmap_figure, sweep_figure
-from simtrain.spec.errors import InputError
 from simtrain.report.outputs import write_atomic
 from simtrain.report.trace import trace_events
+from simtrain.spec.errors import InputError
 
 __all__ = ["gantt_figure", "memory_figure", "sweep_figure", "heatmap_figure", "trace_events", "figures_html",
            "write_figure", "write_outputs", "plot_saved"]

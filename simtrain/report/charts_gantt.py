@@ -16,8 +16,21 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass, field
 
-from simtrain.report.charts_data import (STREAM_LABELS, STREAMS, Bar, assign_tracks, idle_gaps, layer_text, merge_close,
-                                  merge_layers, merge_ops, records, report_of, shown_lanes, tolerance)
+from simtrain.report.charts_data import (
+    STREAM_LABELS,
+    STREAMS,
+    Bar,
+    assign_tracks,
+    idle_gaps,
+    layer_text,
+    merge_close,
+    merge_layers,
+    merge_ops,
+    records,
+    report_of,
+    shown_lanes,
+    tolerance,
+)
 from simtrain.spec.units import format_bytes
 
 #: colour and legend label per record kind; families share a hue (compute blue/orange, comm green/purple/grey)

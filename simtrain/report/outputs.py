@@ -14,7 +14,6 @@ from typing import Any
 
 from simtrain.spec.errors import InputError
 
-
 _STAGE: ContextVar[list[tuple[str, Path]] | None] = ContextVar("simtrain_staged_outputs", default=None)
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from simtrain.spec.units import report_float
+
 DEVICE_LIST_LIMIT = 512
 
 
@@ -129,14 +131,6 @@ def _stage_dict(s: StageSummary) -> dict[str, Any]:
     if s.other_detail is not None:
         out["other_detail"] = {k: round(v) for k, v in s.other_detail.items()}
     return out
-
-
-def report_float(x: float | None) -> float | None:
-    """Round to 9 significant digits: stable reports and tables across platforms' last-bit float noise."""
-    if x is None:
-        return None
-    return float(f"{x:.9g}")
-
 
 
 def _compress(ranks: tuple[int, ...]) -> list:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from simtrain.report.result import report_float
+from simtrain.spec.units import report_float
 
 FIELDS = ("lane", "stream", "kind", "start_s", "end_s", "microbatch", "vstage", "layer_lo", "layer_hi", "bytes")
 

@@ -17,8 +17,16 @@ compute slice of the operation that consumed it on the destination stage.
 
 from __future__ import annotations
 
-from simtrain.report.charts_data import (STREAM_LABELS, STREAMS, assign_tracks, gpu_ranks, lanes, records, report_of,
-                                  tolerance)
+from simtrain.report.charts_data import (
+    STREAM_LABELS,
+    STREAMS,
+    assign_tracks,
+    gpu_ranks,
+    lanes,
+    records,
+    report_of,
+    tolerance,
+)
 
 STREAM_TID = {s: i + 1 for i, s in enumerate(STREAMS)}
 NS_PER_S = 1e9

@@ -25,7 +25,7 @@ class InputError(Exception):
         self.field = field
 
     def located(self, *, file: str | None = None, line: int | None = None,
-                field: str | None = None) -> "InputError":
+                field: str | None = None) -> InputError:
         """Fill in the location parts that are still unknown (innermost wins)."""
         self.file = self.file or file
         self.line = self.line or line

@@ -16,9 +16,19 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, PositiveInt, model_validator
 
 from simtrain.spec.errors import InputError, allowed, display_path, suggest
-from simtrain.spec.units import is_number
-from simtrain.spec.quantity import Bandwidth, Bytes, BytesOrZero, Flops, Fraction, Number, PositiveNumber, Seconds, Watts
+from simtrain.spec.quantity import (
+    Bandwidth,
+    Bytes,
+    BytesOrZero,
+    Flops,
+    Fraction,
+    Number,
+    PositiveNumber,
+    Seconds,
+    Watts,
+)
 from simtrain.spec.schema import Closed, FieldError, validate
+from simtrain.spec.units import is_number
 from simtrain.spec.yamlio import load_yaml, looks_like_path, reference_path
 
 #: the repository's hardware/ folder (a checkout or an editable install) ...
@@ -54,7 +64,7 @@ class GpuSpec(Closed):
     power: Watts | None = Field(None, description="board power (TDP), W")
 
     @model_validator(mode="after")
-    def _needs_half(self) -> "GpuSpec":
+    def _needs_half(self) -> GpuSpec:
         if "bf16" not in self.peak_flops and "fp16" not in self.peak_flops:
             raise FieldError("needs at least bf16 or fp16 (the training precisions)", "peak_flops")
         return self
@@ -108,7 +118,7 @@ class IntraNode(Closed):
                           "default compute.overlap_slowdown")
 
     @model_validator(mode="after")
-    def _one_ramp(self) -> "IntraNode":
+    def _one_ramp(self) -> IntraNode:
         if self.busbw_curve is not None and self.half_peak_message > 0:
             raise FieldError("give either busbw_curve or half_peak_message, not both (the curve replaces it)",
                              "half_peak_message")
@@ -216,7 +226,7 @@ class HardwareSpec(Closed):
     links: list[ExplicitLink] = Field(default_factory=list)
 
     @model_validator(mode="after")
-    def _form(self) -> "HardwareSpec":
+    def _form(self) -> HardwareSpec:
         if self.devices is None:
             if self.intra_node is None:
                 raise FieldError("a template hardware file needs 'intra_node' (or give an explicit 'devices' list)")
@@ -240,10 +250,10 @@ class HardwareSpec(Closed):
         return self
 
     @model_validator(mode="after")
-    def _curve_fits_latency(self) -> "HardwareSpec":
+    def _curve_fits_latency(self) -> HardwareSpec:
         fabric = self.intra_node
         if fabric is not None and fabric.busbw_curve is not None:
-            from simtrain.plan.collectives import curve_ramp
+            from simtrain.spec.curves import curve_ramp
 
             try:
                 curve_ramp(fabric.busbw_curve, self.gpus_per_node, fabric.latency, fabric.bandwidth * fabric.efficiency)

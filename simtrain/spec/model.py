@@ -9,18 +9,24 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from functools import cached_property, lru_cache
 from importlib import resources
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, PositiveInt, ValidationInfo, field_validator
 
 from simtrain.spec.errors import InputError, allowed, display_path, suggest
-from simtrain.spec.units import is_number
 from simtrain.spec.schema import Closed, validate
-from simtrain.spec.yamlio import LineDict, load_yaml, looks_like_path, read_text, reference_path
+from simtrain.spec.units import is_number
+from simtrain.spec.yamlio import (
+    LineDict,
+    load_yaml,
+    looks_like_path,
+    read_text,
+    reference_path,
+)
 
 
 class ModelSpec(Closed):

@@ -12,146 +12,24 @@ import copy
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any
 
 import yaml
-from pydantic import BeforeValidator, Field, NonNegativeInt, PositiveInt
 
-from simtrain.spec.errors import InputError, SimulationLimitError, allowed, display_path, suggest
+from simtrain.spec.errors import InputError, display_path
 from simtrain.spec.hardware import HardwareSpec, load_hardware
 from simtrain.spec.model import ModelSpec, load_model
-from simtrain.spec.quantity import Bytes, Number
-from simtrain.spec.schema import Closed, validate
+from simtrain.spec.scenario_rules import check_rules, setup_warnings
+from simtrain.spec.scenario_schema import (
+    SCHEDULES,
+    Parallel,
+    ScenarioFile,
+    Simulation,
+    Training,
+)
+from simtrain.spec.schema import validate
 from simtrain.spec.topology import Cluster, build_cluster
 from simtrain.spec.yamlio import OVERRIDE_LINE, LineDict, line_of, load_yaml, locate
-
-SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
-ATTENTION_KERNELS = ("flash1", "flash2", "flash3")
-
-
-def _attention_kernel(value: object) -> object:
-    """training.flash_attention: a bool, or the name of a flash-attention kernel."""
-    if isinstance(value, bool) or value in ATTENTION_KERNELS:
-        return value
-    raise ValueError(f"{value!r} is not one of true, false, {', '.join(ATTENTION_KERNELS)}")
-
-
-FlashAttention = Annotated[bool | Literal["flash1", "flash2", "flash3"], BeforeValidator(_attention_kernel)]
-
-
-class Training(Closed):
-    """What one optimizer step processes and how."""
-
-    seq_len: PositiveInt = Field(description="tokens per sequence")
-    global_batch: PositiveInt = Field(description="sequences per optimizer step")
-    micro_batch: PositiveInt = Field(1, description="sequences per micro-batch")
-    precision: Literal["bf16", "fp16", "fp32"] = "bf16"
-    optimizer: Literal["adam", "adafactor", "sgd"] = "adam"
-    optimizer_kernel: Literal["fused", "unfused"] = Field(
-        "fused", description="how the Adam step runs: fused = one pass over the state (apex FusedAdam, Megatron-LM, "
-                             "torch fused=True); unfused = PyTorch's element-wise kernels, one pass per operation "
-                             "(torch AdamW single-tensor or foreach, Composer's DecoupledAdamW)")
-    recompute: Literal["none", "selective", "selective_op", "full"] = Field(
-        "none", description="activation recompute: selective = Megatron-LM's (the attention core), selective_op = torchtitan's op-level policy (matmul and attention outputs kept, every second matmul and all other ops recomputed), full = the whole layer")
-    flash_attention: FlashAttention = Field(
-        True, description="fused attention kernel: true = flash2 (FlashAttention-2, the kernel the hardware file's "
-                          "attention figures describe), flash1 (FlashAttention-1 class), flash3 (FlashAttention-3, "
-                          "Hopper), false = attention as GEMMs plus a memory-bound softmax")
-    dropout: bool = Field(
-        True, description="dropout layers run (Megatron-LM's GPT default); false = p = 0, as in Llama and MPT: no dropout "
-                          "kernels and no masks kept")
-    train_metrics: NonNegativeInt = Field(
-        0, description="metrics computed over the logits after every micro-batch's backward, each an eager fp32 "
-                       "cross entropy without a backward (Composer evaluates its train metrics on every micro-batch; "
-                       "llm-foundry's MPT has two, LanguageCrossEntropy and LanguagePerplexity)")
-    grad_dtype: Literal["auto", "fp32", "bf16", "fp16"] = Field(
-        "auto", description="dtype gradients are kept and reduced in: auto = the training precision; fp32 = Megatron-LM's "
-                            "bf16 default (fp32 main grads) and FSDP's reduce_dtype=float32 (Composer DEFAULT, torchtitan)")
-    cross_entropy: Literal["eager", "fused"] = Field(
-        "eager", description="loss kernel: eager = PyTorch's fp32 log_softmax + nll_loss (Megatron-LM, torchtitan), "
-                             "fused = one kernel over the 16-bit logits (flash-attn's cross entropy, llm-foundry)")
-
-    @property
-    def attention_kernel(self) -> str:
-        """'none', 'flash1', 'flash2' or 'flash3'."""
-        if self.flash_attention is True:
-            return "flash2"
-        return self.flash_attention or "none"
-
-
-class Parallel(Closed):
-    """The parallel layout: data, tensor, pipeline (with virtual stages), ZeRO."""
-
-    dp: PositiveInt = 1
-    tp: PositiveInt = 1
-    pp: PositiveInt = 1
-    vpp: PositiveInt = Field(1, description="model chunks per pipeline rank (interleaved schedule)")
-    schedule: Literal["gpipe", "1f1b", "interleaved-1f1b"] = "1f1b"
-    zero: Literal[0, 1, 2, 3] = 0
-    backward_prefetch: Literal["pre", "post", "none"] = Field(
-        "pre", description="ZeRO-3 only: when, on the GPU, the backward gathers the next layer's weights: pre = as this "
-                           "layer's gradient computation starts (overlaps it; PyTorch FSDP with BACKWARD_PRE, or "
-                           "BACKWARD_POST with limit_all_gathers, when the CPU runs ahead), post = once this layer's "
-                           "gradients are computed (FSDP BACKWARD_POST with a CPU that does not run ahead), none = "
-                           "when the next layer starts")
-    zero_impl: Literal["generic", "fsdp1"] = Field(
-        "generic", description="ZeRO-2/3 only: how gradients reach the reduce-scatter. generic = the layers' gradients "
-                               "are its input (Megatron-LM's contiguous gradient buffer); fsdp1 = PyTorch "
-                               "FullyShardedDataParallel's flat parameters: each unit's gradient is concatenated "
-                               "into the flat gradient, cast to the reduce dtype and pre-divided before its "
-                               "reduce-scatter, and each unit costs FSDP1's fixed 1.875 ms per micro-batch "
-                               "(docs/model.md section 2.12)")
-    sequence_parallel: bool = False
-    layers_per_stage: list[int] | None = Field(None, description="uneven split, one entry per (virtual) stage")
-
-
-class Straggler(Closed):
-    """A slower device: a named rank, or a seeded random fraction of all devices."""
-
-    rank: int | None = Field(None, ge=0)
-    fraction: float | None = Field(None, gt=0, le=1)
-    slowdown: float = Field(gt=0, description="compute time multiplier, e.g. 1.3 = 30% slower")
-
-
-class DegradedLink(Closed):
-    """A link at a fraction of its bandwidth (0 would be a failure; use a tiny factor)."""
-
-    a: str
-    b: str
-    factor: float = Field(gt=0, le=1)
-
-
-class Simulation(Closed):
-    """How the engine plays the step out."""
-
-    fidelity: Literal["folded", "full"] = "folded"
-    dp_bucket_size: Bytes = Field(25e6, description="DDP gradient bucket (reference article rule 14: ~25 MB)")
-    overlap_dp: bool = Field(True, description="launch DP/ZeRO gradient collectives during the backward")
-    # Measured on the folded engine: ~250 bytes and ~5 us of CPU per event (a 721,319-event run took
-    # 3.0 s and 178 MB), so the default bounds a run at about 250 MB and 5 s; full fidelity costs more
-    # per event (link sharing among the flows in flight). Raise it knowingly.
-    max_events: PositiveInt = Field(1_000_000, description="refuse scenarios that need more simulated events, and "
-                                                            "stop a run that schedules more")
-    # Measured: the network graph of 100,000 GPUs (DGX H100 template) takes 3.7 s and 0.5 GB to build.
-    max_gpus: PositiveInt = Field(200_000, description="refuse clusters with more GPUs (graph and plan are O(GPUs))")
-    seed: int = 0
-    jitter: Number = Field(0.0, description="coefficient of variation of kernel times (lognormal), 0 = none")
-    stragglers: list[Straggler] = Field(default_factory=list)
-    degraded_links: list[DegradedLink] = Field(default_factory=list)
-
-
-class ScenarioFile(Closed):
-    """The top-level keys of a scenario YAML (the public interface)."""
-
-    name: str | None = None
-    description: str = ""
-    hardware: str
-    nodes: PositiveInt | None = None
-    gpus_per_node: PositiveInt | None = None
-    model: Any
-    training: Training
-    parallel: Parallel = Parallel()
-    simulation: Simulation = Simulation()
 
 
 @dataclass(frozen=True, eq=False)
@@ -201,7 +79,7 @@ class Scenario:
     def tokens_per_step(self) -> int:
         return self.training.global_batch * self.training.seq_len
 
-    def with_overrides(self, overrides: dict[str, Any]) -> "Scenario":
+    def with_overrides(self, overrides: dict[str, Any]) -> Scenario:
         """This scenario with dotted keys set (sweeps, search, notebooks). A quantity may be an SI number here,
         as everywhere in Python; the file's own values had their units checked when it was loaded."""
         return scenario_from_dict(apply_overrides(self.raw, overrides, file=self.file),
@@ -327,7 +205,7 @@ def scenario_from_dict(raw: dict, *, file: str | None = None, base_dir: Path | N
         name=str(top.name or (Path(file).stem if file else "scenario")), file=file, raw=raw, base_dir=base_dir,
         hardware=hardware, hardware_file=hw_file, model=model, training=top.training, parallel=top.parallel,
         simulation=top.simulation, nodes=nodes, gpus_per_node=gpn)
-    warnings = _check_rules(scenario, raw)
+    warnings = check_rules(scenario, raw)
     object.__setattr__(scenario, "warnings", tuple(warnings))
     return scenario
 
@@ -343,155 +221,5 @@ def _to_linedict(obj: Any) -> Any:
     return obj
 
 
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" + ("" if n == 1 else "s")
-
-
-def _divisors(n: int) -> str:
-    """'1, 2, 4, 5, 8, 10, ...': the small divisors of n, which are the tensor-parallel sizes that fit."""
-    divs = [d for d in range(1, min(n, 4096) + 1) if n % d == 0]
-    shown = ", ".join(str(d) for d in divs[:6])
-    return shown + (", ..." if len(divs) > 6 or (n > 4096 and n % 4096) else "")
-
-
-def _check_rules(s: Scenario, raw: dict) -> list[str]:
-    """Rules that tie the sections together; returns warnings, raises on errors."""
-    par, tr, m = s.parallel, s.training, s.model
-
-    def fail(field_: str, message: str, error: type[InputError] = InputError) -> None:
-        line, note = locate(raw, field_)
-        raise error(message + note, file=s.file, line=line, field=field_)
-
-    gpus = s.cluster.gpus if s.hardware.explicit else s.nodes * s.gpus_per_node
-    if par.dp * par.tp * par.pp != gpus:
-        fail("parallel", f"dp x tp x pp = {par.dp} x {par.tp} x {par.pp} = {par.dp * par.tp * par.pp} "
-             f"does not equal the {gpus} GPUs of the cluster ({_count(s.nodes, 'node')} x "
-             f"{_count(s.gpus_per_node, 'GPU')})")
-    if gpus > s.simulation.max_gpus:
-        fail("nodes" if "nodes" in raw else "parallel", f"{gpus:,} GPUs is more than simulation.max_gpus="
-             f"{s.simulation.max_gpus:,}: building the network graph and plan takes time and memory in "
-             "proportion to the GPU count; raise simulation.max_gpus if you mean it", SimulationLimitError)
-    if m.heads % par.tp:
-        fail("parallel.tp", f"{par.tp} does not divide heads={m.heads} (allowed: {_divisors(m.heads)})")
-    if m.num_kv_heads % par.tp:
-        fail("parallel.tp", f"{par.tp} does not divide kv_heads={m.num_kv_heads} (allowed: {_divisors(m.num_kv_heads)})")
-    if m.ffn_hidden % par.tp:
-        fail("parallel.tp", f"{par.tp} does not divide ffn_hidden={m.ffn_hidden} (allowed: {_divisors(m.ffn_hidden)})")
-    vstages = par.pp * par.vpp
-    # a rule between schedule and vpp blames the one an override set, when only one was
-    by_override = {key for key in ("parallel.schedule", "parallel.vpp") if line_of(raw, key) == OVERRIDE_LINE}
-    if par.schedule == "interleaved-1f1b" and par.vpp < 2:
-        if by_override == {"parallel.schedule"}:
-            fail("parallel.schedule", f"'{par.schedule}' needs vpp >= 2 model chunks per rank, but vpp={par.vpp}")
-        fail("parallel.vpp", f"{par.vpp}: the interleaved-1f1b schedule needs vpp >= 2 model chunks per rank")
-    if par.vpp > 1 and par.schedule != "interleaved-1f1b":
-        if by_override == {"parallel.vpp"}:
-            fail("parallel.vpp", f"{par.vpp} model chunks per rank need schedule: interleaved-1f1b, but the schedule "
-                 f"is '{par.schedule}', which runs one; set both, or vpp: 1")
-        fail("parallel.schedule", f"'{par.schedule}' runs one chunk per rank but vpp={par.vpp}; "
-             "use schedule: interleaved-1f1b or vpp: 1")
-    if par.layers_per_stage is not None:
-        lps = par.layers_per_stage
-        if len(lps) != vstages:
-            fail("parallel.layers_per_stage", f"has {len(lps)} entries but pp x vpp = {vstages} stages need one each")
-        if any(n < 1 for n in lps):
-            fail("parallel.layers_per_stage", f"{lps}: every stage needs at least one layer")
-        if sum(lps) != m.layers:
-            fail("parallel.layers_per_stage", f"{lps} sums to {sum(lps)} but the model has {m.layers} layers")
-    elif m.layers % vstages:
-        fail("parallel.pp", f"layers={m.layers} is not divisible by pp x vpp = {vstages} "
-             "(give parallel.layers_per_stage for an uneven split)")
-    kernel = tr.attention_kernel
-    if kernel in ("flash1", "flash3") and kernel not in s.hardware.compute.attention_kernels:
-        runs = ["true", "false", "flash2"] + sorted(s.hardware.compute.attention_kernels)
-        fail("training.flash_attention", f"'{kernel}' is not available on {s.hardware.gpu.name}: "
-             f"{display_path(s.hardware_file)} lists no compute.attention_kernels.{kernel} (allowed here: "
-             f"{', '.join(runs)})")
-    if tr.micro_batch > tr.global_batch:
-        fail("training.micro_batch", f"{tr.micro_batch} is larger than global_batch={tr.global_batch}")
-    if tr.global_batch % (tr.micro_batch * par.dp):
-        fail("training.global_batch", f"{tr.global_batch} is not divisible by micro_batch x dp = "
-             f"{tr.micro_batch} x {par.dp} = {tr.micro_batch * par.dp}")
-    mb = s.microbatches
-    # every micro-batch runs forward and backward on every (virtual) stage, in full fidelity once per replica
-    replicas = par.dp if s.simulation.fidelity == "full" else 1
-    schedule_ops = 2 * mb * vstages * replicas
-    if schedule_ops > s.simulation.max_events:
-        copies = f" x {replicas:,} replicas (fidelity: full)" if replicas > 1 else ""
-        fail("training.global_batch", f"{mb:,} micro-batches x {vstages} stages{copies} need at least "
-             f"{schedule_ops:,} simulated forward/backward operations, more than simulation.max_events="
-             f"{s.simulation.max_events:,}; use a larger micro_batch" + (", fidelity: folded" if copies else "")
-             + " or raise simulation.max_events", SimulationLimitError)
-    if par.schedule == "interleaved-1f1b" and mb % par.pp:
-        fail("parallel.schedule", f"interleaved-1f1b needs the micro-batch count ({mb}) to be a multiple of pp={par.pp}")
-    if par.sequence_parallel and par.tp > 1 and tr.seq_len % par.tp:
-        fail("training.seq_len", f"{tr.seq_len} is not divisible by tp={par.tp}: sequence parallelism splits each "
-             f"sequence over the TP ranks (Korthikanti et al. 2022, §4.2.2)")
-    seen: dict[int, int] = {}
-    for i, st in enumerate(s.simulation.stragglers):
-        if (st.rank is None) == (st.fraction is None):
-            fail(f"simulation.stragglers.{i}", "give exactly one of 'rank' or 'fraction'")
-        if st.rank is not None and st.rank >= gpus:
-            fail(f"simulation.stragglers.{i}.rank", f"{st.rank} is not a rank of this {gpus}-GPU layout (0..{gpus - 1})")
-        if st.rank is not None and st.rank in seen:
-            fail(f"simulation.stragglers.{i}.rank", f"rank {st.rank} is already a straggler (entry {seen[st.rank]}): "
-                 "give one entry per rank, with its whole slowdown")
-        if st.rank is not None:
-            seen[st.rank] = i
-        if st.slowdown < 1:
-            fail(f"simulation.stragglers.{i}.slowdown", f"{st.slowdown:g} would make the device faster: a straggler's "
-                 "compute time is multiplied by slowdown >= 1 (1.3 = 30% slower)")
-    for i, link in enumerate(s.simulation.degraded_links):
-        for end in ("a", "b"):
-            name = getattr(link, end)
-            if name not in s.cluster.graph:
-                fail(f"simulation.degraded_links.{i}.{end}", f"'{name}' is not a node of the cluster graph "
-                     f"(GPUs are gpu0..gpu{gpus - 1}; docs/model.md section 4.1 describes the cluster graph){suggest(name, list(s.cluster.graph)[:2000])}")
-        if not s.cluster.graph.has_edge(link.a, link.b):
-            fail(f"simulation.degraded_links.{i}", f"there is no link {link.a} -> {link.b} in the cluster graph")
-
-    warnings = []
-    if mb < par.pp:
-        warnings.append(f"{mb} micro-batches for {par.pp} pipeline stages: the pipeline never fills "
-                        "(reference article rule 13: at least pp, better 2 x pp)")
-    if par.tp > 1 and not s.hardware.explicit and (par.tp > s.gpus_per_node or s.gpus_per_node % par.tp):
-        warnings.append(f"TP group of {par.tp} spans nodes ({s.gpus_per_node} GPUs per node): "
-                        "every layer's all-reduce crosses the network (reference article rule 9)")
-    if par.sequence_parallel and par.tp == 1:
-        warnings.append("parallel.sequence_parallel has no effect with tp 1 (it splits the TP group's "
-                        "layer norms and dropouts over the sequence)")
-    if par.zero_impl != "generic" and (par.zero < 2 or par.dp == 1):
-        warnings.append(f"parallel.zero_impl: {par.zero_impl} has no effect with zero {par.zero} and dp {par.dp} "
-                        "(it describes how ZeRO-2/3 hand gradients to their reduce-scatter)")
-    warnings += setup_warnings(s)
-    if par.backward_prefetch != "pre" and (par.zero < 3 or par.dp == 1):
-        warnings.append(f"parallel.backward_prefetch: {par.backward_prefetch} has no effect with zero {par.zero} and "
-                        f"dp {par.dp} (it describes ZeRO-3's weight gathers)")
-    return warnings
-
-
-def setup_warnings(s: Scenario) -> list[str]:
-    """The warnings that do not depend on the parallel layout: the model against the sequence, the hardware
-    file's missing sections (`simtrain search` prints these once for all its layouts)."""
-    out: list[str] = []
-    m, seq = s.model, s.training.seq_len
-    if m.position_embeddings and seq > m.position_embeddings:
-        out.append(f"training.seq_len {seq} is longer than the model's learned position table "
-                   f"({m.position_embeddings} rows): the model as described cannot take it")
-    elif m.max_positions and seq > m.max_positions:
-        out.append(f"training.seq_len {seq} is longer than the model was built for (max_position_embeddings "
-                   f"{m.max_positions}); simtrain costs it as given")
-    if m.attention_window and seq > m.attention_window:
-        out.append(f"the model attends within a sliding window of {m.attention_window} tokens; simtrain costs "
-                   f"full causal attention over {seq}, so attention time and memory are overestimated")
-    effects = {"compute": "kernels run at the datasheet peaks, so step time is optimistic",
-               "memory_overheads": "memory has no framework overhead or fragmentation, so peak memory is optimistic"}
-    missing = [key for key in effects if key not in s.hardware.model_fields_set]
-    if missing:
-        out.append(f"hardware {s.hardware.name} has no {' or '.join(missing)} section: "
-                   f"{'; '.join(effects[key] for key in missing)} (the bundled hardware/*.yaml give measured values)")
-    return out
-
-
 __all__ = ["Scenario", "load_scenario", "scenario_from_dict", "parse_set", "apply_overrides", "SCHEDULES",
-           "allowed", "setup_warnings"]
+           "setup_warnings"]

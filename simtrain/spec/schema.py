@@ -11,7 +11,13 @@ from __future__ import annotations
 import types
 from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from simtrain.spec.errors import InputError, suggest
 from simtrain.spec.yamlio import locate

@@ -59,7 +59,7 @@ class Cluster:
 
     # --- the graph --------------------------------------------------------
     @cached_property
-    def graph(self) -> "nx.DiGraph":
+    def graph(self) -> nx.DiGraph:
         return _build_explicit(self.spec) if self.spec.explicit else _build_template(self)
 
     def _link(self, link: Link) -> tuple[float, float, str]:
@@ -188,7 +188,7 @@ def _add_link(edges: list, a: str, b: str, bandwidth: float, latency_each_way: f
     edges.append((b, a, dict(attrs)))
 
 
-def _build_template(cluster: Cluster) -> "nx.DiGraph":
+def _build_template(cluster: Cluster) -> nx.DiGraph:
     """The template's graph; every edge's attributes come from ``cluster.link_attrs``."""
     import networkx as nx
 
@@ -232,7 +232,7 @@ def _build_template(cluster: Cluster) -> "nx.DiGraph":
     return g
 
 
-def _build_explicit(spec: HardwareSpec) -> "nx.DiGraph":
+def _build_explicit(spec: HardwareSpec) -> nx.DiGraph:
     import networkx as nx
 
     g = nx.DiGraph(name=spec.name)

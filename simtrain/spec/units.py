@@ -165,3 +165,10 @@ def parse_count(value: object) -> float:
         raise InputError(f"'{value}' is not a count, e.g. '1T', '300B', '2e12'")
     scale = {"": 1, "k": 1e3, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}[m.group(2)]
     return _finite(float(m.group(1)) * scale, "number", value)
+
+
+def report_float(x: float | None) -> float | None:
+    """Round to 9 significant digits: stable reports and tables across platforms' last-bit float noise."""
+    if x is None:
+        return None
+    return float(f"{x:.9g}")

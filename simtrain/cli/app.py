@@ -1,0 +1,81 @@
+"""The ``simtrain`` command group and what its commands share: output paths, the JSON/text emitter.
+
+The commands (commands_core, commands_decide, commands_validate) attach themselves to :data:`cli`;
+the package (simtrain.cli) imports them and runs the group in :func:`simtrain.cli.main`.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import click
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--debug", is_flag=True, help="show tracebacks for internal errors")
+@click.version_option(package_name="simtrain")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """simtrain: simulate distributed training steps before you book or buy GPUs."""
+    ctx.ensure_object(dict)
+    ctx.obj["debug"] = debug
+
+
+#: --json help: the option writes a file, or stdout for '-' (then the text goes to stderr, so a pipe gets JSON only)
+JSON_HELP = "write the JSON report to this file, or to stdout for '-' (the text report then goes to stderr)"
+
+
+class OutPath(click.Path):
+    """A file to write (a chart, a trace, a table): '-' (standard output) is only for --json. With ``kind``
+    ('HTML', 'JSON'), a name whose suffix says another format gets a warning: the file is written as asked."""
+
+    SUFFIXES = {"HTML": (".html", ".htm"), "JSON": (".json",)}
+    OTHERS = (".html", ".htm", ".json", ".csv", ".jsonl", ".parquet", ".yaml", ".yml", ".png", ".svg", ".pdf")
+
+    def __init__(self, kind: str | None = None) -> None:
+        super().__init__(dir_okay=False)
+        self.kind = kind
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value == "-":
+            self.fail("'-' (standard output) is only for --json; give a file name", param, ctx)
+        suffix = os.path.splitext(str(value))[1].lower()
+        if self.kind and suffix in self.OTHERS and suffix not in self.SUFFIXES[self.kind]:
+            flag = param.opts[0] if param is not None and param.opts else "the output"
+            click.echo(f"warning: {flag} {value} gets {self.kind}, not {suffix[1:]}: name it "
+                       f"{self.SUFFIXES[self.kind][0]} to open it as such", err=True)
+        return super().convert(value, param, ctx)
+
+
+def distinct_outputs(**paths: str | None) -> None:
+    """Refuse two output options naming one file (the second would overwrite the first), or a file in a
+    folder that does not exist: exit 2."""
+    import os
+
+    seen: dict[str, str] = {}
+    for option, path in paths.items():
+        if not path or path == "-":
+            continue
+        key = os.path.normcase(os.path.abspath(path))
+        flag = "the sweep's record" if option == "record" else "--" + option.replace("_", "-")
+        if key in seen:
+            raise click.UsageError(f"{seen[key]} and {flag} both write {path}; give each its own file")
+        seen[key] = flag
+        folder = os.path.dirname(path) or "."
+        if not os.path.isdir(folder):   # before the simulation, not after it
+            raise click.UsageError(f"{flag} {path}: folder '{folder}' does not exist")
+
+
+def emit(text: str, json_path: str | None, report: Any) -> None:
+    """The command's text, then its JSON report: to ``json_path`` (atomically) with the text on stdout,
+    or for ``--json -`` the JSON on stdout and the text on stderr."""
+    from simtrain.report.outputs import dumps_json, write_json
+
+    if json_path == "-":
+        click.echo(text, nl=False, err=True)
+        click.echo(dumps_json(report), nl=False)
+        return
+    if json_path:
+        write_json(json_path, report)
+    click.echo(text, nl=False)

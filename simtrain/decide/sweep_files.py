@@ -1,0 +1,283 @@
+"""Sweep tables on disk: CSV, JSON lines or Parquet, rows appended as points finish, resumable.
+
+:func:`sweep_to_file` runs a sweep into a file; ``resume=True`` keeps the rows already there and refuses
+a table computed from another scenario, other overrides or edited model and hardware files (the record
+``<out>.sweep.json`` says what the rows came from).
+"""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import Executor
+from pathlib import Path
+from typing import Any
+
+from simtrain.decide.sweep import COLUMNS, check_grid_keys, grid_points, run_points
+from simtrain.report.outputs import write_atomic
+from simtrain.spec.errors import InputError, display_path
+from simtrain.spec.scenario import Scenario
+
+FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".parquet": "parquet"}
+
+
+def table_format(path: str | Path) -> str:
+    """'csv', 'jsonl' or 'parquet' from the file name."""
+    fmt = FORMATS.get(Path(path).suffix.lower())
+    if fmt is None:
+        raise InputError(f"cannot tell the table format of '{path}': use a name ending in "
+                         f"{', '.join(FORMATS)} (CSV, JSON lines, Parquet)")
+    return fmt
+
+
+def output_format(path: str | Path) -> str:
+    """:func:`table_format` for a table simtrain will write, checked before any work is done: Parquet
+    needs pyarrow (the ``parquet`` extra), which a plain ``pip install simtrain`` does not bring."""
+    fmt = table_format(path)
+    if fmt == "parquet":
+        try:
+            import pyarrow.parquet  # noqa: F401  (pandas writes Parquet with it; --resume reads with it)
+        except ImportError:
+            raise InputError(f"cannot write '{display_path(path)}': Parquet tables need pyarrow, which is not "
+                             "installed; install it with pip install 'simtrain[parquet]', or name a .csv or .jsonl "
+                             "file instead") from None
+    return fmt
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars to Python; NaN to None (a missing metric)."""
+    if hasattr(value, "item") and not isinstance(value, (list, dict, str)):
+        value = value.item()
+    if isinstance(value, float) and value != value:
+        return None
+    return value
+
+
+def cell(value: Any) -> str:
+    """A value as CSV text, and as the key that matches points on --resume: repr for floats (exact)."""
+    value = _plain(value)
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def _line(row: dict[str, Any], columns: list[str], fmt: str) -> str:
+    if fmt == "csv":
+        import csv
+        import io
+
+        buf = io.StringIO()
+        csv.writer(buf, lineterminator="\n").writerow([cell(row.get(c)) for c in columns])
+        return buf.getvalue()
+    return json.dumps({c: _plain(row.get(c)) for c in columns}, allow_nan=False) + "\n"
+
+
+class RowFile:
+    """A sweep table on disk: rows appended (and flushed) as points finish, so an interrupted sweep
+    keeps what it did; ``finish()`` rewrites it atomically in grid order. Parquet cannot be appended:
+    rows go to a ``.partial.jsonl`` file beside it and the Parquet file is written at the end."""
+
+    def __init__(self, path: str | Path, keys: list[str], *, resume: bool = False) -> None:
+        self.path = Path(path)
+        self.fmt = output_format(self.path)
+        self.keys = list(keys)
+        self.columns = [*self.keys, *COLUMNS]
+        self.stream = self.path.with_name(self.path.name + ".partial.jsonl") if self.fmt == "parquet" else self.path
+        self.stream_fmt = "jsonl" if self.fmt == "parquet" else self.fmt
+        self.entries: dict[tuple, str] = {}
+        if resume:
+            if self.fmt == "parquet" and self.path.exists():
+                import pyarrow.parquet as pq
+
+                table = pq.read_table(self.path)
+                self._check_columns(list(table.column_names), self.path)
+                for row in table.to_pylist():
+                    self._add(row, _line(row, self.columns, "jsonl"))
+            if self.stream.exists():
+                self._load_stream()
+        header = _line({c: c for c in self.columns}, self.columns, "csv") if self.stream_fmt == "csv" else ""
+        write_atomic(self.stream, header + "".join(self.entries.values()))   # valid rows only, then append
+        self._fh = open(self.stream, "a", encoding="utf-8", newline="")
+
+    def _check_columns(self, found: list[str], where: Path) -> None:
+        if found != self.columns:
+            raise InputError(f"cannot resume: its columns {found} are not this sweep's {self.columns} "
+                             "(a different grid?); use another --out file or drop --resume", file=str(where))
+
+    def key(self, row: dict[str, Any]) -> tuple:
+        return tuple(cell(row.get(k)) for k in self.keys)
+
+    def _add(self, row: dict[str, Any], line: str) -> None:
+        self.entries.setdefault(self.key(row), line)
+
+    def _load_stream(self) -> None:
+        text = self.stream.read_text(encoding="utf-8")
+        lines = text.splitlines(keepends=True)
+        if lines and not lines[-1].endswith("\n"):
+            lines.pop()      # cut off mid-write: that point runs again
+        if self.stream_fmt == "csv":
+            import csv
+
+            if not lines:
+                return
+            self._check_columns(next(csv.reader([lines[0]])), self.stream)
+            for line in lines[1:]:
+                cells = next(csv.reader([line]))
+                if len(cells) == len(self.columns):
+                    self._add(dict(zip(self.columns, cells)), line)
+            return
+        for line in lines:
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            self._check_columns(list(row), self.stream)
+            self._add(row, line)
+
+    def done(self, point: dict[str, Any]) -> bool:
+        return self.key(point) in self.entries
+
+    def append(self, row: dict[str, Any]) -> None:
+        line = _line(row, self.columns, self.stream_fmt)
+        self._fh.write(line)
+        self._fh.flush()
+        self._add(row, line)
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def finish(self, points: list[dict[str, Any]]) -> None:
+        """Rewrite the table atomically: grid order first, then rows of other grids kept from a resume."""
+        self.close()
+        order = [self.key(p) for p in points]
+        known = set(order)
+        lines = [self.entries[k] for k in order if k in self.entries]
+        lines += [line for k, line in self.entries.items() if k not in known]
+        if self.fmt == "parquet":
+            import io
+
+            import pandas as pd
+
+            frame = pd.DataFrame([json.loads(line) for line in lines], columns=self.columns)
+            buf = io.BytesIO()
+            parquet_safe(frame).to_parquet(buf, index=False)
+            write_atomic(self.path, buf.getvalue())
+            self.stream.unlink(missing_ok=True)
+            return
+        header = _line({c: c for c in self.columns}, self.columns, "csv") if self.fmt == "csv" else ""
+        write_atomic(self.path, header + "".join(lines))
+
+
+def parquet_safe(frame):
+    """Parquet columns hold one type: a column whose values mix types (a swept key with values true and
+    flash1, say) is written as text, 'True' and 'flash1'; missing values stay missing."""
+    frame = frame.copy()
+    for col in frame.columns:
+        if frame[col].dtype == object:
+            kinds = {type(x) for x in frame[col] if x is not None}
+            if len(kinds) > 1:
+                frame[col] = [None if x is None else str(x) for x in frame[col]]
+    return frame
+
+
+def read_table(path: str | Path):
+    """A sweep or search table written by simtrain, as a DataFrame."""
+    import pandas as pd
+
+    fmt = table_format(path)
+    if fmt == "csv":
+        return pd.read_csv(path)
+    if fmt == "jsonl":   # the json module: exact floats and the file's column order
+        with open(path, encoding="utf-8") as fh:
+            return pd.DataFrame([json.loads(line) for line in fh if line.strip()])
+    return pd.read_parquet(path)
+
+
+def write_table(frame, path: str | Path) -> Path:
+    """A whole DataFrame to CSV, JSON lines or Parquet (by extension), atomically."""
+    import io
+
+    fmt = output_format(path)
+    if fmt == "parquet":
+        buf = io.BytesIO()
+        parquet_safe(frame).to_parquet(buf, index=False)
+        return write_atomic(path, buf.getvalue())
+    columns = [str(c) for c in frame.columns]
+    rows = frame.to_dict(orient="records")
+    header = _line({c: c for c in columns}, columns, "csv") if fmt == "csv" else ""
+    return write_atomic(path, header + "".join(_line(r, columns, fmt) for r in rows))
+
+
+def sweep_identity(scenario: Scenario, grid: dict[str, list]) -> dict[str, Any]:
+    """What a sweep's rows depend on besides the swept values: the scenario as written (with its overrides,
+    the swept keys left out), the model and hardware it resolves to, and the grid's keys. ``--resume`` refuses a
+    file written for another."""
+    raw = json.loads(json.dumps(scenario.raw, default=str))
+    for key in grid:
+        node, *path = key.split(".")
+        parent, last = raw, node
+        for part in path:
+            if not isinstance(parent.get(last), dict):
+                parent = None
+                break
+            parent, last = parent[last], part
+        if isinstance(parent, dict):
+            parent.pop(last, None)
+    hardware = json.loads(scenario.hardware.model_dump_json())
+    model = json.loads(scenario.model.model_dump_json())     # a model file may change under the same path
+    return {"grid": list(grid), "scenario": raw, "model": model, "hardware": hardware}
+
+
+def _identity_file(path: Path) -> Path:
+    return path.with_name(path.name + ".sweep.json")
+
+
+def _check_identity(path: Path, identity: dict[str, Any], resume: bool) -> None:
+    """Refuse to resume a table whose rows came from another scenario or hardware."""
+    side = _identity_file(path)
+    if resume and side.exists() and (path.exists() or path.with_name(path.name + ".partial.jsonl").exists()):
+        try:
+            found = json.loads(side.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            found = None
+        if isinstance(found, dict) and found != identity:
+            if found.get("grid", identity["grid"]) != identity["grid"]:
+                return          # another grid: the table's columns say so (RowFile names it)
+            what = next((name for key, name in (("scenario", "scenario (or its --set overrides)"),
+                                                ("model", "model (its file changed)"), ("hardware", "hardware"))
+                         if found.get(key) != identity[key]), "scenario")
+            raise InputError(f"cannot resume: its rows were computed for another {what} "
+                             f"(recorded in {display_path(side)}); use another --out file or drop --resume",
+                             file=display_path(path))
+
+
+def sweep_to_file(scenario: Scenario, grid: dict[str, list], path: str | Path, *, resume: bool = False,
+                  workers: int | None = None, executor: Executor | None = None, progress: bool | None = None):
+    """:func:`sweep`, with each row appended to ``path`` as it finishes; ``resume`` skips the points
+    already in the file (matched on the swept values), and refuses a file whose rows came from another
+    scenario or hardware (``<path>.sweep.json`` records what they came from). Returns the whole table as written: the grid's
+    points first, in grid order, then rows of other grids kept from a resume. Its ``attrs`` count the
+    grid's points (``grid_points``), those found in the file and not run again (``resumed_points``) and,
+    of those run now, the ones simulated (``simulated_points``) and the invalid or failed ones
+    (``failed_points``)."""
+    points = grid_points(grid)
+    output_format(path)
+    check_grid_keys(scenario, grid)
+    identity = sweep_identity(scenario, grid)
+    _check_identity(Path(path), identity, resume)
+    table = RowFile(path, list(grid), resume=resume)
+    write_atomic(_identity_file(Path(path)), json.dumps(identity, sort_keys=True, indent=1) + "\n")
+    try:
+        todo = [p for p in points if not table.done(p)]
+        rows = run_points(scenario, todo, workers=workers, executor=executor, progress=progress,
+                          on_point=table.append)
+    finally:
+        table.close()
+    table.finish(points)
+    frame = read_table(path)
+    simulated = sum(1 for row in rows if not row.get("error"))
+    frame.attrs.update(grid_points=len(points), resumed_points=len(points) - len(todo),
+                       simulated_points=simulated, failed_points=len(rows) - simulated)
+    return frame
+

@@ -1,0 +1,169 @@
+"""Running tasks on workers: serially, on a local process pool or on any concurrent.futures executor
+(a Dask client's too), with progress, interrupts that stop the pool, and a dead pool named as such.
+
+Sweeps and search run their points through :func:`run_tasks`; the serial and parallel paths are the same code.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import (
+    FIRST_COMPLETED,
+    Executor,
+    Future,
+    ProcessPoolExecutor,
+    wait,
+)
+from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
+from typing import Any
+
+from simtrain.spec.errors import InputError
+from simtrain.spec.units import as_whole
+
+
+class SerialExecutor(Executor):
+    """Runs each task at submit time in this process: ``workers=1`` takes the pool's code path."""
+
+    def submit(self, fn, /, *args, **kwargs) -> Future:
+        future: Future = Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except Exception as err:  # noqa: BLE001 - delivered through the future, like a pool would
+            future.set_exception(err)   # (KeyboardInterrupt is not caught: Ctrl-C stops the sweep)
+        return future
+
+
+@contextmanager
+def open_executor(workers: int | None, executor: Executor | None, tasks: int) -> Iterator[Executor]:
+    """The executor to use: the caller's (left open), a serial one, or a spawn process pool we close."""
+    if executor is not None:
+        yield executor
+        return
+    if workers is not None:
+        whole = as_whole(workers)
+        if whole is None:
+            raise InputError(f"workers={workers!r}: give a whole number of processes (1 runs in this process)",
+                             field="workers")
+        workers = whole
+    if workers is not None and workers < 1:
+        raise InputError(f"workers={workers}: give 1 or more (1 runs in this process)", field="workers")
+    count = min(workers or os.cpu_count() or 1, max(tasks, 1))
+    if count == 1:
+        yield SerialExecutor()
+        return
+    pool = ProcessPoolExecutor(max_workers=count, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_ignore_interrupt)
+    pool._simtrain_stops_whole = True   # run_tasks leaves its futures to _stop
+    with _interrupts_ignored():   # workers start with SIGINT ignored (a spawned child keeps SIG_IGN)
+        for _ in range(count):    # a spawn pool starts a worker per submit while none is idle
+            pool.submit(os.getpid)
+    try:
+        yield pool
+    except BaseException:
+        _stop(pool)
+        raise
+    pool.shutdown(wait=True)
+
+
+class WorkersFailed(RuntimeError):
+    """The worker processes of a sweep or search ended before reporting."""
+
+
+WORKERS_FAILED = ("the worker processes stopped before reporting (BrokenProcessPool). In a script, call simtrain's "
+                  "sweep or search under `if __name__ == \"__main__\":` (each worker imports the script, so unguarded "
+                  "code runs again in it), or pass workers=1 to run in this process")
+
+
+@contextmanager
+def _interrupts_ignored() -> Iterator[None]:
+    """SIGINT ignored in this process for the block (main thread only; a signal that comes meanwhile is lost:
+    the block only starts processes)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _ignore_interrupt() -> None:
+    """Workers leave Ctrl-C to the parent, which stops them: a terminal sends SIGINT to the whole
+    process group, and a worker interrupted mid-task would print its own traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Drop queued tasks and end the workers now, not after their current point (an interrupt, an error)."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())   # CPython's pool keeps them there
+    for process in processes:     # first, so that no worker sees its pipes close and reports it
+        if process.is_alive():
+            process.terminate()
+    for process in processes:
+        process.join(timeout=5)
+    pool.shutdown(wait=True)
+
+
+def progress_bar(total: int, progress: bool | None, desc: str):
+    """A tqdm bar on stderr; ``progress=None`` shows it only when stderr is a terminal."""
+    from tqdm import tqdm
+
+    show = sys.stderr.isatty() if progress is None else bool(progress)
+    return tqdm(total=total, desc=desc, unit="point", file=sys.stderr, disable=not show, leave=False, mininterval=0)
+
+
+def run_tasks(fn: Callable, args: list[tuple], executor: Executor, *, bar=None) -> Iterator[tuple[int, Any]]:
+    """Submit ``fn(*a)`` for each ``a``; yield (index, result or the exception) as each finishes.
+
+    A serial executor gets one task at a time, so each result is yielded (and can be written out)
+    before the next task starts; pools and cluster executors get every task at once.
+    """
+    window = 1 if isinstance(executor, SerialExecutor) else max(len(args), 1)
+    pending: dict[Future, int] = {}
+    queue = iter(enumerate(args))
+
+    def submit_next() -> bool:
+        item = next(queue, None)
+        if item is None:
+            return False
+        i, a = item
+        try:
+            future = executor.submit(fn, *a)
+        except Exception as err:  # noqa: BLE001 - e.g. a broken pool: report it for this task
+            future = Future()
+            future.set_exception(err)
+        pending[future] = i
+        return True
+
+    try:
+        while len(pending) < window and submit_next():
+            pass
+        while pending:
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                i = pending.pop(future)
+                try:
+                    value: Any = future.result()
+                except BrokenProcessPool as err:   # every later task fails the same way: stop, and say why
+                    raise WorkersFailed(WORKERS_FAILED) from err
+                except Exception as err:  # noqa: BLE001 - worker crash, pickling, lost cluster worker
+                    value = err
+                if bar is not None:
+                    bar.update(1)
+                yield i, value
+                if len(pending) < window:
+                    submit_next()
+    finally:
+        # a pool of open_executor's own is stopped whole by it; cancelling here would race the pool's manager
+        # thread, which then fails the cancelled futures as broken (InvalidStateError on Python 3.11). A caller's
+        # executor stays open, so its queued tasks are cancelled.
+        if not getattr(executor, "_simtrain_stops_whole", False):
+            for future in pending:
+                future.cancel()

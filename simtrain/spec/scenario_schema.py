@@ -1,0 +1,140 @@
+"""The closed schema of a scenario file: the keys of training, parallel and simulation, their types,
+ranges and defaults (what a scenario may say; simtrain.spec.scenario_rules checks how the keys fit together).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, NonNegativeInt, PositiveInt
+
+from simtrain.spec.quantity import Bytes, Number
+from simtrain.spec.schema import Closed
+
+SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
+ATTENTION_KERNELS = ("flash1", "flash2", "flash3")
+
+
+def _attention_kernel(value: object) -> object:
+    """training.flash_attention: a bool, or the name of a flash-attention kernel."""
+    if isinstance(value, bool) or value in ATTENTION_KERNELS:
+        return value
+    raise ValueError(f"{value!r} is not one of true, false, {', '.join(ATTENTION_KERNELS)}")
+
+
+FlashAttention = Annotated[bool | Literal["flash1", "flash2", "flash3"], BeforeValidator(_attention_kernel)]
+
+
+class Training(Closed):
+    """What one optimizer step processes and how."""
+
+    seq_len: PositiveInt = Field(description="tokens per sequence")
+    global_batch: PositiveInt = Field(description="sequences per optimizer step")
+    micro_batch: PositiveInt = Field(1, description="sequences per micro-batch")
+    precision: Literal["bf16", "fp16", "fp32"] = "bf16"
+    optimizer: Literal["adam", "adafactor", "sgd"] = "adam"
+    optimizer_kernel: Literal["fused", "unfused"] = Field(
+        "fused", description="how the Adam step runs: fused = one pass over the state (apex FusedAdam, Megatron-LM, "
+                             "torch fused=True); unfused = PyTorch's element-wise kernels, one pass per operation "
+                             "(torch AdamW single-tensor or foreach, Composer's DecoupledAdamW)")
+    recompute: Literal["none", "selective", "selective_op", "full"] = Field(
+        "none", description="activation recompute: selective = Megatron-LM's (the attention core), selective_op = torchtitan's op-level policy (matmul and attention outputs kept, every second matmul and all other ops recomputed), full = the whole layer")
+    flash_attention: FlashAttention = Field(
+        True, description="fused attention kernel: true = flash2 (FlashAttention-2, the kernel the hardware file's "
+                          "attention figures describe), flash1 (FlashAttention-1 class), flash3 (FlashAttention-3, "
+                          "Hopper), false = attention as GEMMs plus a memory-bound softmax")
+    dropout: bool = Field(
+        True, description="dropout layers run (Megatron-LM's GPT default); false = p = 0, as in Llama and MPT: no dropout "
+                          "kernels and no masks kept")
+    train_metrics: NonNegativeInt = Field(
+        0, description="metrics computed over the logits after every micro-batch's backward, each an eager fp32 "
+                       "cross entropy without a backward (Composer evaluates its train metrics on every micro-batch; "
+                       "llm-foundry's MPT has two, LanguageCrossEntropy and LanguagePerplexity)")
+    grad_dtype: Literal["auto", "fp32", "bf16", "fp16"] = Field(
+        "auto", description="dtype gradients are kept and reduced in: auto = the training precision; fp32 = Megatron-LM's "
+                            "bf16 default (fp32 main grads) and FSDP's reduce_dtype=float32 (Composer DEFAULT, torchtitan)")
+    cross_entropy: Literal["eager", "fused"] = Field(
+        "eager", description="loss kernel: eager = PyTorch's fp32 log_softmax + nll_loss (Megatron-LM, torchtitan), "
+                             "fused = one kernel over the 16-bit logits (flash-attn's cross entropy, llm-foundry)")
+
+    @property
+    def attention_kernel(self) -> str:
+        """'none', 'flash1', 'flash2' or 'flash3'."""
+        if self.flash_attention is True:
+            return "flash2"
+        return self.flash_attention or "none"
+
+
+class Parallel(Closed):
+    """The parallel layout: data, tensor, pipeline (with virtual stages), ZeRO."""
+
+    dp: PositiveInt = 1
+    tp: PositiveInt = 1
+    pp: PositiveInt = 1
+    vpp: PositiveInt = Field(1, description="model chunks per pipeline rank (interleaved schedule)")
+    schedule: Literal["gpipe", "1f1b", "interleaved-1f1b"] = "1f1b"
+    zero: Literal[0, 1, 2, 3] = 0
+    backward_prefetch: Literal["pre", "post", "none"] = Field(
+        "pre", description="ZeRO-3 only: when, on the GPU, the backward gathers the next layer's weights: pre = as this "
+                           "layer's gradient computation starts (overlaps it; PyTorch FSDP with BACKWARD_PRE, or "
+                           "BACKWARD_POST with limit_all_gathers, when the CPU runs ahead), post = once this layer's "
+                           "gradients are computed (FSDP BACKWARD_POST with a CPU that does not run ahead), none = "
+                           "when the next layer starts")
+    zero_impl: Literal["generic", "fsdp1"] = Field(
+        "generic", description="ZeRO-2/3 only: how gradients reach the reduce-scatter. generic = the layers' gradients "
+                               "are its input (Megatron-LM's contiguous gradient buffer); fsdp1 = PyTorch "
+                               "FullyShardedDataParallel's flat parameters: each unit's gradient is concatenated "
+                               "into the flat gradient, cast to the reduce dtype and pre-divided before its "
+                               "reduce-scatter, and each unit costs FSDP1's fixed 1.875 ms per micro-batch "
+                               "(docs/model.md section 2.12)")
+    sequence_parallel: bool = False
+    layers_per_stage: list[int] | None = Field(None, description="uneven split, one entry per (virtual) stage")
+
+
+class Straggler(Closed):
+    """A slower device: a named rank, or a seeded random fraction of all devices."""
+
+    rank: int | None = Field(None, ge=0)
+    fraction: float | None = Field(None, gt=0, le=1)
+    slowdown: float = Field(gt=0, description="compute time multiplier, e.g. 1.3 = 30% slower")
+
+
+class DegradedLink(Closed):
+    """A link at a fraction of its bandwidth (0 would be a failure; use a tiny factor)."""
+
+    a: str
+    b: str
+    factor: float = Field(gt=0, le=1)
+
+
+class Simulation(Closed):
+    """How the engine plays the step out."""
+
+    fidelity: Literal["folded", "full"] = "folded"
+    dp_bucket_size: Bytes = Field(25e6, description="DDP gradient bucket (reference article rule 14: ~25 MB)")
+    overlap_dp: bool = Field(True, description="launch DP/ZeRO gradient collectives during the backward")
+    # Measured on the folded engine: ~250 bytes and ~5 us of CPU per event (a 721,319-event run took
+    # 3.0 s and 178 MB), so the default bounds a run at about 250 MB and 5 s; full fidelity costs more
+    # per event (link sharing among the flows in flight). Raise it knowingly.
+    max_events: PositiveInt = Field(1_000_000, description="refuse scenarios that need more simulated events, and "
+                                                            "stop a run that schedules more")
+    # Measured: the network graph of 100,000 GPUs (DGX H100 template) takes 3.7 s and 0.5 GB to build.
+    max_gpus: PositiveInt = Field(200_000, description="refuse clusters with more GPUs (graph and plan are O(GPUs))")
+    seed: int = 0
+    jitter: Number = Field(0.0, description="coefficient of variation of kernel times (lognormal), 0 = none")
+    stragglers: list[Straggler] = Field(default_factory=list)
+    degraded_links: list[DegradedLink] = Field(default_factory=list)
+
+
+class ScenarioFile(Closed):
+    """The top-level keys of a scenario YAML (the public interface)."""
+
+    name: str | None = None
+    description: str = ""
+    hardware: str
+    nodes: PositiveInt | None = None
+    gpus_per_node: PositiveInt | None = None
+    model: Any
+    training: Training
+    parallel: Parallel = Parallel()
+    simulation: Simulation = Simulation()
