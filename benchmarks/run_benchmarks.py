@@ -207,7 +207,8 @@ def target_table(results: dict, imports: dict) -> list[str]:
             continue
         runs = r["walls_s"] if case in ("a", "e") else r["load_and_run_s"]
         value, worst = min(runs), max(runs)
-        lines.append(f"| {what} | {limit:g} s | {_f(value)} s | {_f(worst)} s | {met(value, limit)} / {met(worst, limit)} |")
+        lines.append(f"| {what} | {limit:g} s | {_f(value)} s | {_f(worst)} s | "
+                     f"{met(value, limit)} / {met(worst, limit)} |")
     proc = imports["process_small_run_s"]
     lines.append(f"| `simtrain run`-like process, pp4_dp4, interpreter start-up included | 0.5 s | {_f(proc)} s | | "
                  f"{met(proc, 0.5)} |")
@@ -223,7 +224,8 @@ def target_table(results: dict, imports: dict) -> list[str]:
 
 
 def effect_table(eff: dict) -> list[str]:
-    lines = ["| scenario | fidelity | step time s | vs healthy | exposed DP s (critical GPU) | exposed DP s (most, any GPU) |",
+    lines = ["| scenario | fidelity | step time s | vs healthy | exposed DP s (critical GPU) | "
+             "exposed DP s (most, any GPU) |",
              "|---|---|---:|---:|---:|---:|"]
     base = {"straggler": eff["straggler: healthy (no straggler)"]["step_time_s"],
             "degraded link": eff["degraded link: healthy"]["step_time_s"]}

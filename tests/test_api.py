@@ -54,7 +54,8 @@ def test_submodules_are_reached_from_the_package():
     """`simtrain.search.search(...)`, as docs/decide.md writes it, works after a plain `import simtrain`, and the
     import itself does not load them (a fresh interpreter)."""
     code = ("import sys, simtrain; before = 'simtrain.decide.search' in sys.modules; simtrain.search.search; "
-            "simtrain.compare.compare; simtrain.estimate.estimate; print(before, 'simtrain.decide.search' in sys.modules)")
+            "simtrain.compare.compare; simtrain.estimate.estimate; "
+            "print(before, 'simtrain.decide.search' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "True"]
     with pytest.raises(AttributeError, match="no attribute 'serch'"):

@@ -199,7 +199,8 @@ def test_yaml_is_only_read_with_the_safe_loader():
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "yaml":
                 assert node.attr not in {"unsafe_load", "full_load", "load_all", "unsafe_load_all", "full_load_all",
-                                         "Loader", "FullLoader", "UnsafeLoader", "UnsafeConstructor"}, (source, node.attr)
+                                         "Loader", "FullLoader", "UnsafeLoader",
+                                         "UnsafeConstructor"}, (source, node.attr)
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "load"
                     and isinstance(node.func.value, ast.Name) and node.func.value.id == "yaml"):
                 loader = {k.arg: k.value for k in node.keywords}.get("Loader")

@@ -80,7 +80,8 @@ def test_gantt_rows_are_stage_by_stream(tiny):
 
 
 def test_gantt_compute_rows_follow_hand_1f1b(tiny):
-    """Each compute row holds m forward and m backward bars in the 1F1B order, numbered by micro-batch, then the optimizer."""
+    """Each compute row holds m forward and m backward bars in the 1F1B order, numbered by micro-batch, then the
+    optimizer."""
     fig = gantt_figure(tiny)
     bars = _bars(fig)
     letter = {"forward": "F", "backward": "B"}
@@ -103,7 +104,8 @@ def test_gantt_send_rows_count_hand_sends(tiny):
 
 
 def test_gantt_idle_is_the_1f1b_bubble(tiny):
-    """With uniform stages every stage idles (p-1)(f+b) and the step is (m+p-1)(f+b) (Narayanan et al. 2021, Sec. 2.2.1)."""
+    """With uniform stages every stage idles (p-1)(f+b) and the step is (m+p-1)(f+b) (Narayanan et al. 2021,
+    Sec. 2.2.1)."""
     fig = gantt_figure(tiny)
     bars = _bars(fig)
     stage1 = [b for b in bars if b["row"] == 2]           # stage 1: no embedding, no output layer
@@ -129,7 +131,8 @@ def test_gantt_idle_bars_fill_the_label_sum(tiny):
 
 
 def test_gantt_joins_layers_into_one_bar(pp4_dp4):
-    """Per-layer records of one operation make one bar: 16 forward + 16 backward + 1 optimizer per stage (pp4_dp4, 10 layers each)."""
+    """Per-layer records of one operation make one bar: 16 forward + 16 backward + 1 optimizer per stage (pp4_dp4,
+    10 layers each)."""
     fig = gantt_figure(pp4_dp4)
     bars = _bars(fig)
     rows = _rows(fig)

@@ -153,7 +153,8 @@ def test_dp_all_reduce_hidden_behind_backward(tmp_path):
 
 
 def test_dp_all_reduce_longer_than_backward_is_exposed(tmp_path):
-    """Buckets slower than the backward queue up: exposed = L t_ar - (L - 1) t_b (comm minus the overlapped backward)."""
+    """Buckets slower than the backward queue up: exposed = L t_ar - (L - 1) t_b (comm minus the overlapped
+    backward)."""
     s, c, bw = _dp_scenario(tmp_path, ratio=2.0)
     t_ar, t_b, L = c.grad_bytes_layer / bw, c.bwd_layer, c.layers
     expected = L * t_ar - (L - 1) * t_b + c.grad_bytes_edge / bw
@@ -341,7 +342,8 @@ def test_same_input_same_json():
 
 def test_json_independent_of_hash_seed():
     """The JSON report does not depend on PYTHONHASHSEED (separate interpreters)."""
-    code = ("import sys; from simtrain.report.outputs import dumps_json; from simtrain.spec.scenario import load_scenario; "
+    code = ("import sys; from simtrain.report.outputs import dumps_json; "
+            "from simtrain.spec.scenario import load_scenario; "
             "from simtrain.engine.simulation import simulate; "
             "sys.stdout.write(dumps_json(simulate(load_scenario(sys.argv[1])).to_dict()))")
     outs = []

@@ -250,7 +250,8 @@ def test_llama_without_tie_key_stays_untied(tmp_path):
     ({"max_position_embeddings": 4096}, 8192, "longer than the model was built for (max_position_embeddings 4096)"),
     ({"model_type": "qwen2", "sliding_window": 4096, "use_sliding_window": False, "max_position_embeddings": 32768},
      32768, None),
-    ({"model_type": "qwen2", "sliding_window": 4096, "max_position_embeddings": 32768}, 32768, None),  # Qwen2Config: off
+    ({"model_type": "qwen2", "sliding_window": 4096, "max_position_embeddings": 32768},
+     32768, None),  # Qwen2Config: off
 ])
 def test_what_simtrain_does_not_cost_is_said(tmp_path, extra, seq, warned):
     """Sliding-window attention (costed as full attention) and a sequence beyond the model's positions warn."""

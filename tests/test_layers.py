@@ -30,7 +30,8 @@ def module_name(path: Path) -> str:
 
 
 def imports_of(path: Path) -> set[str]:
-    """Every simtrain module ``path`` imports (``from simtrain.x import y`` names simtrain.x.y when that is a module)."""
+    """Every simtrain module ``path`` imports (``from simtrain.x import y`` names simtrain.x.y when that is a
+    module)."""
     me = module_name(path)
     package = me if path.name == "__init__.py" else me.rpartition(".")[0]
     found = set()

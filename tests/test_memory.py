@@ -187,7 +187,8 @@ def test_stage_uses_korthikanti_per_layer(sp, training, per_layer):
 
 
 def test_first_and_last_stage_extra_activations():
-    """Korthikanti Sec. 4.3 (with SP): embedding dropout sbh/t on stage 0; output layer and loss 4sbh/t (1 + v/h) last."""
+    """Korthikanti Sec. 4.3 (with SP): embedding dropout sbh/t on stage 0; output layer and loss 4sbh/t (1 + v/h)
+    last."""
     model, tr = _gpt3_stage_scenario()
     s = make_scenario(nodes=3, model=model, training=tr, parallel={"tp": T, "pp": 3, "sequence_parallel": True})
     first, middle, last = (stage_memory(s, p).activation_per_microbatch for p in range(3))

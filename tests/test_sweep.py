@@ -110,7 +110,7 @@ def test_on_point_sees_every_point_once(pipe):
 
 def test_workers_get_a_small_picklable_payload(pipe):
     """Workers receive raw mapping, file and folder (no cached cluster graph): a few kB pickled."""
-    pipe.cluster   # build the cached graph; it must not travel
+    _ = pipe.cluster   # build the cached graph; it must not travel
     blob = pickle.dumps(ScenarioPayload.of(pipe))
     assert len(blob) < 8000
     assert b"networkx" not in blob

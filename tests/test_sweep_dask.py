@@ -20,7 +20,8 @@ def test_dask_local_cluster_runs_the_sweep_in_its_workers():
     distributed = pytest.importorskip("distributed")
     sc = make_scenario(parallel={"pp": 2}, training={"global_batch": 4})
     serial = sweep(sc, GRID, workers=1, progress=False)
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster, \
             distributed.Client(cluster) as client, distributed.get_task_stream(client) as stream:
         remote = sweep(sc, GRID, executor=client.get_executor(), progress=False)
         workers = set(client.scheduler_info()["workers"])

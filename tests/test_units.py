@@ -96,7 +96,8 @@ def test_bad_unit_in_a_file_names_file_line_and_field(tmp_path):
 
 
 @pytest.mark.parametrize(("field", "value", "says"), [
-    ("intra_node.bandwidth", 450, "intra_node.bandwidth: 450 has no unit: write a bandwidth with one, e.g. '3.35 TB/s'"),
+    ("intra_node.bandwidth", 450,
+     "intra_node.bandwidth: 450 has no unit: write a bandwidth with one, e.g. '3.35 TB/s'"),
     ("intra_node.latency", {"value": 0.6, "source": "x"}, "intra_node.latency: 0.6 has no unit: write a time"),
     ("gpu.memory", 81559, "gpu.memory: 81559 has no unit: write bytes with one"),
     ("gpu.peak_flops.bf16", 989.5, "gpu.peak_flops.bf16: 989.5 has no unit: write a compute rate"),

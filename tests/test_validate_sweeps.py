@@ -81,8 +81,10 @@ def _line(points: list[tuple[int, float]]) -> tuple[float, float]:
 
 # (model, [(micro-batch, case id, T/s/GPU from the table)], GradAccum)
 SWEEPS = [
-    ("7b", [(2, "mosaic_a100_80gb_mb_sweep_7b_s2048_mb2_5", 4044), (6, "mosaic_a100_80gb_mb_sweep_7b_s2048_mb6_3", 4715)]),
-    ("13b", [(1, "mosaic_a100_80gb_mb_sweep_13b_s2048_mb1_2", 1867), (2, "mosaic_a100_80gb_mb_sweep_13b_s2048_mb2_1", 2228)]),
+    ("7b", [(2, "mosaic_a100_80gb_mb_sweep_7b_s2048_mb2_5", 4044),
+            (6, "mosaic_a100_80gb_mb_sweep_7b_s2048_mb6_3", 4715)]),
+    ("13b", [(1, "mosaic_a100_80gb_mb_sweep_13b_s2048_mb1_2", 1867),
+             (2, "mosaic_a100_80gb_mb_sweep_13b_s2048_mb2_1", 2228)]),
 ]
 
 

@@ -101,7 +101,8 @@ def _sweep_summary(df, keys: list[str], resume: bool) -> str:
     grid = df.iloc[:df.attrs["grid_points"]]      # the grid's points come first, in grid order
     ok = _valid_rows(grid)
     lines = [f"{format_count(len(grid), 'point')}: {df.attrs['simulated_points']} simulated, "
-             f"{df.attrs['failed_points']} invalid or failed" + (f", {df.attrs['resumed_points']} already done" if resume else "")]
+             f"{df.attrs['failed_points']} invalid or failed"
+             + (f", {df.attrs['resumed_points']} already done" if resume else "")]
     if len(ok) < len(grid):
         lines.append(f"first error: {grid.loc[~grid.index.isin(ok.index), 'error'].iloc[0]}")
     fits = ok[ok["fits_in_memory"].astype(str).isin(["True", "true", "1", "1.0"])]
@@ -112,7 +113,8 @@ def _sweep_summary(df, keys: list[str], resume: bool) -> str:
         best = fits.loc[fits["tokens_per_s"].idxmax()]
         where = ", ".join(f"{k}={best[k]}" for k in keys)
         lines.append(f"best (fits in memory): {where}: {best['step_time_s']:.3f} s per step, "
-                     f"{best['tokens_per_s']:,.0f} tokens/s, MFU {best['mfu']:.1%}, bubble {best['bubble_fraction']:.1%}")
+                     f"{best['tokens_per_s']:,.0f} tokens/s, MFU {best['mfu']:.1%}, "
+                     f"bubble {best['bubble_fraction']:.1%}")
     return "\n".join(lines) + "\n"
 
 

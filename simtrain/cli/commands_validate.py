@@ -75,7 +75,8 @@ def validate(cases: str | None, json_path: str | None, only: str | None, check: 
         if s is None:
             continue
         mean_digits, worst_digits = _digits(s.mean_abs_error, v.TARGET_MEAN), _digits(s.worst_abs_error, v.TARGET_WORST)
-        lines.append(f"{name:>5}: {s.cases} case{'s' if s.cases != 1 else ''}, mean |error| {100 * s.mean_abs_error:.{mean_digits}f}%, worst "
+        lines.append(f"{name:>5}: {s.cases} case{'s' if s.cases != 1 else ''}, "
+                     f"mean |error| {100 * s.mean_abs_error:.{mean_digits}f}%, worst "
                      f"{100 * s.worst_abs_error:.{worst_digits}f}% ({s.worst_case}), bias {100 * s.bias:+.1f}% "
                      f"({'predicts too fast' if s.bias < 0 else 'predicts too slow'}), "
                      f"{s.within_10pct}/{s.cases} within 10%")

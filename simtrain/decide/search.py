@@ -288,7 +288,8 @@ def why_slower(row: dict[str, Any], best: dict[str, Any]) -> str:
          f"bubble {_pct(row['bubble_fraction'])} vs {_pct(best['bubble_fraction'])}"),
         (row["exposed_dp_s"] - best["exposed_dp_s"],
          f"exposed DP comm {_ms(row['exposed_dp_s'])} vs {_ms(best['exposed_dp_s'])}"),
-        (row["exposed_tp_s"] - best["exposed_tp_s"], f"TP comm {_ms(row['exposed_tp_s'])} vs {_ms(best['exposed_tp_s'])}"),
+        (row["exposed_tp_s"] - best["exposed_tp_s"],
+         f"TP comm {_ms(row['exposed_tp_s'])} vs {_ms(best['exposed_tp_s'])}"),
         (row["exposed_pp_s"] - best["exposed_pp_s"],
          f"exposed PP comm {_ms(row['exposed_pp_s'])} vs {_ms(best['exposed_pp_s'])}"),
         (rc_row - rc_best, f"recompute {row['recompute']} +{rc_row / max(work_row, 1e-30):.0%} compute"),
@@ -316,7 +317,8 @@ def search_text(result: SearchResult) -> str:
     widths = [max(len(row[i]) for row in [head, *body]) for i in range(len(head))]
     lines = ["  ".join(cell.ljust(w) if i in (7, 8, 15) else cell.rjust(w)
                        for i, (cell, w) in enumerate(zip(row, widths))).rstrip() for row in [head, *body]]
-    lines.append(f"{format_count(c['enumerated'], 'layout')} of {format_count(result.gpus, 'GPU')}: {c['invalid']} invalid, {c['oom']} do not fit, "
+    lines.append(f"{format_count(c['enumerated'], 'layout')} of {format_count(result.gpus, 'GPU')}: "
+                 f"{c['invalid']} invalid, {c['oom']} do not fit, "
                  f"{c['tight']} fit above {result.max_memory:.0%} of memory (--max-memory), "
                  f"{c['pruned']} pruned by the analytic bound, {c['simulated']} simulated"
                  + (f", {c['failed']} failed" if c["failed"] else "") + f" ({result.seconds:.1f} s)")
@@ -324,6 +326,6 @@ def search_text(result: SearchResult) -> str:
         lines.append(f"warning: the analytic bound exceeded the simulated step on {c['bound_violations']} layout(s), "
                      "so pruning may have skipped a winner (a simtrain bug: estimate and engine disagree)")
     if not result.top:
-        lines.append(f"no layout fits within {result.max_memory:.0%} of memory: try more GPUs (--gpus), a smaller global "
-                     "batch or a smaller model" + (", or a higher --max-memory" if c["tight"] else ""))
+        lines.append(f"no layout fits within {result.max_memory:.0%} of memory: try more GPUs (--gpus), "
+                     "a smaller global batch or a smaller model" + (", or a higher --max-memory" if c["tight"] else ""))
     return "\n".join(lines) + "\n"

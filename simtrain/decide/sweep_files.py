@@ -256,9 +256,9 @@ def sweep_to_file(scenario: Scenario, grid: dict[str, list], path: str | Path, *
                   workers: int | None = None, executor: Executor | None = None, progress: bool | None = None):
     """:func:`sweep`, with each row appended to ``path`` as it finishes; ``resume`` skips the points
     already in the file (matched on the swept values), and refuses a file whose rows came from another
-    scenario or hardware (``<path>.sweep.json`` records what they came from). Returns the whole table as written: the grid's
-    points first, in grid order, then rows of other grids kept from a resume. Its ``attrs`` count the
-    grid's points (``grid_points``), those found in the file and not run again (``resumed_points``) and,
+    scenario or hardware (``<path>.sweep.json`` records what they came from). Returns the whole table as
+    written: the grid's points first, in grid order, then rows of other grids kept from a resume. Its ``attrs``
+    count the grid's points (``grid_points``), those found in the file and not run again (``resumed_points``) and,
     of those run now, the ones simulated (``simulated_points``) and the invalid or failed ones
     (``failed_points``)."""
     points = grid_points(grid)

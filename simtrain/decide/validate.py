@@ -89,7 +89,8 @@ def _config(sc: dict) -> str:
             f"mb{t.get('micro_batch', 1)} dp{p.get('dp', 1)} tp{p.get('tp', 1)} pp{p.get('pp', 1)}"
             f"{'v' + str(p.get('vpp')) if p.get('vpp', 1) > 1 else ''} z{p.get('zero', 0)}"
             f"{'/' + p['backward_prefetch'] if p.get('backward_prefetch', 'pre') != 'pre' else ''}"
-            f"{'/' + p['zero_impl'] if p.get('zero_impl', 'generic') != 'generic' else ''} rc={t.get('recompute', 'none')}"
+            f"{'/' + p['zero_impl'] if p.get('zero_impl', 'generic') != 'generic' else ''}"
+            f" rc={t.get('recompute', 'none')}"
             + _attention(t.get("flash_attention", True))
             + (f" ce={t['cross_entropy']}" if t.get("cross_entropy", "eager") != "eager" else "")
             + (" nodrop" if t.get("dropout", True) is False else "")

@@ -180,7 +180,7 @@ class Engine(CommMixin):
                 total += sec
         else:
             sums: dict = {}
-            for stream, kind, sec, layer in segments:
+            for stream, kind, sec, _layer in segments:
                 sec = sec * stretch if stream == "compute" else sec * lane.tp_scale
                 sums[(stream, kind)] = sums.get((stream, kind), 0.0) + sec
             for (stream, kind), sec in sums.items():
@@ -305,8 +305,9 @@ class Engine(CommMixin):
                 c = plan.chunks[ch * self.pp + lane.rank]
                 total = c.grad_bytes_layer * c.layers + c.grad_bytes_edge
                 for nbytes in _buckets(total, self.sim.dp_bucket_size):
-                    self._collective(lane, "dp", "dp_" + grad_kind, plan.dp_phases(grad_kind, nbytes, lane.rank, self.full),
-                                     nbytes, vstage=c.vstage)
+                    self._collective(lane, "dp", "dp_" + grad_kind,
+                                     plan.dp_phases(grad_kind, nbytes, lane.rank, self.full), nbytes,
+                                     vstage=c.vstage)
         tail = lane.chains.get("dp")   # every DP/ZeRO collective runs on the lane's one DP stream
         if tail is not None and not tail.processed:
             yield tail
@@ -316,8 +317,8 @@ class Engine(CommMixin):
             t0 = env.now
             mem = plan.stage_memory[lane.rank]
             nbytes = mem.params_local * plan.dtype_bytes
-            yield self._collective(lane, "dp", "zero_all_gather", plan.dp_phases("all_gather", nbytes, lane.rank, self.full),
-                                   nbytes)
+            yield self._collective(lane, "dp", "zero_all_gather",
+                                   plan.dp_phases("all_gather", nbytes, lane.rank, self.full), nbytes)
             lane.exposed["dp"] += env.now - t0
         lane.end = env.now
 

@@ -65,7 +65,8 @@ def _devices(s: Scenario, per_stage: list[dict], busy: dict | None = None) -> tu
                                     bubble_s=extra[2] if extra else None,
                                     exposed_comm_s=extra[4] if extra else None))
         return tuple(out)
-    keys = sorted(busy, key=lambda k: (k[1], -1 if k[0] is None else k[0])) if busy else [(None, p) for p in range(s.parallel.pp)]
+    keys = (sorted(busy, key=lambda k: (k[1], -1 if k[0] is None else k[0])) if busy
+            else [(None, p) for p in range(s.parallel.pp)])
     for key in keys:
         d, p = key
         dps = range(s.parallel.dp) if d is None else [d]

@@ -97,7 +97,8 @@ def _ring_shape(kind: str, rings: list[list[int]], cluster: Cluster, every: bool
                 if link in own:
                     counts[link] += 1
     crosses = any(cluster._link(link)[2] == "network" for link in own)
-    return RingShape(kind=kind, n=len(rings[0]), divisor=divisor, links=tuple(sorted((link, counts[link]) for link in own)),
+    return RingShape(kind=kind, n=len(rings[0]), divisor=divisor,
+                     links=tuple(sorted((link, counts[link]) for link in own)),
                      step_latency=latency, ramp=fabric_ramp(cluster, crosses))
 
 

@@ -144,9 +144,10 @@ def gemm_shapes(sh: LayerShape) -> list[tuple[float, float, float]]:
 def op_sac_matmuls(sh: LayerShape) -> tuple[list[tuple[float, float, float]], list[tuple[float, float, float]]]:
     """The forward matmuls of one layer in execution order, split as torchtitan's op-level selective activation
     checkpointing splits them: (kept, recomputed). Its policy saves the output of every matmul except every
-    second one, counting from the layer's first (torchtitan ``parallelize_llama.py``, ``_apply_ac_to_transformer_block``:
-    ``meta[mm_count_key] % 2 == 0`` recomputes). The order is Llama's: wq, wk, wv, wo, then w1, w3, w2 (SwiGLU) or
-    fc1, fc2 (GELU); so q, v, w1, w2 are kept and k, o, w3 recomputed (GELU: q, v, fc1 kept; k, o recomputed).
+    second one, counting from the layer's first (torchtitan ``parallelize_llama.py``,
+    ``_apply_ac_to_transformer_block``: ``meta[mm_count_key] % 2 == 0`` recomputes). The order is Llama's: wq,
+    wk, wv, wo, then w1, w3, w2 (SwiGLU) or fc1, fc2 (GELU); so q, v, w1, w2 are kept and k, o, w3 recomputed
+    (GELU: q, v, fc1 kept; k, o recomputed).
     The layer's last matmul never runs again: PyTorch's non-reentrant checkpoint stops recomputing once every
     tensor the backward needs is back (torch/utils/checkpoint.py, ``set_checkpoint_early_stop``: "By default,
     non-reentrant checkpoint stops recomputation as soon as it has computed all needed Tensors"), and nothing in

@@ -131,11 +131,13 @@ def check_report(report: dict) -> dict:
     :class:`ReportError` naming the field; the records are checked as :func:`records` reads them."""
     tl = report["timeline"]
     if not isinstance(tl, dict):
-        raise _damaged("timeline", f"{_show(tl)} is not a timeline (an object with fields, records, lanes, step_time_s)")
+        raise _damaged("timeline",
+                       f"{_show(tl)} is not a timeline (an object with fields, records, lanes, step_time_s)")
     _want(tl, "fields", "timeline.", lambda v: isinstance(v, list) and all(f in v for f in RECORD_FIELDS),
           "a list naming the record fields " + ", ".join(RECORD_FIELDS))
     _want(tl, "records", "timeline.", lambda v: isinstance(v, list), "a list of records")
-    _want(tl, "step_time_s", "timeline.", lambda v: is_number(v) and 0 < v < float("inf"), "a positive number of seconds")
+    _want(tl, "step_time_s", "timeline.", lambda v: is_number(v) and 0 < v < float("inf"),
+          "a positive number of seconds")
     _want(tl, "pp", "timeline.", _positive_whole, "a positive whole number", required=False)
     _want(tl, "lanes", "timeline.", lambda v: isinstance(v, list) and len(v) > 0, "a non-empty list of lanes")
     _want_objects(tl["lanes"], "timeline.lanes", "a lane (an object with index, dp, pp, end_s)")

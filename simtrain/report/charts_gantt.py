@@ -259,7 +259,9 @@ def gantt_figure(result_or_report, *, max_bars: int = 5000):
     n = len(rows)
     bubble = report.get("bubble_fraction")
     title = (f"{html.escape(str(report.get('scenario', '')))}: one step, {step * 1e3:.1f} ms · "
-             f"{pp} stage{'s' if pp != 1 else ''} x {report.get('microbatches')} micro-batch{'es' if report.get('microbatches') != 1 else ''}, {html.escape(str(par.get('schedule', '')))}"
+             f"{pp} stage{'s' if pp != 1 else ''} x {report.get('microbatches')} "
+             f"micro-batch{'es' if report.get('microbatches') != 1 else ''}, "
+             f"{html.escape(str(par.get('schedule', '')))}"
              + (f" · bubble {bubble * 100:.1f}%" if bubble is not None else "")
              + f"<br><sup>{lanes_note}; hatched: compute idle" + (f"; {note}" if note else "") + "</sup>")
     fig.update_layout(

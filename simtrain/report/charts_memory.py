@@ -79,7 +79,8 @@ def memory_figure(result_or_report):
             if key == "buffers" and not any(b > 0 for s_ in series for b in s_["parts"]["buffers"]):
                 continue        # no working buffers on any stage: no empty legend entry
             fig.add_trace(go.Scatter(
-                x=x, y=[float(f"{b / 1e9:.6g}") for b in s["parts"][key]], name=label, legendgroup=key, showlegend=(i == 1),
+                x=x, y=[float(f"{b / 1e9:.6g}") for b in s["parts"][key]], name=label, legendgroup=key,
+                showlegend=(i == 1),
                 stackgroup=f"stage{i}", line=dict(width=0.5, color=color, shape="hv"), fillcolor=color,
                 hovertemplate=f"{label}: %{{y:.2f}} GB at %{{x:.1f}} ms<extra>stage {s['pp']}</extra>"),
                 row=i, col=1)

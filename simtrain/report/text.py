@@ -38,7 +38,8 @@ def verdict(result: Result) -> list[str]:
 def memory_text(result: Result) -> str:
     c = result.config
     lines = [f"{result.scenario}: {result.gpus} x {c.get('gpu')} ({c.get('hardware')}), model {c.get('model')} "
-             f"({result.params_total / 1e9:.2f} B parameters), {format_count(result.microbatches, 'micro-batch', 'micro-batches')} per step", ""]
+             f"({result.params_total / 1e9:.2f} B parameters), "
+             f"{format_count(result.microbatches, 'micro-batch', 'micro-batches')} per step", ""]
     lines += memory_table(result) + _other_parts(result) + [""] + verdict(result)
     lines += [f"warning: {w}" for w in result.warnings]
     return "\n".join(lines) + "\n"
@@ -56,10 +57,12 @@ def run_text(result: Result) -> str:
         f"tokens/s         {result.tokens_per_s:,.0f}  ({result.tokens_per_s / result.gpus:,.0f} per GPU)",
         f"MFU / HFU        {_pct(result.mfu)} / {_pct(result.hfu)}",
         f"pipeline bubble  {_pct(result.bubble_fraction)}  "
-        f"({format_count(result.microbatches, 'micro-batch', 'micro-batches')}, {format_count(par.get('pp'), 'stage')})",
+        f"({format_count(result.microbatches, 'micro-batch', 'micro-batches')}, "
+        f"{format_count(par.get('pp'), 'stage')})",
         "exposed comm     " + ", ".join(f"{k.upper()} {format_time(v)}" for k, v in result.exposed_comm_s.items()),
         *([f"framework        FSDP1 hooks {format_time(result.framework_overhead_s)} per step, inside compute "
-           "(a fixed cost per layer and micro-batch; docs/model.md section 2.12)"] if result.framework_overhead_s else []),
+           "(a fixed cost per layer and micro-batch; docs/model.md section 2.12)"]
+          if result.framework_overhead_s else []),
         "",
         f"{'stage':>5} {'layers':>6} {'compute':>10} {'exp. comm':>10} {'bubble':>10} {'peak mem':>10} {'of cap':>7}",
     ]
@@ -67,7 +70,8 @@ def run_text(result: Result) -> str:
         exposed = format_time(sum(st.exposed_comm_s.values())) if st.exposed_comm_s is not None else "-"
         lines.append(f"{st.pp:>5} {st.layers:>6} {format_time(st.compute_s):>10} {exposed:>10} "
                      f"{format_time(st.bubble_s):>10} "
-                     f"{format_bytes(st.peak_memory_bytes):>10} {_pct(st.peak_memory_bytes / result.capacity_bytes):>7}")
+                     f"{format_bytes(st.peak_memory_bytes):>10} "
+                     f"{_pct(st.peak_memory_bytes / result.capacity_bytes):>7}")
     place = c.get("placement", {})
     if place:
         lines += ["", "placement        " + ", ".join(

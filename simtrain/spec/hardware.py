@@ -147,7 +147,8 @@ class ComputeModel(Closed):
     """How close kernels come to the datasheet peaks (issue: fidelity)."""
 
     gemm_efficiency: Fraction = Field(1.0, description="best fraction of dense peak a large GEMM reaches")
-    gemm_half_size: Number = Field(0.0, description="GEMM size (geo-mean of M,N,K) at which efficiency halves; 0 = flat")
+    gemm_half_size: Number = Field(0.0, description="GEMM size (geo-mean of M,N,K) at which efficiency halves; "
+                                                    "0 = flat")
     gemm_curve: Curve | None = Field(None, description="measured [size, fraction of peak] points (size = geo-mean of "
                                                        "M,N,K); when given it replaces gemm_efficiency/gemm_half_size")
     attention_efficiency: Fraction = Field(1.0, description="flash attention fwd+bwd fraction of peak, long sequences")

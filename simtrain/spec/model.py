@@ -187,7 +187,8 @@ def from_hf_config(config: dict[str, Any], *, file: str, name: str | None = None
     if "ffn_hidden" not in out and "hidden" in out:
         if gated:   # each config class has its own default width, tied to its own default hidden size
             raise InputError(f"is required but missing: a gated ({act}) MLP has no standard width "
-                             f"(LlamaConfig's default 11008 goes with its hidden_size 4096; 4 x hidden_size is GPT-2's)",
+                             "(LlamaConfig's default 11008 goes with its hidden_size 4096; "
+                             "4 x hidden_size is GPT-2's)",
                              file=file, line=None, field="intermediate_size")
         out["ffn_hidden"] = 4 * out["hidden"]          # GPT2Config: n_inner None means 4 x n_embd
         source["ffn_hidden"] = source.get("hidden", "hidden_size")

@@ -55,7 +55,8 @@ def _quantity(kind: str, check, value: object, info: ValidationInfo) -> float:
         raise ValueError(err.message) from None
     if from_file(info) and kind != "number" and x != 0 and not has_unit(raw):
         example = KINDS[kind].split(", e.g. ")
-        raise ValueError(f"{raw!r} has no unit: write {example[0]} with one, e.g. {example[1].split(' or ')[0].split(', ')[0]}")
+        raise ValueError(f"{raw!r} has no unit: write {example[0]} with one, "
+                         f"e.g. {example[1].split(' or ')[0].split(', ')[0]}")
     check(x, raw)
     return x
 

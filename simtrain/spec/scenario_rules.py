@@ -24,7 +24,8 @@ def _divisors(n: int) -> str:
     return shown + (", ..." if len(divs) > 6 or (n > 4096 and n % 4096) else "")
 
 
-def check_rules(s, raw: dict) -> list[str]:   # s: the simtrain.spec.scenario.Scenario being built (it imports this module)
+# s: the simtrain.spec.scenario.Scenario being built (it imports this module)
+def check_rules(s, raw: dict) -> list[str]:
     """Rules that tie the sections together; returns warnings, raises on errors."""
     par, tr, m = s.parallel, s.training, s.model
 
@@ -44,7 +45,8 @@ def check_rules(s, raw: dict) -> list[str]:   # s: the simtrain.spec.scenario.Sc
     if m.heads % par.tp:
         fail("parallel.tp", f"{par.tp} does not divide heads={m.heads} (allowed: {_divisors(m.heads)})")
     if m.num_kv_heads % par.tp:
-        fail("parallel.tp", f"{par.tp} does not divide kv_heads={m.num_kv_heads} (allowed: {_divisors(m.num_kv_heads)})")
+        fail("parallel.tp",
+             f"{par.tp} does not divide kv_heads={m.num_kv_heads} (allowed: {_divisors(m.num_kv_heads)})")
     if m.ffn_hidden % par.tp:
         fail("parallel.tp", f"{par.tp} does not divide ffn_hidden={m.ffn_hidden} (allowed: {_divisors(m.ffn_hidden)})")
     vstages = par.pp * par.vpp
@@ -93,7 +95,8 @@ def check_rules(s, raw: dict) -> list[str]:   # s: the simtrain.spec.scenario.Sc
              f"{s.simulation.max_events:,}; use a larger micro_batch" + (", fidelity: folded" if copies else "")
              + " or raise simulation.max_events", SimulationLimitError)
     if par.schedule == "interleaved-1f1b" and mb % par.pp:
-        fail("parallel.schedule", f"interleaved-1f1b needs the micro-batch count ({mb}) to be a multiple of pp={par.pp}")
+        fail("parallel.schedule",
+             f"interleaved-1f1b needs the micro-batch count ({mb}) to be a multiple of pp={par.pp}")
     if par.sequence_parallel and par.tp > 1 and tr.seq_len % par.tp:
         fail("training.seq_len", f"{tr.seq_len} is not divisible by tp={par.tp}: sequence parallelism splits each "
              f"sequence over the TP ranks (Korthikanti et al. 2022, §4.2.2)")
@@ -102,7 +105,8 @@ def check_rules(s, raw: dict) -> list[str]:   # s: the simtrain.spec.scenario.Sc
         if (st.rank is None) == (st.fraction is None):
             fail(f"simulation.stragglers.{i}", "give exactly one of 'rank' or 'fraction'")
         if st.rank is not None and st.rank >= gpus:
-            fail(f"simulation.stragglers.{i}.rank", f"{st.rank} is not a rank of this {gpus}-GPU layout (0..{gpus - 1})")
+            fail(f"simulation.stragglers.{i}.rank",
+                 f"{st.rank} is not a rank of this {gpus}-GPU layout (0..{gpus - 1})")
         if st.rank is not None and st.rank in seen:
             fail(f"simulation.stragglers.{i}.rank", f"rank {st.rank} is already a straggler (entry {seen[st.rank]}): "
                  "give one entry per rank, with its whole slowdown")
@@ -116,7 +120,8 @@ def check_rules(s, raw: dict) -> list[str]:   # s: the simtrain.spec.scenario.Sc
             name = getattr(link, end)
             if name not in s.cluster.graph:
                 fail(f"simulation.degraded_links.{i}.{end}", f"'{name}' is not a node of the cluster graph "
-                     f"(GPUs are gpu0..gpu{gpus - 1}; docs/model.md section 4.1 describes the cluster graph){suggest(name, list(s.cluster.graph)[:2000])}")
+                     f"(GPUs are gpu0..gpu{gpus - 1}; docs/model.md section 4.1 describes the cluster graph)"
+                     f"{suggest(name, list(s.cluster.graph)[:2000])}")
         if not s.cluster.graph.has_edge(link.a, link.b):
             fail(f"simulation.degraded_links.{i}", f"there is no link {link.a} -> {link.b} in the cluster graph")
 

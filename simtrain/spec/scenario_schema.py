@@ -38,21 +38,24 @@ class Training(Closed):
                              "torch fused=True); unfused = PyTorch's element-wise kernels, one pass per operation "
                              "(torch AdamW single-tensor or foreach, Composer's DecoupledAdamW)")
     recompute: Literal["none", "selective", "selective_op", "full"] = Field(
-        "none", description="activation recompute: selective = Megatron-LM's (the attention core), selective_op = torchtitan's op-level policy (matmul and attention outputs kept, every second matmul and all other ops recomputed), full = the whole layer")
+        "none", description="activation recompute: selective = Megatron-LM's (the attention core), "
+                            "selective_op = torchtitan's op-level policy (matmul and attention outputs kept, "
+                            "every second matmul and all other ops recomputed), full = the whole layer")
     flash_attention: FlashAttention = Field(
         True, description="fused attention kernel: true = flash2 (FlashAttention-2, the kernel the hardware file's "
                           "attention figures describe), flash1 (FlashAttention-1 class), flash3 (FlashAttention-3, "
                           "Hopper), false = attention as GEMMs plus a memory-bound softmax")
     dropout: bool = Field(
-        True, description="dropout layers run (Megatron-LM's GPT default); false = p = 0, as in Llama and MPT: no dropout "
-                          "kernels and no masks kept")
+        True, description="dropout layers run (Megatron-LM's GPT default); false = p = 0, as in Llama and MPT: "
+                          "no dropout kernels and no masks kept")
     train_metrics: NonNegativeInt = Field(
         0, description="metrics computed over the logits after every micro-batch's backward, each an eager fp32 "
                        "cross entropy without a backward (Composer evaluates its train metrics on every micro-batch; "
                        "llm-foundry's MPT has two, LanguageCrossEntropy and LanguagePerplexity)")
     grad_dtype: Literal["auto", "fp32", "bf16", "fp16"] = Field(
-        "auto", description="dtype gradients are kept and reduced in: auto = the training precision; fp32 = Megatron-LM's "
-                            "bf16 default (fp32 main grads) and FSDP's reduce_dtype=float32 (Composer DEFAULT, torchtitan)")
+        "auto", description="dtype gradients are kept and reduced in: auto = the training precision; "
+                            "fp32 = Megatron-LM's bf16 default (fp32 main grads) and FSDP's reduce_dtype=float32 "
+                            "(Composer DEFAULT, torchtitan)")
     cross_entropy: Literal["eager", "fused"] = Field(
         "eager", description="loss kernel: eager = PyTorch's fp32 log_softmax + nll_loss (Megatron-LM, torchtitan), "
                              "fused = one kernel over the 16-bit logits (flash-attn's cross entropy, llm-foundry)")
@@ -75,9 +78,10 @@ class Parallel(Closed):
     schedule: Literal["gpipe", "1f1b", "interleaved-1f1b"] = "1f1b"
     zero: Literal[0, 1, 2, 3] = 0
     backward_prefetch: Literal["pre", "post", "none"] = Field(
-        "pre", description="ZeRO-3 only: when, on the GPU, the backward gathers the next layer's weights: pre = as this "
-                           "layer's gradient computation starts (overlaps it; PyTorch FSDP with BACKWARD_PRE, or "
-                           "BACKWARD_POST with limit_all_gathers, when the CPU runs ahead), post = once this layer's "
+        "pre", description="ZeRO-3 only: when, on the GPU, the backward gathers the next layer's weights: "
+                           "pre = as this layer's gradient computation starts (overlaps it; PyTorch FSDP with "
+                           "BACKWARD_PRE, or BACKWARD_POST with limit_all_gathers, when the CPU runs ahead), "
+                           "post = once this layer's "
                            "gradients are computed (FSDP BACKWARD_POST with a CPU that does not run ahead), none = "
                            "when the next layer starts")
     zero_impl: Literal["generic", "fsdp1"] = Field(

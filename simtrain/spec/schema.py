@@ -180,8 +180,8 @@ def _describe(err: dict, model: type[BaseModel]) -> str:
         expected = ctx.get("expected", "")
         options = [e.strip(" '") for e in expected.replace(" or ", ",").split(",")]
         if isinstance(value, bool):      # YAML 1.1 reads yes/no/on/off/true/false as booleans
-            return (f"{str(value).lower()} (YAML reads an unquoted yes, no, on, off, true or false as a boolean) is not "
-                    f"allowed (allowed: {expected}; quote a word that should stay a word)")
+            return (f"{str(value).lower()} (YAML reads an unquoted yes, no, on, off, true or false as a boolean) "
+                    f"is not allowed (allowed: {expected}; quote a word that should stay a word)")
         return f"{value!r} is not allowed{suggest(str(value), options)} (allowed: {expected})"
     if kind in _SENTENCES:
         return _SENTENCES[kind].format(v=_kind_of(value))

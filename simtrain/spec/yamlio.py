@@ -100,7 +100,7 @@ def load_yaml_text(text: str, file: str) -> Any:
     try:
         return _construct_document(text)
     except InputError as err:
-        raise err.located(file=file)
+        raise err.located(file=file) from None
     except yaml.constructor.ConstructorError as err:
         # the safe loader refuses tags such as !!python/object: files never build Python objects
         mark = err.problem_mark
