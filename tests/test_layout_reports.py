@@ -1,6 +1,7 @@
-"""The layered package gives the reports it gave before the move (issue 18): every bundled scenario's
-JSON report is byte-identical to the one written before the files moved (tests/data/reports_before_layout,
-generated with `simtrain run SCENARIO --json` at 18a7a03 and gzipped)."""
+"""Golden reports: every bundled scenario's JSON report is byte-identical to its committed fixture
+(tests/data/golden_reports, gzipped). The fixtures were first written at 18a7a03, before the package moved into
+its layers, so the move is checked to change no report; a later change that is meant to alter reports regenerates
+them (tests/data/regenerate_golden_reports.py) and says in its commit what changed and why."""
 
 import gzip
 from pathlib import Path
@@ -11,7 +12,7 @@ import simtrain
 from simtrain.report.outputs import dumps_json
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = ROOT / "tests" / "data" / "reports_before_layout"
+FIXTURES = ROOT / "tests" / "data" / "golden_reports"
 SCENARIOS = sorted(p.stem for p in (ROOT / "scenarios").glob("*.yaml"))
 
 
