@@ -212,3 +212,24 @@ def test_an_error_next_to_the_target_is_not_rounded_onto_it(error, shown):
     from simtrain.cli.commands_validate import _pct
 
     assert _pct(error).strip() == shown
+
+
+def test_plot_draws_one_point_per_case_coloured_by_source(tmp_path):
+    """`simtrain validate --plot` writes a log-log chart: one marker per simulated case, one trace per source and
+    gating, plus the diagonal and the +/-10% lines; the JSON lands beside it."""
+    from simtrain.report.charts_validation import validation_figure
+
+    rows = [_case("A", 0.05).to_dict(), _case("A", -0.02, gate=False).to_dict(), _case("B", 0.2).to_dict()]
+    fig = validation_figure(rows)
+    markers = [t for t in fig.data if t.mode == "markers"]
+    assert [t.name for t in markers] == ["A", "A (not gated)", "B"]
+    assert sum(len(t.x) for t in markers) == 3
+    assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
+    b = markers[2]
+    assert b.x[0] == pytest.approx(1.0) and b.y[0] == pytest.approx(1.2)
+    plot, out = tmp_path / "v.html", tmp_path / "v.json"
+    proc = subprocess.run([sys.executable, "-c", "from simtrain.cli import main; main()", "validate", "--only",
+                           "narayanan21_t1_1.7B", "--plot", str(plot), "--json", str(out)], capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert plot.read_text().count("narayanan21_t1_1.7B") >= 1 and json.loads(out.read_text())["cases"]

@@ -6,7 +6,8 @@ import sys
 
 import click
 
-from simtrain.cli.app import JSON_HELP, cli, emit
+from simtrain.cli.app import JSON_HELP, OutPath, cli, distinct_outputs, emit
+from simtrain.report.outputs import staged_outputs, write_json
 
 
 def _digits(x: float, limit: float) -> int:
@@ -48,10 +49,13 @@ def _group_lines(title: str, groups: dict, v) -> list[str]:
 @click.argument("cases", required=False, type=click.Path(dir_okay=False))
 @click.option("--json", "json_path", type=click.Path(dir_okay=False),
               help="per-case results and summaries: " + JSON_HELP)
+@click.option("--plot", "plot_path", type=OutPath("HTML"),
+              help="write predicted vs measured step times (log-log, one colour per source) as an HTML chart")
 @click.option("--only", help="run only cases whose id contains this text (case-sensitive; matching none is an error)")
 @click.option("--check", is_flag=True, help="exit 1 if the gated cases miss the per-source targets (mean 5%, 90% "
                                             "within 10%, six sources)")
-def validate(cases: str | None, json_path: str | None, only: str | None, check: bool) -> None:
+def validate(cases: str | None, json_path: str | None, plot_path: str | None, only: str | None,
+             check: bool) -> None:
     """Compare predicted and measured step times on published runs.
 
     CASES is a cases file, or the name of a bundled one; without it, every bundled file of the dev set runs (the
@@ -60,6 +64,7 @@ def validate(cases: str | None, json_path: str | None, only: str | None, check: 
     source and per GPU family."""
     from simtrain.decide import validate as v
 
+    distinct_outputs(json=json_path, plot=plot_path)
     bar = None
     if sys.stderr.isatty():
         from tqdm import tqdm
@@ -112,13 +117,23 @@ def validate(cases: str | None, json_path: str | None, only: str | None, check: 
             f"{100 * targets.largest_share:.0f}%)"
             + ("" if dev_set else " (informational here: the targets are the bundled dev set's, "
                                   "`simtrain validate` without CASES)"))
-    emit("\n".join(lines) + "\n", json_path,
-         {"cases": [r.to_dict() for r in results],
-          "summary": {k: (s.to_dict() if s else None) for k, s in summaries.items()},
-          "by_source": {k: s.to_dict() for k, s in by_source.items()},
-          "by_gpu": {k: s.to_dict() for k, s in by_gpu.items()},
-          "by_source_all": {k: s.to_dict() for k, s in all_by_source.items()},
-          "targets": targets.to_dict()})
+    case_rows = [r.to_dict() for r in results]
+    report = {"cases": case_rows,
+              "summary": {k: (s.to_dict() if s else None) for k, s in summaries.items()},
+              "by_source": {k: s.to_dict() for k, s in by_source.items()},
+              "by_gpu": {k: s.to_dict() for k, s in by_gpu.items()},
+              "by_source_all": {k: s.to_dict() for k, s in all_by_source.items()},
+              "targets": targets.to_dict()}
+    with staged_outputs():   # the chart and the JSON land together
+        if plot_path:
+            from simtrain.report.charts import write_figure
+            from simtrain.report.charts_validation import validation_figure
+
+            write_figure(plot_path, "simtrain validate", [validation_figure(case_rows)])
+            lines.append(f"wrote {plot_path}")
+        if json_path and json_path != "-":
+            write_json(json_path, report)
+    emit("\n".join(lines) + "\n", json_path if json_path == "-" else None, report)
     failed = [r for r in results if r.failure]
     if failed:   # a case simtrain refuses is bad input in the cases file: the report above, then exit 2
         from simtrain.spec.errors import InputError
