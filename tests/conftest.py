@@ -90,3 +90,14 @@ def simtrain_exe() -> list[str]:
     if exe.exists():
         return [str(exe)]
     return [sys.executable, "-c", "import sys; from simtrain.cli import main; main(sys.argv[1:])"]
+
+
+def assert_error_table_matches(results, file_name):
+    """simtrain/validation/errors.json (the bands of `simtrain run`) holds exactly the gated errors a fresh
+    validation of ``file_name`` gives; when the model moves, run tests/data/regenerate_validation_errors.py."""
+    from simtrain.decide import validate as v
+    from simtrain.report.bands import validation_errors
+
+    fresh = [row for row in v.error_table(list(results))["cases"] if row["file"] == file_name]
+    kept = [row for row in validation_errors() if row["file"] == file_name]
+    assert kept == fresh, "simtrain/validation/errors.json is stale: run tests/data/regenerate_validation_errors.py"

@@ -233,3 +233,11 @@ def test_plot_draws_one_point_per_case_coloured_by_source(tmp_path):
                           text=True)
     assert proc.returncode == 0, proc.stderr
     assert plot.read_text().count("narayanan21_t1_1.7B") >= 1 and json.loads(out.read_text())["cases"]
+
+
+def test_the_bands_error_table_is_this_validation(results):
+    """The errors `simtrain run` draws its band from are the dev set's as validated now."""
+    from conftest import assert_error_table_matches
+
+    for name in v.dev_case_files():
+        assert_error_table_matches([r for r in results if r.file == name], name)

@@ -83,3 +83,10 @@ def test_gated_error_does_not_regress(results):
     s = v.summarize([r for r in results if r.gate])
     assert s.cases == README_ROWS
     assert s.mean_abs_error <= 0.06
+
+
+def test_the_bands_error_table_is_this_validation(results):
+    """The errors `simtrain run` draws its band from are the A100 companion's as validated now."""
+    from conftest import assert_error_table_matches
+
+    assert_error_table_matches(results, "llm_foundry_a100")

@@ -135,3 +135,10 @@ def test_error_does_not_regress(results):
     assert everything.cases == ROWS and everything.mean_abs_error <= 0.06
     torch201 = v.summarize([r for r in results.values() if "_torch201_" in r.id])
     assert torch201.mean_abs_error <= 0.03
+
+
+def test_the_bands_error_table_is_this_validation(results):
+    """The errors `simtrain run` draws its band from are the sweep companion's as validated now."""
+    from conftest import assert_error_table_matches
+
+    assert_error_table_matches(results.values(), "llm_foundry_sweeps")

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from simtrain.report.bands import gpu_family, stack_of
 from simtrain.spec.errors import InputError, display_path, suggest
 from simtrain.spec.scenario import scenario_from_dict
 from simtrain.spec.yamlio import load_yaml
@@ -58,6 +59,7 @@ class CaseResult:
     notes: str = ""
     failure: str | None = None
     gpu: str = ""                          # GPU family of the case's hardware (H100, A100, B200...)
+    stack: str = ""                        # the stack its layout stands for (simtrain.report.bands.stack_of)
     file: str = ""                         # the cases file it came from (bundled: its name, e.g. cases)
 
     @property
@@ -71,7 +73,7 @@ class CaseResult:
                 "predicted_step_time_s": r(self.predicted_step_time_s), "error": r(self.error),
                 "measured": self.measured, "predicted": {k: r(v) for k, v in self.predicted.items()},
                 "assumed": list(self.assumed), "notes": self.notes, "failure": self.failure,
-                "source_name": self.source_name, "gpu": self.gpu, "file": self.file}
+                "source_name": self.source_name, "gpu": self.gpu, "stack": self.stack, "file": self.file}
 
 
 @dataclass(frozen=True)
@@ -114,11 +116,6 @@ def source_name(source: str) -> str:
     """The source a case cites, without its commit, table or section: 'Narayanan et al. 2021 (SC21)' for both of
     that paper's tables; 'mosaicml/llm-foundry scripts/train/benchmarking/README.md' for the MosaicML runs."""
     return source.split(" @")[0].split(",")[0].strip()
-
-
-def gpu_family(gpu_name: str) -> str:
-    """'H100-SXM5-80GB' -> 'H100': the GPU model, whatever its form factor and memory."""
-    return gpu_name.split("-")[0] if gpu_name else ""
 
 
 def by_group(results: list[CaseResult], key) -> dict[str, Summary]:
@@ -171,6 +168,17 @@ def check_targets(results: list[CaseResult]) -> TargetCheck:
                        largest_source=largest)
 
 
+def error_table(results: list[CaseResult]) -> dict[str, Any]:
+    """The gated cases' errors as simtrain/validation/errors.json keeps them for the bands of `simtrain run`
+    (every bundled file's: the dev set's and the companions')."""
+    rows = [{"id": r.id, "file": r.file, "source": r.source_name, "gpu": r.gpu, "stack": r.stack,
+             "error": round(r.error, 6)}
+            for r in results if r.gate and r.error is not None]
+    return {"note": "gated cases' errors (predicted / measured - 1) written by "
+                    "tests/data/regenerate_validation_errors.py; read by simtrain.report.bands",
+            "cases": sorted(rows, key=lambda row: row["id"])}
+
+
 def _config(sc: dict) -> str:
     p, t = sc.get("parallel", {}), sc.get("training", {})
     m = sc.get("model")
@@ -220,6 +228,7 @@ def run_case(case: dict, base_dir: Path, file: str | None = None, file_name: str
     except InputError as err:
         return CaseResult(predicted_step_time_s=None, error=None, failure=str(err), **common)
     common["gpu"] = gpu_family(scenario.hardware.gpu.name)
+    common["stack"] = stack_of(scenario.parallel.zero)
     step = result.step_time_s
     predicted: dict[str, float] = {"mfu_simtrain": result.mfu, "peak_memory_GB": result.peak_memory_bytes_max / 1e9,
                                    "memory_capacity_GB": scenario.hardware.gpu.memory / 1e9}

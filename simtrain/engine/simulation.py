@@ -10,6 +10,7 @@ import statistics
 from simtrain.engine.core import Engine
 from simtrain.plan.build import build_plan
 from simtrain.plan.memory import EDGE_OF_MEMORY, StageMemory, advice, memory_report
+from simtrain.report.bands import band, gpu_family, no_band_text, stack_of
 from simtrain.report.result import DEVICE_LIST_LIMIT, DeviceResult, Result, StageSummary
 from simtrain.spec.errors import InputError
 from simtrain.spec.placement import placement_of
@@ -201,6 +202,8 @@ def simulate(scenario: Scenario, *, fidelity: str | None = None, seed: int | Non
     critical = max(tl.lanes, key=lambda ln: (ln.end, -ln.index))
     warnings += _replica_waits(tl.lanes, step)
     gpu_peak = s.hardware.gpu.peak(s.training.precision)
+    gpu, stack = gpu_family(s.hardware.gpu.name), stack_of(s.parallel.zero)
+    measured = band(step, gpu, stack)
     return Result(
         scenario=s.name, gpus=s.gpus, microbatches=s.microbatches, params_total=rep.params_total,
         capacity_bytes=rep.capacity, fits_in_memory=fits, peak_memory_bytes_max=peak,
@@ -212,4 +215,6 @@ def simulate(scenario: Scenario, *, fidelity: str | None = None, seed: int | Non
         bubble_fraction=statistics.fmean(bubbles), exposed_comm_s=dict(critical.exposed),
         framework_overhead_s=plan.framework_overhead_layer * plan.microbatches
         * sum(c.layers for c in plan.chunks if c.rank == critical.rank),
+        step_time_band_s=None if measured is None else (measured.low_s, measured.high_s),
+        step_time_band=measured.to_dict() if measured else {"none": no_band_text(gpu, stack)},
         events=tl.events, fidelity=mode, config=_config(s), timeline=tl)

@@ -85,6 +85,8 @@ class Result:
     bubble_fraction: float | None = None
     exposed_comm_s: dict[str, float] | None = None
     framework_overhead_s: float = 0.0   # inside compute: FSDP1's fixed cost per layer and micro-batch, critical GPU
+    step_time_band_s: tuple[float, float] | None = None   # from validated runs like this one (report.bands)
+    step_time_band: dict | None = None  # what the band rests on: basis, cases, error range; or why there is none
     events: int | None = None
     fidelity: str | None = None
     config: dict = field(default_factory=dict)
@@ -106,6 +108,9 @@ class Result:
                 "hfu": report_float(self.hfu), "bubble_fraction": report_float(self.bubble_fraction),
                 "exposed_comm_s": {k: report_float(v) for k, v in self.exposed_comm_s.items()},
                 "framework_overhead_s": report_float(self.framework_overhead_s),
+                "step_time_band_s": (None if self.step_time_band_s is None
+                                     else [report_float(x) for x in self.step_time_band_s]),
+                "step_time_band": self.step_time_band,
                 "fidelity": self.fidelity, "events": self.events})
         out.update({
             "fits_in_memory": self.fits_in_memory, "peak_memory_bytes_max": round(self.peak_memory_bytes_max),

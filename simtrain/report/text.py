@@ -45,6 +45,18 @@ def memory_text(result: Result) -> str:
     return "\n".join(lines) + "\n"
 
 
+def band_text(result: Result) -> str:
+    """The step-time band and what it rests on, or why there is none (report.bands)."""
+    info = result.step_time_band or {}
+    if result.step_time_band_s is None:
+        return info.get("none", "none")
+    lo, hi = result.step_time_band_s
+    n = len(info.get("cases", ()))
+    spread = "10th-90th percentile" if info.get("percentiles") != "min-max" else "the range"
+    return (f"{format_time(lo)} - {format_time(hi)}  ({spread} of the errors of {n} validated runs: "
+            f"{info.get('basis', '')})")
+
+
 def run_text(result: Result) -> str:
     c = result.config
     par = c.get("parallel", {})
@@ -54,6 +66,7 @@ def run_text(result: Result) -> str:
         f" vpp={par.get('vpp')} {par.get('schedule')} zero={par.get('zero')}",
         "",
         f"step time        {format_time(result.step_time_s)}",
+        f"  band           {band_text(result)}",
         f"tokens/s         {result.tokens_per_s:,.0f}  ({result.tokens_per_s / result.gpus:,.0f} per GPU)",
         f"MFU / HFU        {_pct(result.mfu)} / {_pct(result.hfu)}",
         f"pipeline bubble  {_pct(result.bubble_fraction)}  "

@@ -1,0 +1,61 @@
+"""The step-time band of `simtrain run`: from the errors of validated runs like the scenario (report.bands)."""
+
+import pytest
+
+from simtrain.report.bands import band, gpu_family, stack_of
+
+
+def _rows(errors, gpu="H100", stack="ZeRO-3/FSDP"):
+    return tuple({"id": f"{gpu}{stack}{i}", "file": "f", "source": "s", "gpu": gpu, "stack": stack, "error": e}
+                 for i, e in enumerate(errors))
+
+
+def test_ten_or_more_cases_give_the_10th_to_90th_percentile():
+    """Errors -0.10, -0.08, ..., +0.08 (ten, step 0.02): numpy's linear 10th percentile is -0.10 + 0.9 x 0.02 =
+    -0.082 and the 90th +0.08 - 0.9 x 0.02 = +0.062; a 2.0 s prediction gives 2.0 / 1.062 to 2.0 / 0.918 s."""
+    rows = _rows([-0.10 + 0.02 * i for i in range(10)])
+    b = band(2.0, "H100", "ZeRO-3/FSDP", rows)
+    assert b.errors == pytest.approx((-0.082, 0.062))
+    assert (b.low_s, b.high_s) == pytest.approx((2.0 / 1.062, 2.0 / 0.918))
+    assert b.basis == "H100, ZeRO-3/FSDP" and len(b.cases) == 10
+
+
+def test_fewer_cases_give_their_range():
+    """Three cases -0.2, 0.0, +0.1: the band is 1.0 / 1.1 to 1.0 / 0.8 s."""
+    b = band(1.0, "H100", "ZeRO-3/FSDP", _rows([-0.2, 0.0, 0.1]))
+    assert (b.low_s, b.high_s) == pytest.approx((1 / 1.1, 1 / 0.8))
+    assert b.to_dict()["percentiles"] == "min-max"
+
+
+def test_the_same_gpu_family_stands_in_for_a_stack_with_too_few_cases():
+    """Two DDP cases are too few (MIN_CASES 3): the GPU family's cases are used, and the basis says so."""
+    rows = _rows([0.5, 0.5], stack="DDP/ZeRO-1/2") + _rows([-0.1, 0.0, 0.1])
+    b = band(1.0, "H100", "DDP/ZeRO-1/2", rows)
+    assert b.basis.startswith("H100, any stack") and len(b.cases) == 5
+    assert (b.low_s, b.high_s) == pytest.approx((1 / 1.5, 1 / 0.9))
+
+
+def test_no_similar_case_gives_no_band():
+    """A GPU no validated case ran on has no band."""
+    assert band(1.0, "B200", "DDP/ZeRO-1/2", _rows([0.0] * 20)) is None
+
+
+def test_names_of_gpu_and_stack():
+    """The GPU family is the name's first part; ZeRO-3 is the FSDP stack, the others Megatron-style."""
+    assert gpu_family("H200-SXM-141GB") == "H200"
+    assert stack_of(3) == "ZeRO-3/FSDP" and stack_of(1) == stack_of(0) == "DDP/ZeRO-1/2"
+
+
+def test_run_reports_its_band_and_the_cases_behind_it():
+    """pp4_dp4 (H100, ZeRO-1): the JSON has step_time_band_s around the measured-error range and names the cases."""
+    from pathlib import Path
+
+    import simtrain
+
+    r = simtrain.simulate(Path(__file__).resolve().parent.parent / "scenarios" / "pp4_dp4.yaml")
+    d = r.to_dict()
+    lo, hi = d["step_time_band_s"]
+    assert lo < hi and d["step_time_band"]["cases"]
+    e_low, e_high = d["step_time_band"]["error_range"]
+    assert lo == pytest.approx(r.step_time_s / (1 + e_high), rel=1e-6)
+    assert hi == pytest.approx(r.step_time_s / (1 + e_low), rel=1e-6)
