@@ -74,3 +74,14 @@ def test_smith2022_mtnlg_targets_are_the_papers_iteration_times():
         assert case["scenario"]["nodes"] == nodes
         assert case["scenario"]["parallel"]["dp"] * 8 * 35 == nodes * 8     # tp 8 x pp 35 per replica
         assert case["gate"] is False
+
+
+def test_bloom176b_target_is_the_logged_iteration_time():
+    """BLOOM tr11 log, iteration 85376: 104.70 s for 2048 samples, i.e. 2048 / 104.70 = 19.56 samples/s as logged."""
+    cases = _cases("bloom176b")
+    case = cases["bloom176b_tr11_iter85376"]
+    assert case["target_step_time_s"] == 104.70
+    assert 2048 / case["target_step_time_s"] == pytest.approx(case["measured"]["samples_per_s"], abs=5e-4)
+    parallel = case["scenario"]["parallel"]
+    assert parallel["dp"] * parallel["tp"] * parallel["pp"] == 384 == case["scenario"]["nodes"] * 8
+    assert sum(parallel["layers_per_stage"]) == 70 and case["gate"] is False
