@@ -241,3 +241,16 @@ def test_the_bands_error_table_is_this_validation(results):
 
     for name in v.dev_case_files():
         assert_error_table_matches([r for r in results if r.file == name], name)
+
+
+def test_an_assumed_entry_that_yaml_reads_as_a_mapping_is_named(tmp_path):
+    """`assumed: [parallel.vpp: 2]` (an unquoted ': ') is exit 2 at its line, not an internal error."""
+    cases = tmp_path / "c.yaml"
+    cases.write_text("- id: x\n  target_step_time_s: 1.0\n  assumed: [parallel.vpp: 2]\n  scenario: {hardware: "
+                     "dgx-h100, nodes: 1, model: llama2-7b, training: {seq_len: 512, global_batch: 8}, "
+                     "parallel: {dp: 8}}\n")
+    proc = subprocess.run([sys.executable, "-c", "from simtrain.cli import main; main()", "validate", str(cases)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr == (f"error: {cases}:3: assumed: case x: assumed must be a list of texts (the scenario keys "
+                           "the source does not state); quote an entry that holds ': '\n")

@@ -59,9 +59,10 @@ def validate(cases: str | None, json_path: str | None, plot_path: str | None, on
     """Compare predicted and measured step times on published runs.
 
     CASES is a cases file, or the name of a bundled one; without it, every bundled file of the dev set runs (the
-    set the targets apply to; all but the companions llm_foundry_a100, the A100 companion of MosaicML's H100 runs,
-    and llm_foundry_sweeps, MosaicML's A100 micro-batch sweep and software-image runs). Figures are given per
-    source and per GPU family."""
+    set the targets apply to: all bundled files but the companions llm_foundry_a100, the A100 companion of
+    MosaicML's H100 runs, and llm_foundry_sweeps, MosaicML's A100 micro-batch sweep and software-image runs).
+    Figures are given per source and per GPU family; `simtrain validate NAME` runs one bundled file (the names
+    are listed when a name is unknown)."""
     from simtrain.decide import validate as v
 
     distinct_outputs(json=json_path, plot=plot_path)

@@ -302,6 +302,12 @@ def load_cases(path: str | Path | None = None) -> tuple[list[dict], Path]:
             raise InputError(f"case id {case_id!r} is given twice, first as case {list(seen).index(case_id)}{first}; "
                              "ids name the rows of the report", file=str(path), line=lines.get("id"), field="id")
         seen[case_id] = lines.get("id")
+        assumed = case.get("assumed")
+        if assumed is not None and (not isinstance(assumed, list)
+                                    or not all(isinstance(a, str) for a in assumed)):
+            raise InputError(f"case {case_id}: assumed must be a list of texts (the scenario keys the source does not "
+                             "state); quote an entry that holds ': '", file=str(path), line=lines.get("assumed"),
+                             field="assumed")
         target = case["target_step_time_s"]
         if isinstance(target, bool) or not isinstance(target, (int, float)) or not math.isfinite(target) or target <= 0:
             lines = getattr(case, "key_lines", {})
