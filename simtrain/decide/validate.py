@@ -346,7 +346,7 @@ def validate(path: str | Path | None = None, *, only: str | None = None, progres
                 raise InputError(f"case id {case['id']!r} is given in {display_path(other)} and again here; ids name "
                                  "the rows of the dev set's report", file=display_path(p), field="id")
     if only and not any(only in str(case["id"]) for case in everything):
-        where = display_path(paths[0]) if len(paths) == 1 else "the dev set"
+        where = display_path(paths[0]) if len(paths) == 1 else f"the bundled dev set ({len(paths)} files)"
         raise InputError(_no_case_matches(only, everything), file=where)
     out = []
     for p, cases, base in loaded:
