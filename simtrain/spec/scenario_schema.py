@@ -31,7 +31,18 @@ class Training(Closed):
     seq_len: PositiveInt = Field(description="tokens per sequence")
     global_batch: PositiveInt = Field(description="sequences per optimizer step")
     micro_batch: PositiveInt = Field(1, description="sequences per micro-batch")
-    precision: Literal["bf16", "fp16", "fp32"] = "bf16"
+    precision: Literal["bf16", "fp16", "fp32", "fp8"] = Field(
+        "bf16", description="bf16 | fp16 | fp32, or fp8: BF16 mixed precision whose linear layers run their three "
+                            "GEMMs (forward, data and weight gradient) in FP8 (Transformer Engine fp8_autocast)")
+    fp8_recipe: Literal["tensorwise", "blockwise", "mxfp8"] = Field(
+        "tensorwise", description="fp8 only: tensorwise = one scale per tensor (TE delayed or current scaling, "
+                                  "FP8-DS/FP8-CS); blockwise = 1x128 activation and 128x128 weight blocks "
+                                  "(DeepSeek-V3); mxfp8 = OCP microscaling, 32-element blocks with E8M0 scales "
+                                  "(Blackwell only)")
+    cuda_graphs: Literal["none", "partial", "full"] = Field(
+        "none", description="CUDA graph capture: none = eager launches; partial = per-layer graphs (TE "
+                            "make_graphed_callables: attention and MLP blocks); full = the whole forward and "
+                            "backward (Megatron-Core full_iteration)")
     optimizer: Literal["adam", "adafactor", "sgd"] = "adam"
     optimizer_kernel: Literal["fused", "unfused"] = Field(
         "fused", description="how the Adam step runs: fused = one pass over the state (apex FusedAdam, Megatron-LM, "
@@ -92,6 +103,10 @@ class Parallel(Closed):
                                "reduce-scatter, and each unit costs FSDP1's fixed 1.875 ms per micro-batch "
                                "(docs/model.md section 2.12)")
     sequence_parallel: bool = False
+    tp_comm_overlap: bool = Field(
+        False, description="Transformer Engine userbuffers (Megatron-Core tp_comm_overlap): with sequence "
+                           "parallelism the TP all-gathers and reduce-scatters run in chunks under the neighbouring "
+                           "GEMMs; what stays exposed: docs/model.md")
     layers_per_stage: list[int] | None = Field(None, description="uneven split, one entry per (virtual) stage")
 
 
