@@ -190,7 +190,7 @@ class ComputeModel(Closed):
     attention_efficiency: Fraction = Field(1.0, description="flash attention fwd+bwd fraction of peak, long sequences")
     attention_half_seq: Number = Field(0.0, description="sequence length at which flash attention reaches half its "
                                                         "best efficiency; 0 = flat")
-    attention_kernels: dict[Literal["flash1", "flash3"], PositiveNumber] = Field(
+    attention_kernels: dict[Literal["flash1", "flash3", "cudnn"], PositiveNumber] = Field(
         default_factory=dict, description="other flash-attention kernels this GPU runs, as their speed relative "
                                           "to the FlashAttention-2 figures above (absent = not available)")
     sustained_fraction: Fraction = Field(

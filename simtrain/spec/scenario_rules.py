@@ -75,7 +75,7 @@ def check_rules(s, raw: dict) -> list[str]:
         fail("parallel.pp", f"layers={m.layers} is not divisible by pp x vpp = {vstages} "
              "(give parallel.layers_per_stage for an uneven split)")
     kernel = tr.attention_kernel
-    if kernel in ("flash1", "flash3") and kernel not in s.hardware.compute.attention_kernels:
+    if kernel in ("flash1", "flash3", "cudnn") and kernel not in s.hardware.compute.attention_kernels:
         runs = ["true", "false", "flash2"] + sorted(s.hardware.compute.attention_kernels)
         fail("training.flash_attention", f"'{kernel}' is not available on {s.hardware.gpu.name}: "
              f"{display_path(s.hardware_file)} lists no compute.attention_kernels.{kernel} (allowed here: "

@@ -12,7 +12,7 @@ from simtrain.spec.quantity import Bytes, Number
 from simtrain.spec.schema import Closed
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
-ATTENTION_KERNELS = ("flash1", "flash2", "flash3")
+ATTENTION_KERNELS = ("flash1", "flash2", "flash3", "cudnn")
 
 
 def _attention_kernel(value: object) -> object:
@@ -22,7 +22,7 @@ def _attention_kernel(value: object) -> object:
     raise ValueError(f"{value!r} is not one of true, false, {', '.join(ATTENTION_KERNELS)}")
 
 
-FlashAttention = Annotated[bool | Literal["flash1", "flash2", "flash3"], BeforeValidator(_attention_kernel)]
+FlashAttention = Annotated[bool | Literal["flash1", "flash2", "flash3", "cudnn"], BeforeValidator(_attention_kernel)]
 
 
 class Training(Closed):
@@ -55,7 +55,8 @@ class Training(Closed):
     flash_attention: FlashAttention = Field(
         True, description="fused attention kernel: true = flash2 (FlashAttention-2, the kernel the hardware file's "
                           "attention figures describe), flash1 (FlashAttention-1 class), flash3 (FlashAttention-3, "
-                          "Hopper), false = attention as GEMMs plus a memory-bound softmax")
+                          "Hopper), cudnn (cuDNN fused attention: Transformer Engine's FusedAttention, which TE "
+                          "prefers on Hopper and newer), false = attention as GEMMs plus a memory-bound softmax")
     dropout: bool = Field(
         True, description="dropout layers run (Megatron-LM's GPT default); false = p = 0, as in Llama and MPT: "
                           "no dropout kernels and no masks kept")
@@ -73,7 +74,7 @@ class Training(Closed):
 
     @property
     def attention_kernel(self) -> str:
-        """'none', 'flash1', 'flash2' or 'flash3'."""
+        """'none', 'flash1', 'flash2', 'flash3' or 'cudnn'."""
         if self.flash_attention is True:
             return "flash2"
         return self.flash_attention or "none"
