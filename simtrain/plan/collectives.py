@@ -117,7 +117,7 @@ def fabric_ramp(cluster: Cluster, crosses_network: bool) -> Ramp:
         return Ramp()
     curve = getattr(fabric, "busbw_curve", None)
     if curve is not None:
-        return curve_ramp(curve, spec.domain_gpus, fabric.latency, fabric.bandwidth * fabric.efficiency)
+        return curve_ramp(curve, spec.curve_gpus, fabric.latency, fabric.bandwidth * fabric.efficiency)
     return Ramp(half_peak=fabric.half_peak_message)
 
 

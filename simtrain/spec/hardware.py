@@ -146,6 +146,8 @@ class IntraNode(Closed):
     busbw_curve: Curve | None = Field(
         None, description="measured all-reduce bus bandwidth over one whole node, as [bytes per GPU, fraction of the "
                           "large-message figure] points (nccl-tests); give it instead of half_peak_message")
+    curve_gpus: Count | None = Field(
+        None, description="GPUs the busbw_curve was measured over, where fewer than the domain (default: the domain)")
     overlap_slowdown: PositiveNumber | None = Field(
         None, description="compute slows by this factor while a collective on this fabric runs; "
                           "default compute.overlap_slowdown")
@@ -293,9 +295,9 @@ class HardwareSpec(Closed):
             from simtrain.spec.curves import curve_ramp
 
             try:
-                curve_ramp(fabric.busbw_curve, self.domain_gpus, fabric.latency, fabric.bandwidth * fabric.efficiency)
+                curve_ramp(fabric.busbw_curve, self.curve_gpus, fabric.latency, fabric.bandwidth * fabric.efficiency)
             except ValueError as err:
-                raise FieldError(f"{err} ({self.domain_gpus} GPUs x latency x bandwidth x efficiency over the size "
+                raise FieldError(f"{err} ({self.curve_gpus} GPUs x latency x bandwidth x efficiency over the size "
                                  "must stay below 1 / fraction)", "intra_node", "busbw_curve") from None
         return self
 
@@ -314,6 +316,14 @@ class HardwareSpec(Closed):
     @property
     def explicit(self) -> bool:
         return self.devices is not None
+
+    @property
+    def curve_gpus(self) -> int:
+        """GPUs the intra-node bus-bandwidth curve was measured over (the domain unless the file says fewer)."""
+        fabric = self.intra_node
+        if fabric is not None and fabric.curve_gpus is not None:
+            return fabric.curve_gpus
+        return self.domain_gpus
 
     @property
     def domain_gpus(self) -> int:
