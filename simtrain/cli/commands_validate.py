@@ -34,8 +34,9 @@ def validate(cases: str | None, json_path: str | None, only: str | None, check: 
     """Compare predicted and measured step times on published runs.
 
     CASES is a cases file, or the name of a bundled one: cases (the default, the dev set the targets apply
-    to), llm_foundry_a100 (the A100 companion of its MosaicML H100 runs) or llm_foundry_sweeps (MosaicML's A100
-    micro-batch sweep and software-image runs)."""
+    to), llm_foundry_a100 (the A100 companion of its MosaicML H100 runs), llm_foundry_sweeps (MosaicML's A100
+    micro-batch sweep and software-image runs) or megatron_bridge_dense (NVIDIA's FP8 Llama-3 rows on DGX-H100
+    and DGX-B200)."""
     from simtrain.decide import validate as v
 
     bar = None
