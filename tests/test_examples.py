@@ -37,3 +37,16 @@ def test_example_default_output_goes_to_a_temporary_folder(tmp_path):
     written = Path(path)
     assert written.is_file()
     shutil.rmtree(written.parent)
+
+
+def test_compare_generations_example(tmp_path):
+    """The generations example prints days, dollars and MWh for H100, B200 and GB200 NVL72 and writes its chart."""
+    out = tmp_path / "gen.html"
+    done = subprocess.run([sys.executable, str(REPO / "examples" / "compare_generations.py"), str(out)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    pattern = re.compile(r"(H100|B200|GB200-NVL72)\s+[\d.]+ days")
+    rows = [line.split() for line in done.stdout.splitlines() if pattern.match(line)]
+    assert [r[0] for r in rows] == ["H100", "B200", "GB200-NVL72"]
+    assert all(r[3].startswith("$") and r[-1] == "MWh" for r in rows)
+    assert out.read_text().startswith("<!DOCTYPE html>")

@@ -76,9 +76,9 @@ def _full(s: Scenario) -> bool:
 
 
 def _dp_crosses_nodes(plan: Plan, pp_rank: int) -> bool:
-    """Does a DP group of this pipeline rank span nodes (its collectives then use the network)?"""
+    """Does a DP group of this pipeline rank leave its scale-up domain (its collectives then use the network)?"""
     pl = plan.placement
-    return any(len({pl.node(g) for g in pl.dp_group(t, pp_rank)}) > 1 for t in range(pl.tp))
+    return any(len({pl.domain(g) for g in pl.dp_group(t, pp_rank)}) > 1 for t in range(pl.tp))
 
 
 def _dp_time(plan: Plan, kind: str, nbytes: float, rank: int, full: bool) -> float:
@@ -264,7 +264,7 @@ def estimate(scenario: Scenario, plan: Plan | None = None) -> EstimateResult:
     bubble = max(0.0, max(ends) - own[busiest] - pp_comm) if p > 1 else 0.0
     if zero >= 3:   # parameter gathers the busiest rank's ZeRO-3 layers wait for
         dp_exp += m * sum(zero3_wait[c.vstage] for c in rank_chunks)
-    peak = s.hardware.gpu.peak(s.training.precision)
+    peak = s.hardware.gpu.peak("bf16" if s.training.precision == "fp8" else s.training.precision)   # MFU: BF16
     return EstimateResult(
         step_time_s=step, lower_bound_s=lower, compute_s=own[busiest], recompute_s=recompute, tp_comm_s=tp,
         bubble_s=bubble, pp_comm_s=pp_comm, dp_comm_s=dp_exp + gather,

@@ -1,7 +1,9 @@
 """Automatic parallelism search: the fastest layouts for a model, a cluster and a global batch.
 
 1. Enumerate every layout (tp, pp, dp, vpp, micro_batch, zero, recompute, schedule,
-   sequence_parallel) for the GPU count: TP within a node, PP dividing the layers,
+   sequence_parallel, precision) for the GPU count: TP within a node (within the scale-up domain where the hardware
+   file's NVLink domain spans several nodes, as on NVL72 racks), bf16 and fp8 where the GPU has an FP8 peak
+   (and the scenario trains in either), PP dividing the layers,
    DP from the rest; each candidate is ``scenario.with_overrides(...)``, and those
    the scenario rules reject (InputError) are dropped.
 2. Drop the layouts that do not fit by the memory model (``simtrain.plan.memory``), or fit with less headroom than
@@ -35,7 +37,8 @@ from simtrain.spec.units import as_whole, format_count, format_time
 #: layout field -> scenario key
 LAYOUT_KEYS = {"tp": "parallel.tp", "pp": "parallel.pp", "dp": "parallel.dp", "vpp": "parallel.vpp",
                "micro_batch": "training.micro_batch", "zero": "parallel.zero", "recompute": "training.recompute",
-               "schedule": "parallel.schedule", "sequence_parallel": "parallel.sequence_parallel"}
+               "schedule": "parallel.schedule", "sequence_parallel": "parallel.sequence_parallel",
+               "precision": "training.precision"}
 RECOMPUTE = ("none", "selective", "selective_op", "full")
 
 
@@ -73,8 +76,13 @@ def enumerate_layouts(scenario: Scenario, gpus: int | None = None) -> list[dict[
     sizes = gpu_overrides(scenario, gpus)
     gpn = sizes.get("gpus_per_node", scenario.gpus_per_node)
     total = gpn * sizes.get("nodes", scenario.nodes)
+    hw = scenario.hardware
+    domain = hw.intra_node.domain_gpus if not hw.explicit and hw.intra_node.domain_gpus else gpn
+    peaks = hw.gpu.peak_flops
+    has_fp8 = "fp8" in peaks or ("mxfp8" in peaks and tr.fp8_recipe == "mxfp8")
+    precisions = ("bf16", "fp8") if tr.precision in ("bf16", "fp8") and has_fp8 else (tr.precision,)
     out = []
-    for tp in _divisors(gpn):
+    for tp in _divisors(min(domain, total)):
         if total % tp or m.heads % tp or m.num_kv_heads % tp or m.ffn_hidden % tp:
             continue
         for pp in _divisors(total // tp):
@@ -92,9 +100,10 @@ def enumerate_layouts(scenario: Scenario, gpus: int | None = None) -> list[dict[
                     for zero in ((0, 1, 2, 3) if dp > 1 else (0,)):
                         for recompute in RECOMPUTE:
                             for sp in ((False, True) if tp > 1 else (False,)):
-                                out.append({"tp": tp, "pp": pp, "dp": dp, "vpp": vpp, "micro_batch": mb,
+                                out.extend({"tp": tp, "pp": pp, "dp": dp, "vpp": vpp, "micro_batch": mb,
                                             "zero": zero, "recompute": recompute, "schedule": schedule,
-                                            "sequence_parallel": sp})
+                                            "sequence_parallel": sp, "precision": precision}
+                                           for precision in precisions)
     return out
 
 
@@ -275,12 +284,12 @@ def _ms(seconds: float) -> str:
 
 def layout_text(row: dict[str, Any], fields=None) -> str:
     """'tp 2, pp 4, ...' for the given layout fields (all by default)."""
-    return ", ".join(f"{k} {row[k]}" for k in (fields or LAYOUT_KEYS))
+    return ", ".join(f"{k} {row[k]}" for k in (fields or LAYOUT_KEYS) if k in row)
 
 
 def why_slower(row: dict[str, Any], best: dict[str, Any]) -> str:
     """The one or two largest contributors (seconds per step) to ``row`` being slower than ``best``."""
-    differs = [k for k in LAYOUT_KEYS if row[k] != best[k]]
+    differs = [k for k in LAYOUT_KEYS if row.get(k) != best.get(k)]
     rc_row, rc_best = row.get("recompute_s", 0.0), best.get("recompute_s", 0.0)
     work_row, work_best = row["compute_s"] - rc_row, best["compute_s"] - rc_best
     parts = [
@@ -306,16 +315,16 @@ def why_slower(row: dict[str, Any], best: dict[str, Any]) -> str:
 def search_text(result: SearchResult) -> str:
     """The top layouts as a terminal table, with the search's own statistics."""
     c = result.counts
-    head = ["#", "tp", "pp", "dp", "vpp", "mb", "zero", "recompute", "schedule", "sp", "step", "tokens/s", "MFU",
-            "bubble", "peak mem", "why slower than #1"]
+    head = ["#", "tp", "pp", "dp", "vpp", "mb", "zero", "recompute", "schedule", "sp", "prec", "step", "tokens/s",
+            "MFU", "bubble", "peak mem", "why slower than #1"]
     body = []
     for n, r in enumerate(result.top, start=1):
         body.append([str(n), str(r["tp"]), str(r["pp"]), str(r["dp"]), str(r["vpp"]), str(r["micro_batch"]),
                      str(r["zero"]), r["recompute"], r["schedule"], "yes" if r["sequence_parallel"] else "no",
-                     f"{r['step_time_s']:.3f} s", f"{r['tokens_per_s']:,.0f}", f"{r['mfu']:.1%}",
+                     r["precision"], f"{r['step_time_s']:.3f} s", f"{r['tokens_per_s']:,.0f}", f"{r['mfu']:.1%}",
                      f"{r['bubble_fraction']:.1%}", f"{r['peak_memory_bytes_max'] / 1e9:.1f} GB", r["reason"]])
     widths = [max(len(row[i]) for row in [head, *body]) for i in range(len(head))]
-    lines = ["  ".join(cell.ljust(w) if i in (7, 8, 15) else cell.rjust(w)
+    lines = ["  ".join(cell.ljust(w) if i in (7, 8, 16) else cell.rjust(w)
                        for i, (cell, w) in enumerate(zip(row, widths))).rstrip() for row in [head, *body]]
     lines.append(f"{format_count(c['enumerated'], 'layout')} of {format_count(result.gpus, 'GPU')}: "
                  f"{c['invalid']} invalid, {c['oom']} do not fit, "

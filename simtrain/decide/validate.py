@@ -271,9 +271,10 @@ def resolve_cases(path: str | Path | None) -> Path:
     return given
 
 
-#: the keys of one case in a cases file (listed in docs/errors.md, "Cases files")
+#: the keys of one case in a cases file (listed in docs/errors.md, "Cases files"); needs (the simtrain features a
+#: case exercises) and other_releases (the same run measured in other software releases) are informational
 CASE_KEYS = ("id", "source", "scenario", "measured", "target_step_time_s", "target_from", "flops_convention",
-             "gate", "assumed", "notes")
+             "gate", "assumed", "notes", "needs", "other_releases")
 
 
 def load_cases(path: str | Path | None = None) -> tuple[list[dict], Path]:

@@ -21,12 +21,26 @@ MFU_DEFINITION = ("MFU = (6 N + 12 L h s) x tokens / (step time x GPUs x peak FL
                   "projection (Narayanan et al. 2021 Eq. 3 without recompute; PaLM App. B); HFU adds recomputed work")
 
 
+#: keys a report's config lists only when they differ from their default, so that the reports of runs that do not
+#: use them read as before the keys existed (fp8_recipe only with precision fp8)
+_SHOWN_WHEN_SET = {"training": {"fp8_recipe": "tensorwise", "cuda_graphs": "none"},
+                   "parallel": {"tp_comm_overlap": False}}
+
+
+def _dump(section: str, value, s: Scenario) -> dict:
+    out = value.model_dump()
+    for key, default in _SHOWN_WHEN_SET[section].items():
+        keep = key == "fp8_recipe" and s.training.precision == "fp8"
+        if out.get(key) == default and not keep:
+            out.pop(key, None)
+    return out
+
+
 def _config(s: Scenario) -> dict:
-    crosses = placement_of(s).crosses_nodes()
     return {"hardware": s.hardware.name, "gpu": s.hardware.gpu.name, "nodes": s.nodes,
-            "gpus_per_node": s.gpus_per_node, "model": s.model.name, "training": s.training.model_dump(),
-            "parallel": s.parallel.model_dump(),
-            "placement": {f"{kind}_group_crosses_nodes": value for kind, value in crosses.items()},
+            "gpus_per_node": s.gpus_per_node, "model": s.model.name, "training": _dump("training", s.training, s),
+            "parallel": _dump("parallel", s.parallel, s),
+            "placement": placement_of(s).report(),
             "mfu_definition": MFU_DEFINITION}
 
 
@@ -201,7 +215,8 @@ def simulate(scenario: Scenario, *, fidelity: str | None = None, seed: int | Non
                         "100% measured 1.5-27% slower than predicted; docs/model.md section 11)")
     critical = max(tl.lanes, key=lambda ln: (ln.end, -ln.index))
     warnings += _replica_waits(tl.lanes, step)
-    gpu_peak = s.hardware.gpu.peak(s.training.precision)
+    gpu_peak = s.hardware.gpu.peak("bf16" if s.training.precision == "fp8" else s.training.precision)
+    fp8_peak = s.hardware.gpu.gemm_peak("fp8", s.training.fp8_recipe) if s.training.precision == "fp8" else 0.0
     gpu, stack = gpu_family(s.hardware.gpu.name), stack_of(s.parallel.zero)
     measured = band(step, gpu, stack)
     return Result(
@@ -212,6 +227,7 @@ def simulate(scenario: Scenario, *, fidelity: str | None = None, seed: int | Non
         step_time_s=step, tokens_per_s=s.tokens_per_step / step,
         mfu=plan.model_flops_per_step / (step * s.gpus * gpu_peak),
         hfu=plan.hardware_flops_per_step / (step * s.gpus * gpu_peak),
+        mfu_fp8=plan.model_flops_per_step / (step * s.gpus * fp8_peak) if fp8_peak else None,
         bubble_fraction=statistics.fmean(bubbles), exposed_comm_s=dict(critical.exposed),
         framework_overhead_s=plan.framework_overhead_layer * plan.microbatches
         * sum(c.layers for c in plan.chunks if c.rank == critical.rank),

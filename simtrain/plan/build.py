@@ -9,7 +9,7 @@ the cluster graph. The analytic estimate and the engine both read it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from simtrain.plan import costs
@@ -27,6 +27,7 @@ from simtrain.plan.memory import (
     state_bytes_per_param,
 )
 from simtrain.plan.schedules import Op, build_schedule
+from simtrain.plan.tp_overlap import exposed_tp
 from simtrain.spec.placement import Placement, placement_of
 from simtrain.spec.scenario import Scenario
 
@@ -139,17 +140,23 @@ class Plan:
 
 def _tp_time(scenario: Scenario, placement: Placement, nbytes: float, pp_rank: int,
              dp_index: int | None = None) -> float:
+    """Seconds of the TP collectives of one layer pass (``_tp_collectives``): each kind twice."""
+    return 2.0 * sum(_tp_collectives(scenario, placement, nbytes, pp_rank, dp_index).values())
+
+
+def _tp_collectives(scenario: Scenario, placement: Placement, nbytes: float, pp_rank: int,
+                    dp_index: int | None = None) -> dict[str, float]:
     """Seconds of the TP collectives of one layer pass: 2 all-reduces of the activations
     (Megatron: one after attention, one after the MLP), or with sequence parallelism
     2 all-gathers + 2 reduce-scatters of the same size (Korthikanti et al. 2022, Sec. 4.2.2).
     ``dp_index`` None: all replicas' TP groups at once (folded); an index: that replica's group alone,
     its slowest flow setting the pace (full fidelity, degraded links)."""
     if placement.tp == 1:
-        return 0.0
+        return {}
     cluster = scenario.cluster
     kinds = ("all_gather", "reduce_scatter") if scenario.parallel.sequence_parallel else ("all_reduce",)
     scale = {(d.a, d.b): d.factor for d in scenario.simulation.degraded_links}
-    one = 0.0
+    times = {}
     for kind in kinds:
         key = ("tp", kind, placement.dp, placement.tp, placement.pp, pp_rank, dp_index)
         shapes = cluster.shapes.get(key)
@@ -158,8 +165,8 @@ def _tp_time(scenario: Scenario, placement: Placement, nbytes: float, pp_rank: i
             groups = [placement.tp_group(d, pp_rank) for d in dps]
             shapes = collective_shape(kind, groups, cluster, every=dp_index is not None)
             cluster.shapes[key] = shapes
-        one += sum(phase_time_alone(shape.phase(nbytes), cluster, scale) for shape in shapes)
-    return 2.0 * one
+        times[kind] = sum(phase_time_alone(shape.phase(nbytes), cluster, scale) for shape in shapes)
+    return times
 
 
 #: the backward's TP collectives, in forward-collective units, per recompute mode: full recompute runs the forward's
@@ -171,8 +178,14 @@ _TP_RECOMPUTE = {"full": 2.0, "selective_op": 1.5}
 
 def build_plan(scenario: Scenario) -> Plan:
     par, tr, m, hw = scenario.parallel, scenario.training, scenario.model, scenario.hardware
+    graphs = tr.cuda_graphs
     dev = costs.Device(gpu=hw.gpu, compute=hw.compute, dtype=tr.precision,
-                       attention_speed=hw.compute.attention_speed(tr.attention_kernel))
+                       attention_speed=hw.compute.attention_speed(tr.attention_kernel), fp8_recipe=tr.fp8_recipe,
+                       graph_gap=costs.graph_gap(hw.compute) if graphs != "none" else None)
+    # partial capture graphs the transformer layers (TE make_graphed_callables); full also the embedding, output
+    # layer and loss (Megatron-Core full_iteration); the optimizer step runs eagerly in both
+    edge_dev = dev if graphs == "full" else replace(dev, graph_gap=None)
+    eager_dev = replace(dev, graph_gap=None)
     placement = placement_of(scenario)
     mb = scenario.microbatches
     tokens = tr.micro_batch * tr.seq_len
@@ -181,12 +194,24 @@ def build_plan(scenario: Scenario) -> Plan:
                              tp=par.tp, sequence_parallel=par.sequence_parallel and par.tp > 1,
                              flash=tr.attention_kernel != "none", dropout=tr.dropout)
     lc = costs.layer_cost(shape, dev, tr.recompute)
-    edge = costs.edge_cost(tokens, m.hidden, m.vocab, par.tp, dev, tr.cross_entropy)
-    metrics = costs.train_metrics_time(tokens, m.vocab, par.tp, dev, tr.train_metrics)
+    edge = costs.edge_cost(tokens, m.hidden, m.vocab, par.tp, edge_dev, tr.cross_entropy)
+    metrics = costs.train_metrics_time(tokens, m.vocab, par.tp, edge_dev, tr.train_metrics)
     state = state_bytes_per_param(tr.precision, tr.optimizer, tr.grad_dtype)
     act_full = tokens * m.hidden * dev.element_bytes
     mems = tuple(stage_memory(scenario, r) for r in range(par.pp))
     tp_cost = [_tp_time(scenario, placement, act_full, r) for r in range(par.pp)]
+    tp_bwd_cost = [t * _TP_RECOMPUTE.get(tr.recompute, 1.0) for t in tp_cost]
+    if par.tp_comm_overlap and par.sequence_parallel and par.tp > 1:
+        gemm_times = [(dev.linear_gemm_time(mm, n, k), dev.linear_gemm_time(mm, k, n), dev.linear_gemm_time(k, n, mm))
+                      for mm, n, k in costs.gemm_shapes(shape)]
+        slowdown = hw.overlap_slowdown(False)
+        tp_cost, tp_bwd_cost = [], []
+        for r in range(par.pp):
+            parts = _tp_collectives(scenario, placement, act_full, r)
+            fwd, bwd = exposed_tp(parts["all_gather"], parts["reduce_scatter"], gemm_times, par.tp, slowdown)
+            tp_cost.append(fwd)
+            # a recomputed forward's collectives (full: all of them; selective_op: half) overlap as the forward's
+            tp_bwd_cost.append(bwd + (_TP_RECOMPUTE.get(tr.recompute, 1.0) - 1.0) * fwd)
 
     per_layer_local = layer_params_per_rank(m, par.tp)
     # PyTorch FSDP's flat-parameter gradient handling (parallel.zero_impl: fsdp1), ZeRO-2/3 over 2+ ranks
@@ -210,7 +235,7 @@ def build_plan(scenario: Scenario) -> Plan:
         n_edge = edge_params(m, par.tp, par.pp, first=first, last=last)
         edge_grad = n_edge * state.grads
         tp_fwd = tp_cost[rank]
-        tp_bwd = tp_cost[rank] * _TP_RECOMPUTE.get(tr.recompute, 1.0)
+        tp_bwd = tp_bwd_cost[rank]
         chunks.append(ChunkPlan(
             vstage=v, rank=rank, chunk=chunk, layer_lo=lo, layers=n_layers, has_embedding=first, has_head=last,
             fwd_layer=lc.forward + unit_overhead / 3.0,
@@ -225,7 +250,7 @@ def build_plan(scenario: Scenario) -> Plan:
             metrics_bwd=metrics if last else 0.0, grad_prep_per_byte=prep_per_byte))
         lo += n_layers
 
-    opt = tuple(costs.optimizer_time(mems[r].params_local / (par.dp if par.zero >= 1 else 1), tr.optimizer, dev,
+    opt = tuple(costs.optimizer_time(mems[r].params_local / (par.dp if par.zero >= 1 else 1), tr.optimizer, eager_dev,
                                      max(0.0, state.grads - state.weights), kernel=tr.optimizer_kernel,
                                      grad_bytes=4.0 if fsdp1 else state.grads)   # FSDP upcasts the shard
                 for r in range(par.pp))

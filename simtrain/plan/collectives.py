@@ -85,19 +85,26 @@ def _ring_shape(kind: str, rings: list[list[int]], cluster: Cluster, every: bool
             latency = max(latency, cluster.route_latency(a, b))
     # other rings load the chosen rings' links only where they cross them; when every chosen link
     # belongs to one node (GPU, NIC or NVSwitch end), only flows starting or ending on those nodes can
-    nodes = cluster.local_nodes(own)
-    node_of = cluster.node_of
+    domains = cluster.local_domains(own)
+    domain_of = cluster.domain_of
     for ring in rings:
         n = len(ring)
         for j in range(n):
             a, b = ring[j], ring[(j + 1) % n]
-            if nodes is not None and node_of(a) not in nodes and node_of(b) not in nodes:
+            if domains is not None and domain_of(a) not in domains and domain_of(b) not in domains:
                 continue
             for link in cluster.route(a, b, cache=False):
                 if link in own:
                     counts[link] += 1
     crosses = any(cluster._link(link)[2] == "network" for link in own)
-    return RingShape(kind=kind, n=len(rings[0]), divisor=divisor,
+    n = len(rings[0])
+    if n > 2 and all(cluster._link(link)[2] == "mesh" for link in own):
+        # a full mesh of n GPUs holds n - 1 link-disjoint directed rings (Tillson 1980: the complete digraph
+        # decomposes into Hamiltonian cycles for n other than 4 and 6), and RCCL runs one per link: 8x MI300X
+        # reach 161 GB/s all-reduce bus bandwidth at 8 MiB (crickett-hpe/hpc-ai-envs PR #30) over 48 GB/s links
+        # (ROCm/rccl issue #1210). Each ring carries 1/(n - 1) of the bytes over its own links.
+        divisor *= n - 1
+    return RingShape(kind=kind, n=n, divisor=divisor,
                      links=tuple(sorted((link, counts[link]) for link in own)),
                      step_latency=latency, ramp=fabric_ramp(cluster, crosses))
 
@@ -110,7 +117,7 @@ def fabric_ramp(cluster: Cluster, crosses_network: bool) -> Ramp:
         return Ramp()
     curve = getattr(fabric, "busbw_curve", None)
     if curve is not None:
-        return curve_ramp(curve, spec.gpus_per_node, fabric.latency, fabric.bandwidth * fabric.efficiency)
+        return curve_ramp(curve, spec.curve_gpus, fabric.latency, fabric.bandwidth * fabric.efficiency)
     return Ramp(half_peak=fabric.half_peak_message)
 
 
@@ -123,9 +130,9 @@ def collective_shape(kind: str, groups: list[list[int]], cluster: Cluster, every
     n = len(groups[0])
     if n <= 1:
         return []
-    per_node: dict[int, list[int]] = defaultdict(list)
+    per_node: dict[int, list[int]] = defaultdict(list)   # by scale-up domain (= node unless the file spans nodes)
     for r in groups[0]:
-        per_node[cluster.node_of(r)].append(r)
+        per_node[cluster.domain_of(r)].append(r)
     local = max(len(v) for v in per_node.values())
     if len(per_node) == 1 or local == 1 or any(len(v) != local for v in per_node.values()):
         return [_ring_shape(kind, groups, cluster, every)]
@@ -133,7 +140,7 @@ def collective_shape(kind: str, groups: list[list[int]], cluster: Cluster, every
     for g in groups:   # each group's members by node, once (linear in the group size)
         by_node: dict[int, list[int]] = defaultdict(list)
         for r in g:
-            by_node[cluster.node_of(r)].append(r)
+            by_node[cluster.domain_of(r)].append(r)
         nodes = sorted(by_node)
         intra.extend(by_node[nd] for nd in nodes)
         inter.extend([[by_node[nd][k] for nd in nodes] for k in range(local)])
@@ -165,9 +172,9 @@ def p2p_phase(nbytes: float, pairs: list[tuple[int, int]], cluster: Cluster, eve
     chosen = pairs if every else pairs[:1]
     own = {link for a, b in chosen for link in cluster.route(a, b)}
     counts: dict[Link, int] = defaultdict(int)
-    nodes = cluster.local_nodes(own)
+    domains = cluster.local_domains(own)
     for a, b in pairs:
-        if nodes is not None and cluster.node_of(a) not in nodes and cluster.node_of(b) not in nodes:
+        if domains is not None and cluster.domain_of(a) not in domains and cluster.domain_of(b) not in domains:
             continue
         for link in cluster.route(a, b, cache=False):
             if link in own:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from simtrain.plan.costs import DTYPE_BYTES
+from simtrain.plan.costs import DTYPE_BYTES, FP8_COPY_BYTES
 from simtrain.spec.scenario import Scenario
 
 #: above this fraction of the GPU's memory a run is "at the edge of memory": `run` warns and `search` skips it
@@ -42,7 +42,7 @@ def state_bytes_per_param(precision: str, optimizer: str, grad_dtype: str = "aut
     Gradients take the bytes of ``grad_dtype`` (``auto``: the weights'): bf16 weights with fp32 gradients
     make Adam 2 + 4 + 12 = 18 bytes (Megatron-LM README, distributed optimizer table: "bf16 param, fp32 grads: 18").
     """
-    mixed = precision in ("bf16", "fp16")
+    mixed = precision in ("bf16", "fp16", "fp8")   # fp8 training keeps BF16 weights and an fp32 master
     w = 2.0 if mixed else 4.0
     master = 4.0 if mixed else 0.0
     moments = {"adam": 8.0, "sgd": 4.0, "adafactor": 0.0}[optimizer]
@@ -95,6 +95,33 @@ def activation_bytes_per_layer(s: int, b: int, h: int, a: int, *, ffn: int | Non
     if sequence_parallel:
         return (replicated + split) / t
     return replicated + split / t
+
+
+def fp8_weight_copies(recipe: str, columnwise_native: bool) -> float:
+    """Bytes per linear-layer weight of the FP8 copies a recipe keeps for the step (TE quantizes the weights once
+    per optimizer step, on the first micro-batch, and keeps them: ``is_first_microbatch``). The forward GEMM reads
+    the weight rowwise, the data-gradient GEMM columnwise (TE performance_considerations.rst, Table 2):
+
+    - tensorwise: one copy where the GPU reads FP8 columnwise (Blackwell: "no transpose is needed"), else a copy
+      and its transpose (Hopper: "columnwise tensors need to be physically transposed"): 1 or 2 bytes;
+    - blockwise: 128 x 128 weight blocks are transposable, but TE keeps the rowwise and columnwise copies it
+      feeds the GEMMs: 2 x (1 + 4/128);
+    - mxfp8: rowwise (1 x 32) and columnwise (32 x 1) blocks differ, "Both must be quantized independently"
+      (TE mxfp8.rst): 2 x (1 + 1/32)."""
+    copies = 1 if recipe == "tensorwise" and columnwise_native else 2
+    return copies * FP8_COPY_BYTES[recipe]
+
+
+def fp8_activation_saving(s: int, b: int, h: int, ffn: int, t: int, sequence_parallel: bool, recipe: str) -> float:
+    """Bytes one layer's activations shrink by when the four linears save their inputs in FP8 for the weight
+    gradient (TE: "By default, TE saves the columnwise quantized input for the backward pass";
+    performance_considerations.rst), instead of the 16-bit tensors ``activation_bytes_per_layer`` counts: the QKV
+    and MLP inputs (sbh each; the norms' outputs, split by t with sequence parallelism), the attention output
+    projection's input (sbh/t) and FC2's input (sbf/t). Attention (Q, K, V, its output for the backward), norms
+    and the activation function keep their 16-bit inputs."""
+    per = 2.0 - FP8_COPY_BYTES[recipe]
+    split = t if sequence_parallel else 1
+    return per * (2.0 * s * b * h / split + s * b * h / t + s * b * ffn / t)
 
 
 def op_sac_bytes_per_layer(s: int, b: int, h: int, a: int, *, ffn: int, kv: int, mlp: str, t: int = 1,
@@ -162,6 +189,7 @@ class StageMemory:
     inflight: float
     activation_per_microbatch: float
     other_detail: dict = field(default_factory=dict)
+    fp8_weights: float = 0.0   # bytes of FP8 weight copies inside ``params`` (fp8 training)
 
     @property
     def total(self) -> float:
@@ -249,6 +277,13 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
     n, layers = local_params(scenario, pp_rank)
     dp = par.dp
     weights = n * stored.weights / (dp if par.zero >= 3 else 1)
+    fp8_copies = 0.0
+    if tr.precision == "fp8":
+        # the FP8 copies of the transformer layers' linear weights (embedding and output layer stay BF16);
+        # GPUs with MXFP8 (Blackwell) read FP8 columnwise
+        fp8_copies = layers * (m.matmul_params_per_layer // par.tp) * fp8_weight_copies(
+            tr.fp8_recipe, "mxfp8" in hw.gpu.peak_flops) / (dp if par.zero >= 3 else 1)
+        weights += fp8_copies
     grads = n * stored.grads / (dp if par.zero >= 2 else 1)
     optim = n * stored.optimizer / (dp if par.zero >= 1 else 1)
 
@@ -258,6 +293,9 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
     per_layer = activation_bytes_per_layer(
         s, b, h, a, ffn=m.ffn_hidden, kv=m.kv_width, mlp=m.mlp, t=t, sequence_parallel=sp,
         attention_scores=not tr.flash_attention, recompute=tr.recompute, dropout=tr.dropout) * scale
+    fp8 = tr.precision == "fp8"
+    if fp8 and tr.recompute in ("none", "selective"):
+        per_layer -= fp8_activation_saving(s, b, h, m.ffn_hidden, t, sp, tr.fp8_recipe)
     per_mb = per_layer * layers
     if pp_rank == 0 and tr.dropout:
         per_mb += s * b * h / (t if sp else 1)   # embedding dropout mask (1 byte), Korthikanti Sec. 4.3
@@ -302,7 +340,8 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
     detail["fragmentation"] = ov.fragmentation * tensors
     return StageMemory(pp=pp_rank, layers=layers, params_local=n, params=weights, grads=grads,
                        optimizer=optim, activations=activations, other=sum(detail.values()),
-                       inflight=inflight, activation_per_microbatch=per_mb, other_detail=detail)
+                       inflight=inflight, activation_per_microbatch=per_mb, other_detail=detail,
+                       fp8_weights=fp8_copies)
 
 
 def memory_report(scenario: Scenario) -> MemoryReport:
@@ -331,6 +370,8 @@ def advice(scenario: Scenario, report: MemoryReport) -> list[str]:
             tips.append("use a smaller micro_batch")
     if tr.precision == "fp32":
         tips.append("train in bf16 mixed precision (training.precision: bf16)")
+    if tr.precision == "fp8" and tr.fp8_recipe != "tensorwise" and dom == "params":
+        tips.append("tensorwise FP8 (training.fp8_recipe: tensorwise) keeps fewer FP8 weight copies")
     if tr.optimizer == "adam" and dom in ("optimizer", "params", "grads"):
         tips.append("a leaner optimizer (training.optimizer: adafactor) drops Adam's 8 bytes/parameter of moments")
     if par.zero < 3 and par.dp > 1:

@@ -82,6 +82,7 @@ class Result:
     tokens_per_s: float | None = None
     mfu: float | None = None
     hfu: float | None = None
+    mfu_fp8: float | None = None   # fp8 training: model FLOP over the FP8 (or MXFP8) peak; MFU stays over BF16
     bubble_fraction: float | None = None
     exposed_comm_s: dict[str, float] | None = None
     framework_overhead_s: float = 0.0   # inside compute: FSDP1's fixed cost per layer and micro-batch, critical GPU
@@ -105,7 +106,9 @@ class Result:
             out.update({
                 "step_time_s": report_float(self.step_time_s), "tokens_per_s": report_float(self.tokens_per_s),
                 "mfu": report_float(self.mfu),
-                "hfu": report_float(self.hfu), "bubble_fraction": report_float(self.bubble_fraction),
+                "hfu": report_float(self.hfu),
+                **({"mfu_fp8": report_float(self.mfu_fp8)} if self.mfu_fp8 is not None else {}),
+                "bubble_fraction": report_float(self.bubble_fraction),
                 "exposed_comm_s": {k: report_float(v) for k, v in self.exposed_comm_s.items()},
                 "framework_overhead_s": report_float(self.framework_overhead_s),
                 "step_time_band_s": (None if self.step_time_band_s is None

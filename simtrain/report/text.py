@@ -68,7 +68,9 @@ def run_text(result: Result) -> str:
         f"step time        {format_time(result.step_time_s)}",
         f"  band           {band_text(result)}",
         f"tokens/s         {result.tokens_per_s:,.0f}  ({result.tokens_per_s / result.gpus:,.0f} per GPU)",
-        f"MFU / HFU        {_pct(result.mfu)} / {_pct(result.hfu)}",
+        f"MFU / HFU        {_pct(result.mfu)} / {_pct(result.hfu)}" + (
+            f"  (model FLOP over the dense BF16 peak, as for BF16 runs; {_pct(result.mfu_fp8)} of the FP8 peak)"
+            if result.mfu_fp8 is not None else ""),
         f"pipeline bubble  {_pct(result.bubble_fraction)}  "
         f"({format_count(result.microbatches, 'micro-batch', 'micro-batches')}, "
         f"{format_count(par.get('pp'), 'stage')})",
@@ -87,13 +89,34 @@ def run_text(result: Result) -> str:
                      f"{_pct(st.peak_memory_bytes / result.capacity_bytes):>7}")
     place = c.get("placement", {})
     if place:
-        lines += ["", "placement        " + ", ".join(
-            f"{k.split('_')[0].upper()} groups {'cross nodes' if v else 'within a node'}" for k, v in place.items())]
+        lines += ["", "placement        " + _placement_line(place)]
     lines += [""] + verdict(result)
     # the verdict above already says when it does not fit (the JSON keeps that warning too)
     lines += [f"warning: {w}" for w in result.warnings if not w.startswith("does not fit")]
     lines.append(f"({result.fidelity} simulation, {result.events:,} events)")
     return "\n".join(lines) + "\n"
+
+
+def _placement_line(place: dict) -> str:
+    """Where each kind of group runs: within a node, across nodes, and, on files whose scale-up domain spans
+    several nodes (NVL72 trays), whether it stays on NVLink inside the domain."""
+    parts = []
+    for kind in ("tp", "dp", "pp"):
+        nodes = place.get(f"{kind}_group_crosses_nodes")
+        if nodes is None:
+            continue
+        domains = place.get(f"{kind}_group_crosses_domains")
+        if domains is None:
+            where = "cross nodes" if nodes else "within a node"
+        elif domains:
+            where = "cross NVLink domains (scale-out network)"
+        else:
+            where = "span trays inside one NVLink domain" if nodes else "within a tray"
+        parts.append(f"{kind.upper()} groups {where}")
+    line = ", ".join(parts)
+    if any(k.endswith("_domains") for k in place):
+        line += " (ranks fill a domain before the next: TP, then DP, then PP)"
+    return line
 
 
 _OTHER_NAMES = {"fragmentation": "allocator fragmentation", "cuda_context": "CUDA context", "workspace": "workspaces",

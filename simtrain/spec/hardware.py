@@ -59,8 +59,10 @@ class GpuSpec(Closed):
     name: str
     memory: Bytes = Field(description="usable HBM capacity, bytes")
     memory_bandwidth: Bandwidth = Field(description="HBM bandwidth, bytes/s")
-    peak_flops: dict[Literal["bf16", "fp16", "fp32", "tf32", "fp8"], Flops] = Field(
-        description="dense tensor-core peak per dtype, FLOP/s")
+    peak_flops: dict[Literal["bf16", "fp16", "fp32", "tf32", "fp8", "mxfp8"], Flops] = Field(
+        description="dense tensor-core peak per dtype, FLOP/s; fp8 = FP8 (E4M3/E5M2) GEMMs with per-tensor or "
+                    "software block scales, mxfp8 = OCP microscaling FP8 with hardware block scales (Blackwell); "
+                    "absent = the GPU has none")
     power: Watts | None = Field(None, description="board power (TDP), W")
 
     @model_validator(mode="after")
@@ -75,6 +77,18 @@ class GpuSpec(Closed):
             return self.peak_flops.get("tf32", self.peak_flops.get("fp32", 0.0)) or min(self.peak_flops.values())
         other = "fp16" if dtype == "bf16" else "bf16"
         return self.peak_flops.get(dtype, self.peak_flops.get(other))
+
+    def gemm_peak(self, precision: str, fp8_recipe: str = "tensorwise") -> float:
+        """Peak FLOP/s of the GEMMs that run in the training precision; fp8 training runs its linear layers'
+        GEMMs on the FP8 peak (mxfp8 on the MXFP8 one). 0 when the GPU has none (the scenario rules refuse it)."""
+        if precision != "fp8":
+            return self.peak(precision)
+        return self.peak_flops.get("mxfp8" if fp8_recipe == "mxfp8" else "fp8", 0.0)
+
+    @property
+    def dense_half_peak(self) -> float:
+        """The dense BF16 (else FP16) peak: MFU's denominator whatever the training precision."""
+        return self.peak("bf16")
 
 
 def _curve(value: object) -> tuple[tuple[float, float], ...]:
@@ -100,11 +114,30 @@ def _curve(value: object) -> tuple[tuple[float, float], ...]:
 Curve = Annotated[tuple[tuple[float, float], ...], BeforeValidator(_curve)]
 
 
-class IntraNode(Closed):
-    """GPU-to-GPU fabric inside a node."""
+def _count(value: object) -> object:
+    """A whole number, bare or as ``{value: ..., source: ...}``."""
+    if isinstance(value, dict) and "value" in value and set(value) <= {"value", "source", "note"}:
+        return value["value"]
+    return value
 
-    fabric: Literal["nvswitch", "pcie"] = "nvswitch"
-    bandwidth: Bandwidth = Field(description="per GPU, per direction")
+
+Count = Annotated[PositiveInt, BeforeValidator(_count)]
+
+
+class IntraNode(Closed):
+    """GPU-to-GPU fabric inside a node, or across the nodes of a scale-up domain.
+
+    ``nvswitch`` and ``pcie`` connect every GPU of a node to one hub at ``bandwidth``; ``mesh`` connects every pair
+    of GPUs of a node by its own point-to-point link of ``bandwidth`` (AMD Infinity Fabric: a ring uses one link per
+    hop, an all-to-all all of them at once). ``domain_gpus`` larger than the node makes one NVSwitch fabric span
+    several nodes (GB200/GB300 NVL72: 18 trays of 4 GPUs on one 72-GPU NVLink domain); the scale-out network
+    starts above the domain."""
+
+    fabric: Literal["nvswitch", "pcie", "mesh"] = "nvswitch"
+    domain_gpus: Count | None = Field(
+        None, description="GPUs on this fabric (the scale-up domain): a whole number of nodes; absent = one node. "
+                          "Groups inside a domain talk over this fabric even when they span nodes (trays)")
+    bandwidth: Bandwidth = Field(description="per GPU, per direction (mesh: per point-to-point link)")
     latency: Seconds = Field(description="per message, GPU to GPU")
     efficiency: Fraction = Field(1.0, description="fraction of link rate NCCL reaches for large messages")
     half_peak_message: BytesOrZero = Field(
@@ -113,6 +146,8 @@ class IntraNode(Closed):
     busbw_curve: Curve | None = Field(
         None, description="measured all-reduce bus bandwidth over one whole node, as [bytes per GPU, fraction of the "
                           "large-message figure] points (nccl-tests); give it instead of half_peak_message")
+    curve_gpus: Count | None = Field(
+        None, description="GPUs the busbw_curve was measured over, where fewer than the domain (default: the domain)")
     overlap_slowdown: PositiveNumber | None = Field(
         None, description="compute slows by this factor while a collective on this fabric runs; "
                           "default compute.overlap_slowdown")
@@ -151,10 +186,13 @@ class ComputeModel(Closed):
                                                     "0 = flat")
     gemm_curve: Curve | None = Field(None, description="measured [size, fraction of peak] points (size = geo-mean of "
                                                        "M,N,K); when given it replaces gemm_efficiency/gemm_half_size")
+    fp8_gemm_curve: Curve | None = Field(
+        None, description="measured FP8 GEMM [size, fraction of the FP8 peak] points, for the GEMMs of fp8 training "
+                          "(MXFP8 too); absent = the BF16 curve's fractions (a warning says so)")
     attention_efficiency: Fraction = Field(1.0, description="flash attention fwd+bwd fraction of peak, long sequences")
     attention_half_seq: Number = Field(0.0, description="sequence length at which flash attention reaches half its "
                                                         "best efficiency; 0 = flat")
-    attention_kernels: dict[Literal["flash1", "flash3"], PositiveNumber] = Field(
+    attention_kernels: dict[Literal["flash1", "flash3", "cudnn"], PositiveNumber] = Field(
         default_factory=dict, description="other flash-attention kernels this GPU runs, as their speed relative "
                                           "to the FlashAttention-2 figures above (absent = not available)")
     sustained_fraction: Fraction = Field(
@@ -257,15 +295,43 @@ class HardwareSpec(Closed):
             from simtrain.spec.curves import curve_ramp
 
             try:
-                curve_ramp(fabric.busbw_curve, self.gpus_per_node, fabric.latency, fabric.bandwidth * fabric.efficiency)
+                curve_ramp(fabric.busbw_curve, self.curve_gpus, fabric.latency, fabric.bandwidth * fabric.efficiency)
             except ValueError as err:
-                raise FieldError(f"{err} ({self.gpus_per_node} GPUs x latency x bandwidth x efficiency over the size "
+                raise FieldError(f"{err} ({self.curve_gpus} GPUs x latency x bandwidth x efficiency over the size "
                                  "must stay below 1 / fraction)", "intra_node", "busbw_curve") from None
+        return self
+
+    @model_validator(mode="after")
+    def _whole_domain(self) -> HardwareSpec:
+        fabric = self.intra_node
+        if fabric is not None and fabric.domain_gpus is not None:
+            if fabric.domain_gpus % self.gpus_per_node:
+                raise FieldError(f"{fabric.domain_gpus} is not a whole number of nodes of {self.gpus_per_node} GPUs "
+                                 "(a scale-up domain holds whole nodes)", "intra_node", "domain_gpus")
+            if fabric.fabric == "mesh" and fabric.domain_gpus != self.gpus_per_node:
+                raise FieldError("a mesh fabric joins the GPUs of one node: domain_gpus must equal gpus_per_node",
+                                 "intra_node", "domain_gpus")
         return self
 
     @property
     def explicit(self) -> bool:
         return self.devices is not None
+
+    @property
+    def curve_gpus(self) -> int:
+        """GPUs the intra-node bus-bandwidth curve was measured over (the domain unless the file says fewer)."""
+        fabric = self.intra_node
+        if fabric is not None and fabric.curve_gpus is not None:
+            return fabric.curve_gpus
+        return self.domain_gpus
+
+    @property
+    def domain_gpus(self) -> int:
+        """GPUs of one scale-up domain as the file describes it (one node unless ``intra_node.domain_gpus``)."""
+        fabric = self.intra_node
+        if fabric is not None and fabric.domain_gpus is not None:
+            return fabric.domain_gpus
+        return self.gpus_per_node
 
     def overlap_slowdown(self, crosses_network: bool) -> float:
         """Compute slowdown while a collective runs, by the fabric it uses (issue 6, overlap realism)."""

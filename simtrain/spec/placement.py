@@ -3,7 +3,10 @@
 Megatron-LM's default order, TP innermost, then DP, then PP: global rank
 ``r = tp + TP * (dp + DP * pp)`` runs on GPU ``r``. TP groups are therefore
 consecutive GPUs and stay inside a node whenever TP divides the node size
-(reference article, rule 9 and 14: keep TP on the fastest links).
+(reference article, rule 9 and 14: keep TP on the fastest links). The same
+order fills a scale-up domain (an NVL72 rack of 18 four-GPU trays) before the
+next one: TP, then DP, then PP groups stay on NVLink as long as they fit in
+the domain, and only what does not fit crosses the scale-out network.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ class Placement:
     tp: int
     pp: int
     gpus_per_node: int
+    domain_gpus: int = 0      # GPUs of one scale-up domain; 0 = one node
 
     def rank(self, dp: int, tp: int, pp: int) -> int:
         return tp + self.tp * (dp + self.dp * pp)
@@ -47,19 +51,34 @@ class Placement:
     def pp_group(self, dp: int, tp: int) -> list[int]:
         return [self.rank(dp, tp, p) for p in range(self.pp)]
 
-    def _spans(self, group: list[int]) -> bool:
-        return len({self.node(r) for r in group}) > 1
+    def domain(self, rank: int) -> int:
+        return rank // (self.domain_gpus or self.gpus_per_node)
 
-    def crosses_nodes(self) -> dict[str, bool]:
-        """For each group kind: does any group of that kind span more than one node?"""
+    def _spans(self, group: list[int], where=None) -> bool:
+        return len({(where or self.node)(r) for r in group}) > 1
+
+    def crosses_nodes(self, where=None) -> dict[str, bool]:
+        """For each group kind: does any group of that kind span more than one node (or ``where``'s unit)?"""
         return {
-            "tp": any(self._spans(self.tp_group(d, p)) for d in range(self.dp) for p in range(self.pp)),
-            "dp": any(self._spans(self.dp_group(t, p)) for t in range(self.tp) for p in range(self.pp)),
-            "pp": any(self._spans(self.pp_group(d, t)) for d in range(self.dp) for t in range(self.tp)),
+            "tp": any(self._spans(self.tp_group(d, p), where) for d in range(self.dp) for p in range(self.pp)),
+            "dp": any(self._spans(self.dp_group(t, p), where) for t in range(self.tp) for p in range(self.pp)),
+            "pp": any(self._spans(self.pp_group(d, t), where) for d in range(self.dp) for t in range(self.tp)),
         }
+
+    def crosses_domains(self) -> dict[str, bool]:
+        """For each group kind: does any group of that kind leave its scale-up domain (use the network)?"""
+        return self.crosses_nodes(self.domain)
+
+    def report(self) -> dict[str, bool]:
+        """The report's placement entries: per group kind, whether it crosses nodes, and, where the scale-up
+        domain is larger than a node, whether it leaves the domain."""
+        out = {f"{kind}_group_crosses_nodes": v for kind, v in self.crosses_nodes().items()}
+        if self.domain_gpus and self.domain_gpus != self.gpus_per_node:
+            out.update({f"{kind}_group_crosses_domains": v for kind, v in self.crosses_domains().items()})
+        return out
 
 
 def placement_of(scenario) -> Placement:
     par = scenario.parallel
-    gpn = scenario.cluster.gpus_per_node
-    return Placement(par.dp, par.tp, par.pp, gpn)
+    cluster = scenario.cluster
+    return Placement(par.dp, par.tp, par.pp, cluster.gpus_per_node, cluster.domain_gpus)

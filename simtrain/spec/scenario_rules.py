@@ -42,6 +42,7 @@ def check_rules(s, raw: dict) -> list[str]:
         fail("nodes" if "nodes" in raw else "parallel", f"{gpus:,} GPUs is more than simulation.max_gpus="
              f"{s.simulation.max_gpus:,}: building the network graph and plan takes time and memory in "
              "proportion to the GPU count; raise simulation.max_gpus if you mean it", SimulationLimitError)
+    _check_domain(s, raw, fail, gpus)
     if m.heads % par.tp:
         fail("parallel.tp", f"{par.tp} does not divide heads={m.heads} (allowed: {_divisors(m.heads)})")
     if m.num_kv_heads % par.tp:
@@ -74,11 +75,23 @@ def check_rules(s, raw: dict) -> list[str]:
         fail("parallel.pp", f"layers={m.layers} is not divisible by pp x vpp = {vstages} "
              "(give parallel.layers_per_stage for an uneven split)")
     kernel = tr.attention_kernel
-    if kernel in ("flash1", "flash3") and kernel not in s.hardware.compute.attention_kernels:
+    if kernel in ("flash1", "flash3", "cudnn") and kernel not in s.hardware.compute.attention_kernels:
         runs = ["true", "false", "flash2"] + sorted(s.hardware.compute.attention_kernels)
         fail("training.flash_attention", f"'{kernel}' is not available on {s.hardware.gpu.name}: "
              f"{display_path(s.hardware_file)} lists no compute.attention_kernels.{kernel} (allowed here: "
              f"{', '.join(runs)})")
+    gpu = s.hardware.gpu
+    if tr.precision == "fp8" and "fp8" not in gpu.peak_flops and "mxfp8" not in gpu.peak_flops:
+        fail("training.precision", f"'fp8' needs an FP8 tensor-core peak, and {display_path(s.hardware_file)} lists "
+             f"none for {gpu.name} (gpu.peak_flops has {', '.join(sorted(gpu.peak_flops))}; allowed here: "
+             "bf16, fp16, fp32)")
+    if tr.precision == "fp8" and tr.fp8_recipe == "mxfp8" and "mxfp8" not in gpu.peak_flops:
+        fail("training.fp8_recipe", f"'mxfp8' needs hardware microscaling (Blackwell), and "
+             f"{display_path(s.hardware_file)} lists no gpu.peak_flops.mxfp8 for {gpu.name} (allowed here: "
+             "tensorwise, blockwise)")
+    if tr.precision == "fp8" and tr.fp8_recipe != "mxfp8" and "fp8" not in gpu.peak_flops:
+        fail("training.fp8_recipe", f"'{tr.fp8_recipe}' needs gpu.peak_flops.fp8, which "
+             f"{display_path(s.hardware_file)} does not list for {gpu.name} (allowed here: mxfp8)")
     if tr.micro_batch > tr.global_batch:
         fail("training.micro_batch", f"{tr.micro_batch} is larger than global_batch={tr.global_batch}")
     if tr.global_batch % (tr.micro_batch * par.dp):
@@ -129,7 +142,19 @@ def check_rules(s, raw: dict) -> list[str]:
     if mb < par.pp:
         warnings.append(f"{mb} micro-batches for {par.pp} pipeline stages: the pipeline never fills "
                         "(reference article rule 13: at least pp, better 2 x pp)")
-    if par.tp > 1 and not s.hardware.explicit and (par.tp > s.gpus_per_node or s.gpus_per_node % par.tp):
+    if tr.precision == "fp8" and s.hardware.compute.fp8_gemm_curve is None:
+        warnings.append(f"{display_path(s.hardware_file)} has no compute.fp8_gemm_curve: FP8 GEMMs are timed at the "
+                        "BF16 curve's fraction of the FP8 peak (on H100 the measured FP8 fraction is lower)")
+    if tr.precision != "fp8" and isinstance(raw.get("training"), dict) and "fp8_recipe" in raw["training"]:
+        warnings.append(f"training.fp8_recipe has no effect with precision {tr.precision} (it applies to fp8)")
+    if par.tp_comm_overlap and (par.tp == 1 or not par.sequence_parallel):
+        warnings.append("parallel.tp_comm_overlap has no effect without tp > 1 and sequence_parallel: true "
+                        "(Transformer Engine's userbuffers overlap the all-gathers and reduce-scatters of "
+                        "sequence parallelism)")
+    # a file whose scale-up domain spans nodes pins TP inside the domain (_check_domain)
+    spans_nodes = not s.hardware.explicit and s.hardware.intra_node.domain_gpus is not None
+    if par.tp > 1 and not spans_nodes and not s.hardware.explicit and \
+            (par.tp > s.gpus_per_node or s.gpus_per_node % par.tp):
         warnings.append(f"TP group of {par.tp} spans nodes ({s.gpus_per_node} GPUs per node): "
                         "every layer's all-reduce crosses the network (reference article rule 9)")
     if par.sequence_parallel and par.tp == 1:
@@ -167,3 +192,28 @@ def setup_warnings(s) -> list[str]:   # s: a simtrain.spec.scenario.Scenario
                    f"{'; '.join(effects[key] for key in missing)} (the bundled hardware/*.yaml give measured values)")
     return out
 
+
+
+def _check_domain(s, raw: dict, fail, gpus: int) -> None:
+    """A hardware file whose scale-up domain spans several nodes (``intra_node.domain_gpus``: an NVL72 rack of
+    trays) describes racks: a cluster larger than one domain fills whole domains, and TP groups stay on NVLink
+    inside one (the placement puts TP innermost, so a TP size that divides the domain never leaves it)."""
+    if s.hardware.explicit or s.hardware.intra_node.domain_gpus is None:
+        return
+    domain = s.hardware.intra_node.domain_gpus
+    where = display_path(s.hardware_file)
+    if domain % s.gpus_per_node:
+        fail("gpus_per_node", f"{s.gpus_per_node} GPUs per node do not tile the {domain}-GPU NVLink domain of "
+             f"{where} (allowed: a divisor of {domain}, e.g. {s.hardware.gpus_per_node})")
+    trays = domain // s.gpus_per_node
+    if gpus > domain and s.nodes % trays:
+        racks = s.nodes / trays
+        fail("nodes", f"{s.nodes} nodes of {s.gpus_per_node} GPUs fill {racks:.2f} NVLink domains of {domain} GPUs "
+             f"({where}): a cluster larger than one domain is whole domains (allowed: a multiple of {trays} "
+             f"nodes, or at most {trays})")
+    tp = s.parallel.tp
+    if tp > 1 and (tp > min(domain, gpus) or min(domain, gpus) % tp):
+        span = min(domain, gpus)
+        fail("parallel.tp", f"{tp} does not fit the NVLink domain: {where} pins TP groups inside its "
+             f"{span}-GPU scale-up domain{' (this cluster)' if gpus < domain else ''} (allowed: "
+             f"{_divisors(span)})")

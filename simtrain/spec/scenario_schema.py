@@ -12,7 +12,7 @@ from simtrain.spec.quantity import Bytes, Number
 from simtrain.spec.schema import Closed
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
-ATTENTION_KERNELS = ("flash1", "flash2", "flash3")
+ATTENTION_KERNELS = ("flash1", "flash2", "flash3", "cudnn")
 
 
 def _attention_kernel(value: object) -> object:
@@ -22,7 +22,7 @@ def _attention_kernel(value: object) -> object:
     raise ValueError(f"{value!r} is not one of true, false, {', '.join(ATTENTION_KERNELS)}")
 
 
-FlashAttention = Annotated[bool | Literal["flash1", "flash2", "flash3"], BeforeValidator(_attention_kernel)]
+FlashAttention = Annotated[bool | Literal["flash1", "flash2", "flash3", "cudnn"], BeforeValidator(_attention_kernel)]
 
 
 class Training(Closed):
@@ -31,7 +31,18 @@ class Training(Closed):
     seq_len: PositiveInt = Field(description="tokens per sequence")
     global_batch: PositiveInt = Field(description="sequences per optimizer step")
     micro_batch: PositiveInt = Field(1, description="sequences per micro-batch")
-    precision: Literal["bf16", "fp16", "fp32"] = "bf16"
+    precision: Literal["bf16", "fp16", "fp32", "fp8"] = Field(
+        "bf16", description="bf16 | fp16 | fp32, or fp8: BF16 mixed precision whose linear layers run their three "
+                            "GEMMs (forward, data and weight gradient) in FP8 (Transformer Engine fp8_autocast)")
+    fp8_recipe: Literal["tensorwise", "blockwise", "mxfp8"] = Field(
+        "tensorwise", description="fp8 only: tensorwise = one scale per tensor (TE delayed or current scaling, "
+                                  "FP8-DS/FP8-CS); blockwise = 1x128 activation and 128x128 weight blocks "
+                                  "(DeepSeek-V3); mxfp8 = OCP microscaling, 32-element blocks with E8M0 scales "
+                                  "(Blackwell only)")
+    cuda_graphs: Literal["none", "partial", "full"] = Field(
+        "none", description="CUDA graph capture: none = eager launches; partial = per-layer graphs (TE "
+                            "make_graphed_callables: attention and MLP blocks); full = the whole forward and "
+                            "backward (Megatron-Core full_iteration)")
     optimizer: Literal["adam", "adafactor", "sgd"] = "adam"
     optimizer_kernel: Literal["fused", "unfused"] = Field(
         "fused", description="how the Adam step runs: fused = one pass over the state (apex FusedAdam, Megatron-LM, "
@@ -44,7 +55,8 @@ class Training(Closed):
     flash_attention: FlashAttention = Field(
         True, description="fused attention kernel: true = flash2 (FlashAttention-2, the kernel the hardware file's "
                           "attention figures describe), flash1 (FlashAttention-1 class), flash3 (FlashAttention-3, "
-                          "Hopper), false = attention as GEMMs plus a memory-bound softmax")
+                          "Hopper), cudnn (cuDNN fused attention: Transformer Engine's FusedAttention, which TE "
+                          "prefers on Hopper and newer), false = attention as GEMMs plus a memory-bound softmax")
     dropout: bool = Field(
         True, description="dropout layers run (Megatron-LM's GPT default); false = p = 0, as in Llama and MPT: "
                           "no dropout kernels and no masks kept")
@@ -62,7 +74,7 @@ class Training(Closed):
 
     @property
     def attention_kernel(self) -> str:
-        """'none', 'flash1', 'flash2' or 'flash3'."""
+        """'none', 'flash1', 'flash2', 'flash3' or 'cudnn'."""
         if self.flash_attention is True:
             return "flash2"
         return self.flash_attention or "none"
@@ -92,6 +104,10 @@ class Parallel(Closed):
                                "reduce-scatter, and each unit costs FSDP1's fixed 1.875 ms per micro-batch "
                                "(docs/model.md section 2.12)")
     sequence_parallel: bool = False
+    tp_comm_overlap: bool = Field(
+        False, description="Transformer Engine userbuffers (Megatron-Core tp_comm_overlap): with sequence "
+                           "parallelism the TP all-gathers and reduce-scatters run in chunks under the neighbouring "
+                           "GEMMs; what stays exposed: docs/model.md")
     layers_per_stage: list[int] | None = Field(None, description="uneven split, one entry per (virtual) stage")
 
 

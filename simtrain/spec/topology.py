@@ -1,7 +1,12 @@
 """The cluster as a directed networkx graph, and routes through it.
 
 Nodes are GPUs (``gpu{i}``), NVSwitch planes or PCIe host bridges
-(``nvsw{n}``/``host{n}``), NICs (``nic{n}.{k}``) and network switches. Every
+(``nvsw{d}``/``host{n}``), NICs (``nic{n}.{k}``) and network switches. An
+NVSwitch fabric serves one scale-up domain ``d`` of ``domain_gpus`` GPUs: one
+node unless the hardware file's ``intra_node.domain_gpus`` spans several (an
+NVL72 rack: 18 trays of 4 GPUs on one switch fabric), so ``nvsw{d}`` is the
+node's own hub on every 8-GPU file. A ``mesh`` fabric has no hub: every pair
+of GPUs of a node has its own link (``gpu{i}`` to ``gpu{j}``). Every
 physical link is two directed edges (one per direction) with ``bandwidth``
 (bytes/s, already multiplied by the achievable ``efficiency``) and
 ``latency`` (s). A route is the tuple of directed edges a message crosses;
@@ -57,6 +62,20 @@ class Cluster:
     def node_of(self, index: int) -> int:
         return index // self.gpus_per_node
 
+    @property
+    def domain_gpus(self) -> int:
+        """GPUs of one scale-up domain (the GPUs that reach each other without the network)."""
+        if self.spec.explicit:
+            return self.gpus_per_node
+        own = self.spec.intra_node.domain_gpus
+        return own if own is not None else self.gpus_per_node
+
+    def domain_of(self, index: int) -> int:
+        """The scale-up domain of GPU ``index`` (its node on explicit topologies)."""
+        if self.spec.explicit:
+            return self.node_of(index)
+        return index // self.domain_gpus
+
     # --- the graph --------------------------------------------------------
     @cached_property
     def graph(self) -> nx.DiGraph:
@@ -85,6 +104,8 @@ class Cluster:
         intra, inter = spec.intra_node, spec.inter_node
         a, b = (u, v) if u < v else (v, u)          # attributes are the same both ways
         if a.startswith("gpu"):
+            if b.startswith("gpu"):                  # a mesh fabric's point-to-point link
+                return intra.bandwidth * intra.efficiency, intra.latency, intra.fabric
             if b.startswith(("nvsw", "host")):
                 return intra.bandwidth * intra.efficiency, intra.latency / 2, intra.fabric
             if b.startswith("nic"):
@@ -123,24 +144,28 @@ class Cluster:
             return tuple(zip(nodes[:-1], nodes[1:]))
         return self._route_entry(a, b, cache)[0]
 
-    def local_nodes(self, links) -> set[int] | None:
-        """Nodes whose own links (GPU, NIC, NVSwitch/host ends) are in ``links``; None if any link is
-        shared between nodes (a network switch to switch link) or the topology is explicit. Flows
-        with neither end on these nodes cannot cross these links."""
+    def local_domains(self, links) -> set[int] | None:
+        """Scale-up domains whose own links (GPU, NIC, NVSwitch/host ends) are in ``links``; None if any
+        link is shared between domains (a network switch to switch link) or the topology is explicit.
+        Flows with neither end in these domains (``domain_of``) cannot cross these links."""
         if self.spec.explicit:
             return None
-        nodes: set[int] = set()
+        per = self.domain_gpus
+        trays = per // self.gpus_per_node
+        domains: set[int] = set()
         for u, v in links:
             end = u if u.startswith(("gpu", "nic", "nvsw", "host")) else v
             if end.startswith("gpu"):
-                nodes.add(int(end[3:]) // self.gpus_per_node)
+                domains.add(int(end[3:]) // per)
             elif end.startswith("nic"):
-                nodes.add(int(end[3:].split(".")[0]))
-            elif end.startswith(("nvsw", "host")):
-                nodes.add(int(end[4:]))
+                domains.add(int(end[3:].split(".")[0]) // trays)
+            elif end.startswith("nvsw"):
+                domains.add(int(end[4:]))
+            elif end.startswith("host"):
+                domains.add(int(end[4:]) // trays)
             else:
                 return None
-        return nodes
+        return domains
 
     def route_latency(self, a: int, b: int) -> float:
         """Sum of the latencies of the route's edges."""
@@ -165,9 +190,11 @@ class Cluster:
     def _template_path(self, a: int, b: int) -> list[str]:
         gpn = self.gpus_per_node
         na, nb = a // gpn, b // gpn
+        fabric = self.spec.intra_node.fabric
+        if fabric == "nvswitch" and a // self.domain_gpus == b // self.domain_gpus:
+            return [f"gpu{a}", f"nvsw{a // self.domain_gpus}", f"gpu{b}"]
         if na == nb:
-            hub = "nvsw" if self.spec.intra_node.fabric == "nvswitch" else "host"
-            return [f"gpu{a}", f"{hub}{na}", f"gpu{b}"]
+            return [f"gpu{a}", f"gpu{b}"] if fabric == "mesh" else [f"gpu{a}", f"host{na}", f"gpu{b}"]
         nic_a, nic_b = self._nic(a), self._nic(b)
         return [self.gpu(a), nic_a, *self._fabric_path(na, nic_a, nb, nic_b), nic_b, self.gpu(b)]
 
@@ -196,14 +223,22 @@ def _build_template(cluster: Cluster) -> nx.DiGraph:
     intra, inter = spec.intra_node, spec.inter_node
     g = nx.DiGraph(name=spec.name)
     pairs: list[tuple[str, str]] = []
-    hub = "nvsw" if intra.fabric == "nvswitch" else "host"
+    trays = cluster.domain_gpus // gpn
     for n in range(cluster.nodes):
-        g.add_node(f"{hub}{n}", kind="nvswitch" if hub == "nvsw" else "pcie_host", node=n)
+        if intra.fabric == "nvswitch" and n % trays == 0:
+            g.add_node(f"nvsw{n // trays}", kind="nvswitch", node=n, domain=n // trays)
+        elif intra.fabric == "pcie":
+            g.add_node(f"host{n}", kind="pcie_host", node=n)
         for local in range(gpn):
             i = n * gpn + local
-            g.add_node(f"gpu{i}", kind="gpu", node=n, local=local, index=i)
-            pairs.append((f"gpu{i}", f"{hub}{n}"))
-        if cluster.nodes > 1 and inter is not None:
+            g.add_node(f"gpu{i}", kind="gpu", node=n, local=local, index=i, domain=n // trays)
+            if intra.fabric == "nvswitch":
+                pairs.append((f"gpu{i}", f"nvsw{n // trays}"))
+            elif intra.fabric == "pcie":
+                pairs.append((f"gpu{i}", f"host{n}"))
+            else:
+                pairs.extend((f"gpu{n * gpn + other}", f"gpu{i}") for other in range(local))
+        if cluster.nodes > trays and inter is not None:
             for k in range(inter.nics_per_node):
                 g.add_node(f"nic{n}.{k}", kind="nic", node=n)
             for local in range(gpn):
@@ -217,7 +252,7 @@ def _build_template(cluster: Cluster) -> nx.DiGraph:
                 else:
                     up = f"leaf{n // inter.nodes_per_leaf}"
                 pairs.append((f"nic{n}.{k}", up))
-    if cluster.nodes > 1 and inter is not None:
+    if cluster.nodes > trays and inter is not None:
         if inter.topology == "rail-optimized":
             pairs.extend((f"rail{k}", "spine") for k in range(inter.nics_per_node))
         elif inter.topology == "fat-tree":

@@ -1,0 +1,61 @@
+"""What stays exposed of a layer's TP communication under Transformer Engine's userbuffers overlap
+(``parallel.tp_comm_overlap``; Megatron-Core ``tp_comm_overlap``), from the published descriptions of the
+technique (NeMo ``docs/source/features/optimizations/communication_overlap.rst``; the shipped per-GEMM presets
+in NeMo ``nemo/collections/llm/recipes/tp_overlap_configs/userbuffers.py``).
+
+With sequence parallelism a layer's forward has two all-gathers (before QKV and FC1) and two reduce-scatters
+(after the attention output projection and FC2); the backward mirrors them.
+
+- All-gather before a GEMM, forward (``qkv_fprop``, ``fc1_fprop``) and the backward's mirror (``proj_dgrad``,
+  ``fc2_dgrad``): ring exchange. "the activation (gradient) tensor all-gather is replaced with multiple steps of
+  input P2P ring exchanges": the local shard's GEMM chunk starts at once, each of the t - 1 transfers runs under
+  the GEMM chunk of the shard before it, so t - 1 of the t GEMM chunks can hide it:
+  exposed = max(0, AG - GEMM x (t - 1) / t).
+- Reduce-scatter after a GEMM (``proj_fprop``, ``fc2_fprop``): pipelined in 4 chunks (``num_splits=4``);
+  "NeMo also provides the option to pipeline-overlap using chunks of reduce-scatter, which exposes one
+  reduce-scatter chunk": exposed = RS / 4 + max(0, (RS - GEMM) x 3 / 4).
+- Backward of QKV and FC1 (``qkv_dgrad``/``qkv_wgrad``, ``fc1_dgrad``/``fc1_wgrad``): bulk overlap of work
+  "without direct computation dependency": the all-gather of the saved input runs under the data-gradient GEMM,
+  the reduce-scatter of the data gradient under the weight-gradient GEMM: exposed = max(0, AG - DGRAD) +
+  max(0, RS - WGRAD).
+
+The communication kernels take SMs from the GEMMs they run under (``num_sm``, ``set_sm_margin``): the hidden
+time is charged at the hardware file's ``overlap_slowdown`` on the NVLink fabric, the measured slowdown of
+compute overlapped with communication (arXiv:2507.03114).
+"""
+
+from __future__ import annotations
+
+#: chunks of the pipelined reduce-scatter in the shipped presets (NeMo userbuffers.py, PipelineOverlapCfg)
+RS_SPLITS = 4
+
+
+def exposed_tp(ag: float, rs: float, gemms: list[tuple[float, float, float]], tp: int,
+               slowdown: float) -> tuple[float, float]:
+    """(forward, backward) seconds of one layer's TP communication left on the critical path.
+
+    ``ag``/``rs``: one all-gather / reduce-scatter of the layer's activations, alone on the fabric; ``gemms``:
+    (forward, data-gradient, weight-gradient) seconds of the layer's QKV, output, MLP-up and MLP-down GEMMs."""
+    (qkv_f, qkv_d, qkv_w), (proj_f, proj_d, _), (up_f, up_d, up_w), (down_f, down_d, _) = gemms
+    hide = (tp - 1) / tp
+
+    def ring_ag(gemm: float) -> tuple[float, float]:
+        exposed = max(0.0, ag - gemm * hide)
+        return exposed, ag - exposed
+
+    def piped_rs(gemm: float) -> tuple[float, float]:
+        exposed = rs / RS_SPLITS + max(0.0, (rs - gemm) * (RS_SPLITS - 1) / RS_SPLITS)
+        return exposed, rs - exposed
+
+    def bulk(comm: float, gemm: float) -> tuple[float, float]:
+        exposed = max(0.0, comm - gemm)
+        return exposed, comm - exposed
+
+    fwd = [ring_ag(qkv_f), piped_rs(proj_f), ring_ag(up_f), piped_rs(down_f)]
+    bwd = [ring_ag(proj_d), ring_ag(down_d), bulk(ag, qkv_d), bulk(rs, qkv_w), bulk(ag, up_d), bulk(rs, up_w)]
+    extra = slowdown - 1.0
+
+    def total(parts: list[tuple[float, float]]) -> float:
+        return sum(exposed + extra * hidden for exposed, hidden in parts)
+
+    return total(fwd), total(bwd)
