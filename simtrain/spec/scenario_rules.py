@@ -42,6 +42,9 @@ def check_rules(s, raw: dict) -> list[str]:
         fail("nodes" if "nodes" in raw else "parallel", f"{gpus:,} GPUs is more than simulation.max_gpus="
              f"{s.simulation.max_gpus:,}: building the network graph and plan takes time and memory in "
              "proportion to the GPU count; raise simulation.max_gpus if you mean it", SimulationLimitError)
+    if m.moe is not None or m.attention.kind == "mla" or m.q_width != m.hidden or m.mtp_layers:
+        fail("model", "mixture-of-experts layers, latent attention, heads of their own width and MTP modules are "
+             "described but not simulated yet")
     if m.heads % par.tp:
         fail("parallel.tp", f"{par.tp} does not divide heads={m.heads} (allowed: {_divisors(m.heads)})")
     if m.num_kv_heads % par.tp:
