@@ -22,9 +22,15 @@ MFU_DEFINITION = ("MFU = (6 N + 12 L h s) x tokens / (step time x GPUs x peak FL
 
 def _config(s: Scenario) -> dict:
     crosses = placement_of(s).crosses_nodes()
+    parallel = s.parallel.model_dump()
+    if s.model.moe is None:   # the expert keys say nothing about a dense model (and its reports keep their keys)
+        for key in ("ep", "etp", "moe_dispatcher"):
+            parallel.pop(key)
+    else:
+        parallel["etp"] = s.parallel.etp or s.parallel.tp
     return {"hardware": s.hardware.name, "gpu": s.hardware.gpu.name, "nodes": s.nodes,
             "gpus_per_node": s.gpus_per_node, "model": s.model.name, "training": s.training.model_dump(),
-            "parallel": s.parallel.model_dump(),
+            "parallel": parallel,
             "placement": {f"{kind}_group_crosses_nodes": value for kind, value in crosses.items()},
             "mfu_definition": MFU_DEFINITION}
 
@@ -108,7 +114,8 @@ def memory(scenario: Scenario) -> Result:
     per_stage = [st.breakdown() for st in rep.stages]
     stages = tuple(StageSummary(pp=st.pp, layers=st.layers, compute_s=None, bubble_s=None,
                                 peak_memory_bytes=st.total, memory=st.breakdown(),
-                                other_detail=dict(st.other_detail)) for st in rep.stages)
+                                other_detail=dict(st.other_detail), experts=dict(st.experts) or None)
+                   for st in rep.stages)
     return Result(scenario=scenario.name, gpus=scenario.gpus, microbatches=scenario.microbatches,
                   params_total=rep.params_total, capacity_bytes=rep.capacity, fits_in_memory=rep.fits,
                   peak_memory_bytes_max=rep.peak_max, devices=_devices(scenario, per_stage), stages=stages,
@@ -188,7 +195,8 @@ def simulate(scenario: Scenario, *, fidelity: str | None = None, seed: int | Non
         slow = max(lanes, key=lambda ln: (ln.busy["compute"], -ln.index))
         stages.append(StageSummary(pp=p, layers=rep.stages[p].layers, compute_s=slow.busy["compute"],
                                    bubble_s=slow.bubble + (step - slow.end), exposed_comm_s=dict(slow.exposed),
-                                   peak_memory_bytes=sum(mem.values()), memory=mem))
+                                   peak_memory_bytes=sum(mem.values()), memory=mem,
+                                   experts=dict(rep.stages[p].experts) or None))
     peak = max(st.peak_memory_bytes for st in stages)
     fits = peak <= rep.capacity
     if not fits:

@@ -92,6 +92,15 @@ class Parallel(Closed):
                                "reduce-scatter, and each unit costs FSDP1's fixed 1.875 ms per micro-batch "
                                "(docs/model.md section 2.12)")
     sequence_parallel: bool = False
+    ep: PositiveInt = Field(1, description="expert parallelism: each MoE layer's routed experts split over ep ranks, "
+                                           "folded onto the tp x dp GPUs of a stage as Megatron-Core does "
+                                           "(etp x ep x edp = tp x dp)")
+    etp: PositiveInt | None = Field(None, description="expert tensor parallelism: each expert's matrices split over "
+                                                      "etp ranks; default tp")
+    moe_dispatcher: Literal["alltoall", "allgather", "deepep", "hybridep"] = Field(
+        "alltoall", description="how tokens reach their experts: alltoall = Megatron-Core's all-to-all over the EP "
+                                "group; allgather = all-gather of every token over the expert tp x ep group, "
+                                "reduce-scatter back; deepep, hybridep = DeepEP's fused kernels")
     layers_per_stage: list[int] | None = Field(None, description="uneven split, one entry per (virtual) stage")
 
 
