@@ -37,6 +37,8 @@ CASES = {
     "d": ("GPT-3 175B, 1,024 A100, full fidelity", SCEN / "gpt3_175b_1024_a100.yaml", "full"),
     "e": ("search: Llama 3 70B on 1,024 H100", SCEN / "llama3_70b_1024_h100.yaml", "search"),
     "g": ("Llama 3 405B, 1,024 H100, TP8 PP16 DP8 (memory reference)", SCEN / "llama3_405b_1k_h100.yaml", "folded"),
+    "h": ("DeepSeek-V3, 2,048 H100, TP1 PP16 EP64 1F1B", SCEN / "deepseek_v3_2048_h100.yaml", "folded"),
+    "i": ("DeepSeek-V3, 256 H100, PP16 EP16, full fidelity", SCEN / "deepseek_v3_256_h100_full.yaml", "full"),
 }
 
 TARGETS = {   # id -> (what, seconds)

@@ -1,5 +1,7 @@
 """HuggingFace config.json files simtrain cannot model are refused, and a boolean is never a number.
 
+Mixture-of-experts families simtrain reads (Mixtral, Qwen-MoE, DeepSeek, GPT-OSS) are in test_moe_models.py.
+
 Supported configs must still import to the published parameter counts (HuggingFace safetensors
 index ``total_size`` / 2 bytes, as in test_models.py): Llama-2-7b 6,738,415,616 and Meta-Llama-3-8B
 8,030,261,248. Architecture keys and their values are those of the released configs (Mixtral-8x7B,
@@ -18,7 +20,8 @@ from conftest import DATA, make_scenario
 from pydantic import ValidationError
 
 from simtrain.spec.errors import InputError
-from simtrain.spec.model import from_hf_config, load_model
+from simtrain.spec.model_hf import from_hf_config
+from simtrain.spec.model_load import load_model
 from simtrain.spec.schema import Closed
 
 LLAMA2_7B = 6_738_415_616
@@ -100,13 +103,18 @@ def test_deepseek_mla_is_refused(tmp_path):
     assert err.message.startswith("512 means DeepSeek multi-head latent attention")
 
 
-def test_gemma_head_dim_is_refused_with_the_arithmetic(tmp_path):
-    """Gemma-7B: hidden 3072, 16 heads, head_dim 256; simtrain's heads would be 3072 / 16 = 192 wide."""
+def test_gemma_head_dim_of_its_own_loads(tmp_path):
+    """Gemma-7B: hidden 3072, 16 heads of head_dim 256 (not 3072 / 16 = 192) imports to its 8,537,680,896 weights.
+
+    By hand (google/gemma-7b config.json; GeGLU: 3 matrices; RMSNorm; tied embeddings): attention
+    3072 x (4096 + 2 x 4096) + 4096 x 3072 = 50,331,648; MLP 3 x 3072 x 24576 = 226,492,416; norms 2 x 3072;
+    per layer 276,830,208, x 28 = 7,751,245,824; embedding 256000 x 3072 = 786,432,000; final norm 3072.
+    """
     config = {"model_type": "gemma", "hidden_size": 3072, "num_attention_heads": 16, "head_dim": 256,
               "num_hidden_layers": 28, "intermediate_size": 24576, "vocab_size": 256000}
-    err = _refusal(tmp_path, config)
-    assert err.field == "head_dim"
-    assert err.message.startswith("256 differs from hidden_size / num_attention_heads = 3072 / 16 = 192, ")
+    spec, _, _ = _load(tmp_path, config)
+    assert spec.head_dim == 256 and spec.q_width == 4096
+    assert spec.params_total == 7_751_245_824 + 786_432_000 + 3072 == 8_537_680_896
 
 
 def test_boolean_head_dim_is_refused(tmp_path):

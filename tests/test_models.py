@@ -12,7 +12,8 @@ import pytest
 from conftest import DATA
 
 from simtrain.spec.errors import InputError
-from simtrain.spec.model import ModelSpec, load_model
+from simtrain.spec.model import ModelSpec
+from simtrain.spec.model_load import load_model
 
 #: published totals (HF safetensors index total_size / 2 bytes per bf16/fp16 weight)
 PUBLISHED = {

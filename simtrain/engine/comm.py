@@ -128,21 +128,37 @@ class CommMixin:
             phases = _prep(c, nbytes) + self.plan.dp_phases(grad_kind, nbytes, lane.rank, self.full)
             self._collective(lane, "dp", "dp_" + grad_kind, phases, nbytes, vstage=v)
 
+        # routed experts' gradients: their own buckets over the expert data-parallel group (Megatron-Core keeps
+        # expert parameters in separate gradient buffers, distributed_data_parallel.py)
+        experts = self.plan.has_experts and self.plan.placement.edp > 1
+        pending_experts = 0.0
+
+        def launch_experts(nbytes):
+            self._collective(lane, "dp", "edp_" + grad_kind, self.plan.edp_phases(grad_kind, nbytes, lane.rank),
+                             nbytes, vstage=v)
+
         if c.has_head:
             yield from self._segment(lane, "compute", "backward", c.head_bwd, mb, v, None)
             pending += c.grad_bytes_edge if not c.has_embedding else 0.0
-        for _layer, segs in self._backward_layers(c):
+        for layer_index, segs in self._backward_layers(c):
             for stream, kind, sec, layer in segs:
                 yield from self._segment(lane, stream, kind, sec, mb, v, layer)
-            pending += c.grad_bytes_layer
+            pending += c.layer_costs(layer_index - c.layer_lo)[5]
             if pending >= bucket:
                 launch(pending)
                 pending = 0.0
+            if experts and layer_index - c.layer_lo >= c.lead_layers:
+                pending_experts += c.expert_grad_bytes_layer
+                if pending_experts >= bucket:
+                    launch_experts(pending_experts)
+                    pending_experts = 0.0
         if c.has_embedding:
             yield from self._segment(lane, "compute", "backward", c.embed_bwd, mb, v, None)
             pending += c.grad_bytes_edge
         if pending > 0:
             launch(pending)
+        if pending_experts > 0:
+            launch_experts(pending_experts)
 
     def _gather_edge(self, lane: Lane, c: ChunkPlan, mb: int):
         """ZeRO-3: the embedding / output-layer weights are gathered like a layer's (in the weights' dtype)."""

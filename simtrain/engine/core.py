@@ -97,8 +97,11 @@ class Engine(CommMixin):
                     import numpy as np  # only variation needs numpy: keep the common path light
 
                     rng = np.random.default_rng([self.seed, idx])
-                lanes.append(Lane(index=idx, dp=d, rank=r, slowdown=slow, rng=rng,
-                                  tp_scale=self.plan.tp_scale(r, d)))
+                lane = Lane(index=idx, dp=d, rank=r, slowdown=slow, rng=rng, tp_scale=self.plan.tp_scale(r, d))
+                if self.plan.has_experts:   # an EP key only where there are experts (dense reports keep theirs)
+                    lane.busy["ep"] = 0.0
+                    lane.exposed["ep"] = 0.0
+                lanes.append(lane)
         return lanes
 
     def _over_limit(self, what: str) -> SimulationLimitError:
@@ -172,21 +175,21 @@ class Engine(CommMixin):
         total = 0.0
         if self.layer_detail:
             for stream, kind, sec, layer in segments:
-                sec = sec * stretch if stream == "compute" else sec * lane.tp_scale
+                sec = sec * stretch if stream == "compute" else sec * lane.tp_scale if stream == "tp" else sec
                 lo, hi = (layer, layer + 1) if layer is not None else (-1, -1)
                 self._record(lane, stream, kind, t + total, t + total + sec, mb, v, lo, hi)
-                if stream == "tp":
-                    lane.exposed["tp"] += sec
+                if stream != "compute":
+                    lane.exposed[stream] += sec
                 total += sec
         else:
             sums: dict = {}
             for stream, kind, sec, _layer in segments:
-                sec = sec * stretch if stream == "compute" else sec * lane.tp_scale
+                sec = sec * stretch if stream == "compute" else sec * lane.tp_scale if stream == "tp" else sec
                 sums[(stream, kind)] = sums.get((stream, kind), 0.0) + sec
             for (stream, kind), sec in sums.items():
                 self._record(lane, stream, kind, t + total, t + total + sec, mb, v)
-                if stream == "tp":
-                    lane.exposed["tp"] += sec
+                if stream != "compute":
+                    lane.exposed[stream] += sec
                 total += sec
         rest = t + total - self.env.now      # the TP communication, after the compute
         if rest > 0:
@@ -199,7 +202,8 @@ class Engine(CommMixin):
         else:
             if stream == "tp":
                 sec *= lane.tp_scale
-                lane.exposed["tp"] += sec
+            if stream in ("tp", "ep"):
+                lane.exposed[stream] += sec
             if sec <= 0:
                 return
             yield self.env.timeout(sec)
@@ -222,8 +226,11 @@ class Engine(CommMixin):
         if c.has_embedding:
             segs.append(("compute", "forward", c.embed_fwd, None))
         for i in range(c.layers):
-            segs.append(("compute", "forward", c.fwd_layer, c.layer_lo + i))
+            fwd, _bwd, _rec, ep_fwd, _ep_bwd, _grads = c.layer_costs(i)
+            segs.append(("compute", "forward", fwd, c.layer_lo + i))
             segs.append(("tp", "tp_comm", c.tp_fwd_layer, c.layer_lo + i))
+            if ep_fwd > 0:
+                segs.append(("ep", "ep_comm", ep_fwd, c.layer_lo + i))
         if c.has_head:
             segs.append(("compute", "forward", c.head_fwd, None))
         return segs
@@ -236,11 +243,14 @@ class Engine(CommMixin):
         out = []
         for i in reversed(range(c.layers)):
             layer = c.layer_lo + i
+            _fwd, bwd, rec, _ep_fwd, ep_bwd, _grads = c.layer_costs(i)
             segs = []
-            if c.recompute_layer > 0:
-                segs.append(("compute", "recompute", c.recompute_layer, layer))
-            segs.append(("compute", "backward", c.bwd_layer, layer))
+            if rec > 0:
+                segs.append(("compute", "recompute", rec, layer))
+            segs.append(("compute", "backward", bwd, layer))
             segs.append(("tp", "tp_comm", c.tp_bwd_layer, layer))
+            if ep_bwd > 0:
+                segs.append(("ep", "ep_comm", ep_bwd, layer))
             out.append((layer, segs))
         return out
 
@@ -308,6 +318,8 @@ class Engine(CommMixin):
                     self._collective(lane, "dp", "dp_" + grad_kind,
                                      plan.dp_phases(grad_kind, nbytes, lane.rank, self.full), nbytes,
                                      vstage=c.vstage)
+        if self.plan.has_experts and dp_sync and self.zero < 2 and not overlap:
+            self._expert_gradients(lane, grad_kind)
         tail = lane.chains.get("dp")   # every DP/ZeRO collective runs on the lane's one DP stream
         if tail is not None and not tail.processed:
             yield tail
@@ -316,11 +328,25 @@ class Engine(CommMixin):
         if dp_sync and self.zero in (1, 2):
             t0 = env.now
             mem = plan.stage_memory[lane.rank]
-            nbytes = mem.params_local * plan.dtype_bytes
+            expert_bytes = plan.expert_params_local[lane.rank] * plan.dtype_bytes if plan.has_experts else 0.0
+            nbytes = mem.params_local * plan.dtype_bytes - expert_bytes
+            if expert_bytes and plan.placement.edp > 1:   # expert weights are gathered over their own group
+                self._collective(lane, "dp", "edp_all_gather",
+                                 plan.edp_phases("all_gather", expert_bytes, lane.rank), expert_bytes)
             yield self._collective(lane, "dp", "zero_all_gather",
                                    plan.dp_phases("all_gather", nbytes, lane.rank, self.full), nbytes)
             lane.exposed["dp"] += env.now - t0
         lane.end = env.now
+
+    def _expert_gradients(self, lane: Lane, grad_kind: str) -> None:
+        """The routed experts' gradients, reduced over the expert data-parallel group in their own buckets after
+        the lane's last backward (Megatron-Core keeps them in separate buffers, distributed_data_parallel.py)."""
+        plan = self.plan
+        if plan.placement.edp <= 1:
+            return
+        total = plan.expert_grad_bytes[lane.rank]
+        for nbytes in _buckets(total, self.sim.dp_bucket_size):
+            self._collective(lane, "dp", "edp_" + grad_kind, plan.edp_phases(grad_kind, nbytes, lane.rank), nbytes)
 
     def _alloc(self, lane: Lane, nbytes: float) -> None:
         lane.act_now += nbytes

@@ -37,9 +37,15 @@ def _dump(section: str, value, s: Scenario) -> dict:
 
 
 def _config(s: Scenario) -> dict:
+    parallel = _dump("parallel", s.parallel, s)
+    if s.model.moe is None:   # the expert keys say nothing about a dense model (and its reports keep their keys)
+        for key in ("ep", "etp", "moe_dispatcher"):
+            parallel.pop(key, None)
+    else:
+        parallel["etp"] = s.parallel.etp or s.parallel.tp
     return {"hardware": s.hardware.name, "gpu": s.hardware.gpu.name, "nodes": s.nodes,
             "gpus_per_node": s.gpus_per_node, "model": s.model.name, "training": _dump("training", s.training, s),
-            "parallel": _dump("parallel", s.parallel, s),
+            "parallel": parallel,
             "placement": placement_of(s).report(),
             "mfu_definition": MFU_DEFINITION}
 
@@ -123,7 +129,8 @@ def memory(scenario: Scenario) -> Result:
     per_stage = [st.breakdown() for st in rep.stages]
     stages = tuple(StageSummary(pp=st.pp, layers=st.layers, compute_s=None, bubble_s=None,
                                 peak_memory_bytes=st.total, memory=st.breakdown(),
-                                other_detail=dict(st.other_detail)) for st in rep.stages)
+                                other_detail=dict(st.other_detail), experts=dict(st.experts) or None)
+                   for st in rep.stages)
     return Result(scenario=scenario.name, gpus=scenario.gpus, microbatches=scenario.microbatches,
                   params_total=rep.params_total, capacity_bytes=rep.capacity, fits_in_memory=rep.fits,
                   peak_memory_bytes_max=rep.peak_max, devices=_devices(scenario, per_stage), stages=stages,
@@ -203,7 +210,8 @@ def simulate(scenario: Scenario, *, fidelity: str | None = None, seed: int | Non
         slow = max(lanes, key=lambda ln: (ln.busy["compute"], -ln.index))
         stages.append(StageSummary(pp=p, layers=rep.stages[p].layers, compute_s=slow.busy["compute"],
                                    bubble_s=slow.bubble + (step - slow.end), exposed_comm_s=dict(slow.exposed),
-                                   peak_memory_bytes=sum(mem.values()), memory=mem))
+                                   peak_memory_bytes=sum(mem.values()), memory=mem,
+                                   experts=dict(rep.stages[p].experts) or None))
     peak = max(st.peak_memory_bytes for st in stages)
     fits = peak <= rep.capacity
     if not fits:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from simtrain.plan import costs
+from simtrain.plan.build_moe import chunk_fields, layer_figures, varied_layers
 from simtrain.plan.collectives import (
     Phase,
     collective_shape,
@@ -26,6 +27,7 @@ from simtrain.plan.memory import (
     stage_memory,
     state_bytes_per_param,
 )
+from simtrain.plan.memory_moe import expert_params_local
 from simtrain.plan.schedules import Op, build_schedule
 from simtrain.plan.tp_overlap import exposed_tp
 from simtrain.spec.placement import Placement, placement_of
@@ -59,13 +61,40 @@ class ChunkPlan:
     zero3_edge_bytes: float = 0.0  # full embedding / output-layer weights held by this chunk (ZeRO-3 gathers)
     metrics_bwd: float = 0.0  # s, training metrics over the logits after the chunk's backward (output-layer chunk)
     grad_prep_per_byte: float = 0.0  # s per gradient byte spent before its reduce-scatter (zero_impl fsdp1)
+    # mixture of experts: the per-layer fields above describe the chunk's MoE layers; its first ``lead_layers``
+    # layers are dense ones (DeepSeek-V3's first three), described by the lead_* fields
+    ep_fwd_layer: float = 0.0     # s, EP dispatch + combine all-to-alls of one MoE layer forward (critical path)
+    ep_bwd_layer: float = 0.0     # s, EP all-to-alls of one MoE layer backward (+ recomputed forward's)
+    expert_grad_bytes_layer: float = 0.0   # routed-expert gradient bytes of one MoE layer, one GPU (over edp)
+    lead_layers: int = 0
+    lead_fwd: float = 0.0
+    lead_bwd: float = 0.0
+    lead_recompute: float = 0.0
+    lead_grad_bytes: float = 0.0
+
+    def layer_costs(self, i: int) -> tuple[float, float, float, float, float, float]:
+        """(forward, backward, recompute, EP forward, EP backward, gradient bytes) of the chunk's i-th layer
+        (counted from the chunk's first); the TP figures are the same for every layer."""
+        if i < self.lead_layers:
+            return self.lead_fwd, self.lead_bwd, self.lead_recompute, 0.0, 0.0, self.lead_grad_bytes
+        return self.fwd_layer, self.bwd_layer, self.recompute_layer, self.ep_fwd_layer, self.ep_bwd_layer, \
+            self.grad_bytes_layer
 
     @property
     def forward_time(self) -> float:
+        if self.lead_layers or self.ep_fwd_layer:
+            main = self.layers - self.lead_layers
+            return self.embed_fwd + self.lead_layers * (self.lead_fwd + self.tp_fwd_layer) + \
+                main * (self.fwd_layer + self.tp_fwd_layer + self.ep_fwd_layer) + self.head_fwd
         return self.embed_fwd + self.layers * (self.fwd_layer + self.tp_fwd_layer) + self.head_fwd
 
     @property
     def backward_time(self) -> float:
+        if self.lead_layers or self.ep_fwd_layer:
+            main = self.layers - self.lead_layers
+            lead = self.lead_layers * (self.lead_recompute + self.lead_bwd + self.tp_bwd_layer)
+            per = self.recompute_layer + self.bwd_layer + self.tp_bwd_layer + self.ep_bwd_layer
+            return self.head_bwd + lead + main * per + self.embed_bwd + self.metrics_bwd
         per = self.recompute_layer + self.bwd_layer + self.tp_bwd_layer
         return self.head_bwd + self.layers * per + self.embed_bwd + self.metrics_bwd
 
@@ -84,6 +113,9 @@ class Plan:
     dtype_bytes: int
     framework_overhead_layer: float = 0.0    # s per layer and micro-batch charged for the framework (FSDP1 hooks)
     phases: dict = field(default_factory=dict, repr=False)
+    has_experts: bool = False                # a mixture-of-experts model: EP keys in the report
+    expert_grad_bytes: tuple[float, ...] = ()     # per pipeline rank: routed-expert gradient bytes of one GPU
+    expert_params_local: tuple[int, ...] = ()     # per pipeline rank: routed-expert weights on one GPU
 
     # --- collectives -------------------------------------------------------
     def _groups(self, kind: str, pp_rank: int, dp_index: int | None) -> list[list[int]]:
@@ -104,6 +136,17 @@ class Plan:
         if shape is None:
             shape = collective_shape(collective, self._groups("dp", pp_rank, None), cluster, every)
             cluster.shapes[key] = shape
+        return [s.phase(nbytes) for s in shape] if nbytes > 0 else []
+
+    def edp_phases(self, collective: str, nbytes: float, pp_rank: int) -> list[Phase]:
+        """A collective of the routed experts' gradients or weights over the expert data-parallel groups of one
+        stage, all of them at once."""
+        pl = self.placement
+        cluster = self.scenario.cluster
+        key = ("edp", collective, pl.dp, pl.tp, pl.pp, pl.ep, pl.expert_tp, pp_rank)
+        shape = cluster.shapes.get(key)
+        if shape is None:
+            shape = cluster.shapes[key] = collective_shape(collective, pl.edp_groups(pp_rank), cluster)
         return [s.phase(nbytes) for s in shape] if nbytes > 0 else []
 
     def pp_phase(self, nbytes: float, src_rank: int, dst_rank: int, dp_index: int | None) -> Phase:
@@ -189,10 +232,14 @@ def build_plan(scenario: Scenario) -> Plan:
     placement = placement_of(scenario)
     mb = scenario.microbatches
     tokens = tr.micro_batch * tr.seq_len
+    at = m.attention
+    mla = (at.q_lora_rank or 0, at.kv_lora_rank, at.qk_nope_head_dim, at.qk_rope_head_dim, at.v_head_dim) \
+        if at.kind == "mla" else None
     shape = costs.LayerShape(tokens=tokens, seq=tr.seq_len, batch=tr.micro_batch, hidden=m.hidden,
                              ffn=m.ffn_hidden, heads=m.heads, kv_width=m.kv_width, mlp_matrices=m.mlp_matrices,
                              tp=par.tp, sequence_parallel=par.sequence_parallel and par.tp > 1,
-                             flash=tr.attention_kernel != "none", dropout=tr.dropout)
+                             flash=tr.attention_kernel != "none", dropout=tr.dropout,
+                             q_width=m.q_width if m.q_width != m.hidden else 0, mla=mla)
     lc = costs.layer_cost(shape, dev, tr.recompute)
     edge = costs.edge_cost(tokens, m.hidden, m.vocab, par.tp, edge_dev, tr.cross_entropy)
     metrics = costs.train_metrics_time(tokens, m.vocab, par.tp, edge_dev, tr.train_metrics)
@@ -224,6 +271,18 @@ def build_plan(scenario: Scenario) -> Plan:
     def cat_time(n_params: float) -> float:
         return dev.memory_time(n_params * cat_pp, kernels=1) if cat_pp and n_params else 0.0
     vstages = scenario.virtual_stages
+    varied = varied_layers(scenario)
+    figures = [layer_figures(scenario, dev, placement, shape, r) for r in range(par.pp)] if varied else []
+    mtp_fwd = mtp_bwd = 0.0
+    if varied and m.mtp_layers:
+        # each MTP module on the last stage: one layer like the model's last, its projection of [h; h] to h, and
+        # its own output layer and loss (DeepSeek-V3 section 2.2; Megatron-Core runs them after the decoder)
+        last = figures[par.pp - 1][-1] or next(f for f in reversed(figures[par.pp - 1]) if f)
+        proj_f = dev.gemm_time(tokens, m.hidden / par.tp, 2 * m.hidden)
+        proj_b = dev.gemm_time(tokens, 2 * m.hidden, m.hidden / par.tp) + \
+            dev.gemm_time(2 * m.hidden, m.hidden / par.tp, tokens)
+        mtp_fwd = m.mtp_layers * (last.forward + last.ep_forward + proj_f + edge.head_forward)
+        mtp_bwd = m.mtp_layers * (last.recompute + last.backward + last.ep_backward + proj_b + edge.head_backward)
     chunks = []
     lo = 0
     for v, n_layers in enumerate(scenario.layers_per_stage):
@@ -248,6 +307,13 @@ def build_plan(scenario: Scenario) -> Plan:
             act_bytes=act, grad_bytes_layer=per_layer_local * state.grads, grad_bytes_edge=edge_grad,
             zero3_layer_bytes=per_layer_local * state.weights, zero3_edge_bytes=n_edge * state.weights,
             metrics_bwd=metrics if last else 0.0, grad_prep_per_byte=prep_per_byte))
+        if varied:
+            fields = chunk_fields(figures[rank], lo, n_layers)
+            fields["fwd_layer"] += unit_overhead / 3.0
+            fields["bwd_layer"] += cat_time(per_layer_local) + 2.0 * unit_overhead / 3.0
+            if last:
+                fields.update(head_fwd=chunks[-1].head_fwd + mtp_fwd, head_bwd=chunks[-1].head_bwd + mtp_bwd)
+            chunks[-1] = replace(chunks[-1], **fields)
         lo += n_layers
 
     opt = tuple(costs.optimizer_time(mems[r].params_local / (par.dp if par.zero >= 1 else 1), tr.optimizer, eager_dev,
@@ -257,21 +323,72 @@ def build_plan(scenario: Scenario) -> Plan:
     model_flops = model_flops_per_step(scenario)
     hw_flops_fwd_layer = lc.hardware_flops * par.tp
     hardware_flops = (hw_flops_fwd_layer * m.layers + 3.0 * edge.head_model_flops * par.tp) * mb * par.dp
+    if varied:
+        layer_hw = sum(f.hardware_flops for per_rank in figures for f in per_rank if f is not None)
+        mtp_hw = m.mtp_layers * (3.0 * edge.head_model_flops + 3 * 2.0 * tokens * m.hidden / par.tp * 2 * m.hidden
+                                 + figures[par.pp - 1][-1].hardware_flops) if m.mtp_layers else 0.0
+        hardware_flops = (layer_hw * par.tp + 3.0 * edge.head_model_flops * par.tp + mtp_hw * par.tp) * mb * par.dp
     schedule = tuple(tuple(ops) for ops in build_schedule(par.schedule, par.pp, mb, par.vpp))
+    experts = m.moe is not None
+    expert_local = tuple(expert_params_local(scenario, r) for r in range(par.pp)) if experts else ()
     return Plan(scenario=scenario, placement=placement, chunks=tuple(chunks), schedule=schedule, microbatches=mb,
                 stage_memory=mems, optimizer_time=opt, model_flops_per_step=model_flops,
                 hardware_flops_per_step=hardware_flops, dtype_bytes=dev.element_bytes,
-                framework_overhead_layer=unit_overhead)
+                framework_overhead_layer=unit_overhead, has_experts=experts,
+                expert_grad_bytes=tuple(n * state.grads for n in expert_local), expert_params_local=expert_local)
 
 
 def model_flops_per_token(scenario: Scenario) -> float:
     """Model FLOP per token for MFU: 6 N + 12 L h s (Narayanan et al. 2021 Eq. 3 without the
     recompute term; PaLM, Chowdhery et al. 2022, App. B), with N the weights of the matrix
     multiplies: every layer's QKV, output, MLP matrices and the output projection (vocab x h).
-    Norm weights and biases do no matrix multiply and are left out."""
+    Norm weights and biases do no matrix multiply and are left out. Models whose layers differ
+    (experts, latent attention, sliding windows, heads of their own width) count the weights a token
+    passes through (``active_flops_per_token``)."""
     m = scenario.model
+    if varied_layers(scenario) or m.q_width != m.hidden or m.mtp_layers:
+        return active_flops_per_token(scenario)
     n_matmul = m.layers * m.matmul_params_per_layer + m.vocab * m.hidden
     return 6.0 * n_matmul + 12.0 * m.layers * m.hidden * scenario.training.seq_len
+
+
+def active_flops_per_token(scenario: Scenario) -> float:
+    """6 x the matrix-multiply weights one token passes through, plus the attention scores, per token:
+
+    - per layer, the attention projections (MLA: its down and up projections too) and either the dense MLP or,
+      in a MoE layer, the router (E h), top_k routed experts and the shared experts;
+    - the output projection (V h), once for the model and once per MTP module, and each MTP module's
+      projection [2h -> h] and layer;
+    - the scores in the same non-causal convention as the dense formula's 12 L h s: 12 s (heads x head_dim) per
+      layer (MLA: 6 s heads (qk_nope + qk_rope + v_head_dim)); a sliding-window layer counts 2 x its causal
+      fraction of that (costs.causal_fraction: W - W^2/(2s) keys per query against s/2).
+
+    This is Megatron-Bridge's flop_utils.transformer_flops (v0.2.0-v0.4.2; /work/research/moe.md section 2.1) except
+    for three conventions: it halves the attention scores (causal), leaves out the router GEMM, and counts the
+    latent norms; docs/model.md section 8 gives the formula and the difference."""
+    m, s = scenario.model, scenario.training.seq_len
+    at = m.attention
+    per_layer_attn = m.attention_matmul_params
+    dense_mlp = m.mlp_matrices * m.hidden * m.ffn_hidden
+    if m.moe is not None:
+        moe = m.moe
+        moe_mlp = moe.experts * m.hidden + moe.top_k * m.mlp_matrices * m.hidden * moe.expert_ffn_hidden + \
+            moe.shared_experts * m.mlp_matrices * m.hidden * moe.shared_width
+    else:
+        moe_mlp = dense_mlp
+    n = m.dense_layer_count * (per_layer_attn + dense_mlp) + m.moe_layer_count * (per_layer_attn + moe_mlp)
+    n += m.vocab * m.hidden
+    n += m.mtp_layers * (2 * m.hidden * m.hidden + per_layer_attn + moe_mlp + m.vocab * m.hidden)
+    if at.kind == "mla":
+        score = 6.0 * s * m.heads * (at.qk_nope_head_dim + at.qk_rope_head_dim + at.v_head_dim)
+    else:
+        score = 12.0 * s * m.q_width
+    scores = 0.0
+    for i in range(m.layers + m.mtp_layers):
+        w = at.sliding_window if at.windowed(i) and i < m.layers else 0
+        fraction = 2.0 * (s * w - w * w / 2.0) / (s * s) if w and w < s else 1.0
+        scores += score * fraction
+    return 6.0 * n + scores
 
 
 def model_flops_per_step(scenario: Scenario) -> float:

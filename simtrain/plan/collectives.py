@@ -190,3 +190,65 @@ def phase_time_alone(phase: Phase, cluster: Cluster, scale: dict | None = None) 
     rate = min(cluster.bandwidth(link) * (scale.get(link, 1.0) if scale else 1.0) / count
                for link, count in phase.links)
     return phase.latency + phase.flow_bytes / rate
+
+
+@dataclass(frozen=True)
+class AllToAllShape:
+    """Where one all-to-all's flows go, independent of the message size.
+
+    Every member of a group of n sends 1/n of its ``S`` bytes to each other member, all pairs at once (NCCL's
+    all-to-all is n - 1 concurrent send/recv pairs per rank, nccl-tests doc/PERFORMANCE.md: busbw = algbw x
+    (n - 1)/n). A pair flow carries S/n; the load on a link is the number of pair flows crossing it, from every
+    group running the all-to-all at once. Alone on a uniform node with per-GPU bandwidth B (each GPU's port
+    carries its n - 1 outgoing flows) this is ``(n - 1)/n x S / B + latency``; across nodes each GPU's flows
+    to the other nodes share its own NIC ("Alltoall cannot aggregate the bandwidth of multiple NICs",
+    nccl-tests#267), ``(n - l)/n x S / B_nic`` with l members per node.
+    """
+
+    n: int
+    links: tuple[tuple[Link, int], ...]
+    latency: float                       # worst route latency between two members: the pairs run concurrently
+    crosses_network: bool
+
+    def phase(self, nbytes: float) -> Phase:
+        return Phase(flow_bytes=nbytes / self.n, latency=self.latency, links=self.links)
+
+
+def all_to_all_shape(groups: list[list[int]], cluster: Cluster, every: bool = False) -> AllToAllShape | None:
+    """The all-to-all run at once by every group in ``groups`` (same size); ``groups[0]`` is the representative
+    whose links set the pace (or, with ``every``, all groups' links). None for groups of one."""
+    n = len(groups[0])
+    if n <= 1:
+        return None
+    chosen = groups if every else groups[:1]
+    own: set[Link] = set()
+    latency = 0.0
+    counts: dict[Link, int] = defaultdict(int)
+    for g in chosen:
+        for a in g:
+            for b in g:
+                if a != b:
+                    route = cluster.route(a, b)
+                    own.update(route)
+                    latency = max(latency, cluster.route_latency(a, b))
+                    for link in route:
+                        counts[link] += 1
+    # the other groups' flows, where they can cross the chosen groups' links (symmetric template clusters: only
+    # flows with an end in the same scale-up domains, when every chosen link belongs to one domain)
+    nodes = cluster.local_domains(own)
+    node_of = cluster.domain_of
+    for g in groups:
+        if not every and g is groups[0] or every:
+            continue
+        if nodes is not None and not any(node_of(r) in nodes for r in g):
+            continue
+        for a in g:
+            for b in g:
+                if a == b or (nodes is not None and node_of(a) not in nodes and node_of(b) not in nodes):
+                    continue
+                for link in cluster.route(a, b, cache=False):
+                    if link in own:
+                        counts[link] += 1
+    crosses = any(cluster._link(link)[2] == "network" for link in own)
+    return AllToAllShape(n=n, links=tuple(sorted((link, counts[link]) for link in own)), latency=latency,
+                         crosses_network=crosses)

@@ -175,6 +175,13 @@ class LayerShape:
     flash: bool
     causal: bool = True
     dropout: bool = True   # False: p = 0, no dropout kernels (PyTorch returns the input unchanged)
+    q_width: int = 0       # heads x head width when it differs from hidden (Qwen3, GPT-OSS); 0: = hidden
+    window: int = 0        # sliding-window width of this layer's attention (GPT-OSS); 0: full causal
+    mla: tuple[int, int, int, int, int] | None = None   # (q_lora or 0, kv_lora, qk_nope, qk_rope, v) latent attention
+
+    @property
+    def q(self) -> int:
+        return self.q_width or self.hidden
 
 
 @dataclass(frozen=True)
@@ -192,12 +199,37 @@ def gemm_shapes(sh: LayerShape) -> list[tuple[float, float, float]]:
     """Forward GEMMs (M, N, K) of one layer on one TP rank (Megatron column/row split)."""
     t, T, h = sh.tp, sh.tokens, sh.hidden
     up = sh.ffn * (sh.mlp_matrices - 1)   # gate and up fused for swiglu
-    return [
-        (T, (h + 2 * sh.kv_width) / t, h),   # QKV, column parallel
-        (T, h, h / t),                       # attention output, row parallel
-        (T, up / t, h),                      # MLP up (+gate), column parallel
-        (T, h, sh.ffn / t),                  # MLP down, row parallel
-    ]
+    if sh.mla is not None:
+        shapes = mla_gemm_shapes(sh)
+    else:
+        shapes = [
+            (T, (sh.q + 2 * sh.kv_width) / t, h),   # QKV, column parallel
+            (T, h, sh.q / t),                       # attention output, row parallel
+        ]
+    if sh.ffn:                            # a MoE layer's experts are costed apart (plan.costs_moe)
+        shapes += [
+            (T, up / t, h),                      # MLP up (+gate), column parallel
+            (T, h, sh.ffn / t),                  # MLP down, row parallel
+        ]
+    return shapes
+
+
+def mla_gemm_shapes(sh: LayerShape) -> list[tuple[float, float, float]]:
+    """Forward GEMMs of DeepSeek's multi-head latent attention on one TP rank, in the non-absorbed form Megatron
+    trains (moe.md section 2.2): the down projections to the query and key/value latents are replicated on every TP
+    rank (Megatron-Core MLA's linear_q_down_proj / linear_kv_down_proj), the up projections are column-parallel over
+    the heads, the output row-parallel."""
+    t, T, h, a = sh.tp, sh.tokens, sh.hidden, sh.heads
+    q_lora, kv_lora, nope, rope, v = sh.mla
+    shapes = []
+    if q_lora:
+        shapes += [(T, q_lora, h), (T, a * (nope + rope) / t, q_lora)]   # q down, q up
+    else:
+        shapes += [(T, a * (nope + rope) / t, h)]
+    shapes += [(T, kv_lora + rope, h),                                   # kv down (+ the shared rope key)
+               (T, a * (nope + v) / t, kv_lora),                          # k (nope) and v up
+               (T, h, a * v / t)]                                         # output, row parallel
+    return shapes
 
 
 def op_sac_matmuls(sh: LayerShape) -> tuple[list[tuple[float, float, float]], list[tuple[float, float, float]]]:
@@ -223,7 +255,21 @@ def op_sac_matmuls(sh: LayerShape) -> tuple[list[tuple[float, float, float]], li
 def attention_flops(sh: LayerShape) -> float:
     """Forward FLOP of QK^T and AV on one TP rank: 4 b s^2 h / t (the attention terms behind Narayanan et al.
     2021, Eq. 3)."""
-    return 4.0 * sh.batch * sh.seq * sh.seq * sh.hidden / sh.tp
+    if sh.mla is not None:   # QK^T over nope + rope widths, AV over v: 2 b s^2 a (qk + v) / t
+        _q, _kv, nope, rope, v = sh.mla
+        return 2.0 * sh.batch * sh.seq * sh.seq * sh.heads * (nope + rope + v) / sh.tp
+    return 4.0 * sh.batch * sh.seq * sh.seq * sh.q / sh.tp
+
+
+def causal_fraction(sh: LayerShape) -> float:
+    """The fraction of the s x s score matrix a causal kernel computes: 1/2 with full attention; with a sliding
+    window W < s, each query attends to at most W keys: (s W - W^2/2) / s^2."""
+    if not sh.causal:
+        return 1.0
+    w = sh.window
+    if w and w < sh.seq:
+        return (sh.seq * w - w * w / 2.0) / (sh.seq * sh.seq)
+    return 0.5
 
 
 def layer_cost(sh: LayerShape, dev: Device, recompute: str) -> LayerCost:
@@ -244,13 +290,13 @@ def layer_cost(sh: LayerShape, dev: Device, recompute: str) -> LayerCost:
     if sh.flash:
         # FlashAttention skips fully masked blocks of a causal mask: about half the work executed;
         # its backward recomputes the scores: 2.5x the forward FLOP (Dao 2023, Sec. 3 / benchmarks)
-        executed = attn * (0.5 if sh.causal else 1.0)
+        executed = attn * causal_fraction(sh)
         fwd_attn = dev.attention_time(executed, sh.seq)
         bwd_attn = dev.attention_time(2.5 * executed, sh.seq)
     else:
         # scores as GEMMs (batched, per head) plus a memory-bound softmax over a*s^2*b elements
         heads_local = sh.heads / t
-        head_dim = h / sh.heads
+        head_dim = sh.q / sh.heads
         score_elems = heads_local * s * s * b
         fwd_attn = 2 * dev.gemm_time(b * heads_local * s, s, head_dim) + \
             (dev.memory_time(score_elems * dev.element_bytes * 3 + score_elems, kernels=3) if sh.dropout

@@ -14,6 +14,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from simtrain.plan.costs import DTYPE_BYTES, FP8_COPY_BYTES
+from simtrain.plan.memory_moe import (
+    dispatch_buffer_bytes,
+    expert_params_local,
+    experts_per_rank,
+    layer_indices,
+    moe_activation_bytes,
+    moe_dense_part_per_rank,
+    moe_shape,
+    mtp_dense_params_local,
+)
 from simtrain.spec.scenario import Scenario
 
 #: above this fraction of the GPU's memory a run is "at the edge of memory": `run` warns and `search` skips it
@@ -63,7 +73,7 @@ def fsdp1_sharded_state(state: StateBytes) -> StateBytes:
 def activation_bytes_per_layer(s: int, b: int, h: int, a: int, *, ffn: int | None = None, kv: int | None = None,
                                mlp: str = "gelu", t: int = 1, sequence_parallel: bool = False,
                                attention_scores: bool = True, recompute: str = "none",
-                               dropout: bool = True) -> float:
+                               dropout: bool = True, q: int | None = None) -> float:
     """Activation bytes one transformer layer keeps for the backward, for one micro-batch.
 
     Korthikanti et al. 2022, Sec. 4.1-4.2 (s: sequence, b: micro-batch, h: hidden, a: heads, t: TP):
@@ -78,9 +88,12 @@ def activation_bytes_per_layer(s: int, b: int, h: int, a: int, *, ffn: int | Non
       split by t: 2sbh Q + 4sb*kv K,V + 2sbh attention-output input + MLP (gelu 4sbf, swiglu 6sbf)
                   + 5as^2b scores (when kept)
     Without dropout (``dropout=False``: p = 0, PyTorch then launches no dropout kernel) the two 1-byte masks
-    (2sbh) go, and kept scores are 2as^2b (the softmax output alone).
+    (2sbh) go, and kept scores are 2as^2b (the softmax output alone). With heads of their own width (``q`` =
+    heads x head_dim != h) the query and the attention output's input are 2sbq each. A MoE layer passes ffn = 0
+    and adds its experts' activations (``moe_activation_bytes``).
     """
     ffn = 4 * h if ffn is None else ffn
+    qw = h if q is None else q
     kv = h if kv is None else kv
     if recompute == "full":
         return 2.0 * s * b * h / (t if sequence_parallel else 1)
@@ -89,7 +102,7 @@ def activation_bytes_per_layer(s: int, b: int, h: int, a: int, *, ffn: int | Non
                                       fused_attention=not attention_scores)
     replicated = (10.0 if dropout else 8.0) * s * b * h
     mlp_terms = (6.0 if mlp == "swiglu" else 4.0) * s * b * ffn
-    split = 2.0 * s * b * h + 4.0 * s * b * kv + 2.0 * s * b * h + mlp_terms
+    split = 2.0 * s * b * qw + 4.0 * s * b * kv + 2.0 * s * b * qw + mlp_terms
     if attention_scores and recompute == "none":
         split += (5.0 if dropout else 2.0) * a * s * s * b
     if sequence_parallel:
@@ -190,6 +203,7 @@ class StageMemory:
     activation_per_microbatch: float
     other_detail: dict = field(default_factory=dict)
     fp8_weights: float = 0.0   # bytes of FP8 weight copies inside ``params`` (fp8 training)
+    experts: dict = field(default_factory=dict)   # the routed experts' share of params/grads/optimizer (MoE only)
 
     @property
     def total(self) -> float:
@@ -263,8 +277,15 @@ def local_params(scenario: Scenario, pp_rank: int) -> tuple[int, int]:
     # column-parallel biases split by t, row-parallel ones (attention output, fc2) replicated
     biases = ((h + 2 * kv + f * (m.mlp_matrices - 1)) // t + 2 * h) if m.bias else 0
     per_layer = matrices + biases + 2 * m.norm_params
-    count = layers * per_layer
+    if m.moe is None:
+        count = layers * per_layer
+    else:
+        moe_layers = sum(1 for i in layer_indices(scenario, pp_rank) if m.is_moe_layer(i))
+        moe_layer = moe_dense_part_per_rank(m, t) + experts_per_rank(m, par.ep, par.etp or t)
+        count = (layers - moe_layers) * per_layer + moe_layers * moe_layer
     count += edge_params(m, t, par.pp, first=pp_rank == 0, last=pp_rank == par.pp - 1)
+    if m.mtp_layers and pp_rank == par.pp - 1:
+        count += mtp_dense_params_local(scenario, pp_rank) + m.mtp_layers * experts_per_rank(m, par.ep, par.etp or t)
     return count, layers
 
 
@@ -276,6 +297,14 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
     stored = fsdp1_sharded_state(state) if fsdp1 else state
     n, layers = local_params(scenario, pp_rank)
     dp = par.dp
+    n_exp = expert_params_local(scenario, pp_rank)
+    experts = {}
+    if n_exp:   # expert state is sharded over the expert data-parallel group, the rest over dp
+        edp = par.tp * dp // ((par.etp or par.tp) * par.ep)
+        n -= n_exp
+        experts = {"params": n_exp * stored.weights / (edp if par.zero >= 3 else 1),
+                   "grads": n_exp * stored.grads / (edp if par.zero >= 2 else 1),
+                   "optimizer": n_exp * stored.optimizer / (edp if par.zero >= 1 else 1)}
     weights = n * stored.weights / (dp if par.zero >= 3 else 1)
     fp8_copies = 0.0
     if tr.precision == "fp8":
@@ -286,17 +315,31 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
         weights += fp8_copies
     grads = n * stored.grads / (dp if par.zero >= 2 else 1)
     optim = n * stored.optimizer / (dp if par.zero >= 1 else 1)
+    if n_exp:
+        weights += experts["params"]
+        grads += experts["grads"]
+        optim += experts["optimizer"]
+        n += n_exp
 
     s, b, h, a, t = tr.seq_len, tr.micro_batch, m.hidden, m.heads, par.tp
     sp = par.sequence_parallel and t > 1
     scale = 2.0 if tr.precision == "fp32" else 1.0   # fp32 training: every term doubled (masks too, conservatively)
     per_layer = activation_bytes_per_layer(
-        s, b, h, a, ffn=m.ffn_hidden, kv=m.kv_width, mlp=m.mlp, t=t, sequence_parallel=sp,
+        s, b, h, a, ffn=m.ffn_hidden, mlp=m.mlp, t=t, sequence_parallel=sp, **_attention_widths(m),
         attention_scores=not tr.flash_attention, recompute=tr.recompute, dropout=tr.dropout) * scale
     fp8 = tr.precision == "fp8"
     if fp8 and tr.recompute in ("none", "selective"):
         per_layer -= fp8_activation_saving(s, b, h, m.ffn_hidden, t, sp, tr.fp8_recipe)
     per_mb = per_layer * layers
+    msh = moe_shape(scenario)
+    if msh is not None:
+        moe_layers = sum(1 for i in layer_indices(scenario, pp_rank) if m.is_moe_layer(i))
+        moe_layers += m.mtp_layers if pp_rank == par.pp - 1 else 0
+        attention_only = activation_bytes_per_layer(
+            s, b, h, a, ffn=0, mlp=m.mlp, t=t, sequence_parallel=sp, **_attention_widths(m),
+            attention_scores=not tr.flash_attention, recompute=tr.recompute, dropout=tr.dropout) * scale
+        moe_part = moe_activation_bytes(msh, 2, tr.recompute) * scale
+        per_mb += moe_layers * (attention_only + moe_part) - (layers - _dense_layers(scenario, pp_rank)) * per_layer
     if pp_rank == 0 and tr.dropout:
         per_mb += s * b * h / (t if sp else 1)   # embedding dropout mask (1 byte), Korthikanti Sec. 4.3
     if pp_rank == par.pp - 1:
@@ -313,7 +356,7 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
     recompute_peak = 0.0
     if tr.recompute in ("full", "selective_op"):
         recompute_peak = (activation_bytes_per_layer(
-            s, b, h, a, ffn=m.ffn_hidden, kv=m.kv_width, mlp=m.mlp, t=t, sequence_parallel=sp,
+            s, b, h, a, ffn=m.ffn_hidden, mlp=m.mlp, t=t, sequence_parallel=sp, **_attention_widths(m),
             attention_scores=not tr.flash_attention, dropout=tr.dropout) * scale
             - (per_layer if tr.recompute == "selective_op" else 0.0))
     loss_peak = 0.0
@@ -332,6 +375,8 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
         edge = edge_params(m, par.tp, par.pp, first=pp_rank == 0, last=pp_rank == par.pp - 1)
         detail["zero3_gather_buffers"] = (per_layer_params * (2 * state.weights + state.grads) if layers else 0.0) \
             + edge * state.weights
+    if msh is not None:   # the dispatcher's send and receive buffers while a MoE block runs
+        detail["dispatch_buffers"] = dispatch_buffer_bytes(msh, 2) * scale
     ov = hw.memory_overheads
     detail["cuda_context"] = ov.cuda_context
     detail["workspace"] = ov.workspace
@@ -340,8 +385,24 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
     detail["fragmentation"] = ov.fragmentation * tensors
     return StageMemory(pp=pp_rank, layers=layers, params_local=n, params=weights, grads=grads,
                        optimizer=optim, activations=activations, other=sum(detail.values()),
-                       inflight=inflight, activation_per_microbatch=per_mb, other_detail=detail,
+                       inflight=inflight, activation_per_microbatch=per_mb, other_detail=detail, experts=experts,
                        fp8_weights=fp8_copies)
+
+
+def _attention_widths(m) -> dict:
+    """The query width and K/V widths the activation formula needs when they differ from a Llama-style layer:
+    heads of their own width (q = heads x head_dim), or MLA's per-head keys (nope + rope) and values plus its
+    latents (kept for the up projections' weight gradients), folded into kv and q."""
+    at = m.attention
+    if at.kind == "mla":
+        qk = at.qk_nope_head_dim + at.qk_rope_head_dim
+        kv = (m.heads * (qk + at.v_head_dim) + at.kv_lora_rank + at.qk_rope_head_dim) // 2
+        return {"q": m.heads * qk + (at.q_lora_rank or 0) // 2, "kv": kv}
+    return {"kv": m.kv_width, "q": m.q_width} if m.q_width != m.hidden else {"kv": m.kv_width}
+
+
+def _dense_layers(scenario: Scenario, pp_rank: int) -> int:
+    return sum(1 for i in layer_indices(scenario, pp_rank) if not scenario.model.is_moe_layer(i))
 
 
 def memory_report(scenario: Scenario) -> MemoryReport:

@@ -26,8 +26,8 @@ from simtrain.spec.errors import InputError
 from simtrain.spec.units import is_number
 
 #: streams in display order (the engine's names)
-STREAMS = ("compute", "tp", "pp", "dp")
-STREAM_LABELS = {"compute": "compute", "tp": "TP comm", "pp": "PP send", "dp": "DP/ZeRO"}
+STREAMS = ("compute", "tp", "pp", "dp", "ep")
+STREAM_LABELS = {"compute": "compute", "tp": "TP comm", "pp": "PP send", "dp": "DP/ZeRO", "ep": "EP all-to-all"}
 
 
 class Rec(NamedTuple):

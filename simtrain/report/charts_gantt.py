@@ -47,6 +47,10 @@ KIND_STYLE = {
     "zero_all_gather": ("#79706E", "ZeRO all-gather (params)"),
     "zero3_all_gather": ("#D6A5C9", "ZeRO-3 all-gather"),
     "zero3_reduce_scatter": ("#8C6D8C", "ZeRO-3 reduce-scatter"),
+    "ep_comm": ("#EECA3B", "EP dispatch + combine"),
+    "edp_all_reduce": ("#B6992D", "expert-DP all-reduce"),
+    "edp_reduce_scatter": ("#D4B84A", "expert-DP reduce-scatter"),
+    "edp_all_gather": ("#8F7A24", "expert-DP all-gather (params)"),
 }
 OTHER_STYLE = ("#999999", None)
 BUBBLE_COLOR = "rgba(120,120,120,0.18)"
@@ -97,11 +101,12 @@ def gantt_rows(report: dict, max_bars: int = 5000) -> tuple[list[GanttRow], str]
             pieces = row.bars
             row.bars = merge_ops(pieces)
             row.overlay = [b for b in pieces if b.kind == "recompute"]
-            _close_with_tp(row.bars, by_lane[lane].get("tp", []), tol)
-            # idle = neither computing nor in a TP all-reduce: the engine runs TP collectives
-            # synchronously inside each layer, so they are part of the operation, not a bubble
+            inside = by_lane[lane].get("tp", []) + by_lane[lane].get("ep", [])
+            _close_with_tp(row.bars, inside, tol)
+            # idle = neither computing nor in a TP or EP collective: the engine runs them synchronously
+            # inside each layer, so they are part of the operation, not a bubble
             spans = [(b.start, b.end) for b in row.bars]
-            spans += [(r.start, r.end) for r in by_lane[lane].get("tp", [])]
+            spans += [(r.start, r.end) for r in inside]
             row.gaps = idle_gaps(spans, step, tol)
             row.idle_s = sum(b - a for a, b in row.gaps)
             row.label += f" · idle {row.idle_s * 1e3:.1f} ms"

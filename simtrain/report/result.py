@@ -60,6 +60,7 @@ class StageSummary:
     memory: dict[str, float]
     exposed_comm_s: dict[str, float] | None = None
     other_detail: dict[str, float] | None = None   # what "other" memory holds (the ledger's parts), when known
+    experts: dict[str, float] | None = None   # the routed experts' share of params/grads/optimizer (MoE models)
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,8 @@ def _stage_dict(s: StageSummary) -> dict[str, Any]:
     out.update({"peak_memory_bytes": round(s.peak_memory_bytes), "memory": {k: round(v) for k, v in s.memory.items()}})
     if s.other_detail is not None:
         out["other_detail"] = {k: round(v) for k, v in s.other_detail.items()}
+    if s.experts:
+        out["experts"] = {k: round(v) for k, v in s.experts.items()}
     return out
 
 

@@ -40,7 +40,7 @@ def memory_text(result: Result) -> str:
     lines = [f"{result.scenario}: {result.gpus} x {c.get('gpu')} ({c.get('hardware')}), model {c.get('model')} "
              f"({result.params_total / 1e9:.2f} B parameters), "
              f"{format_count(result.microbatches, 'micro-batch', 'micro-batches')} per step", ""]
-    lines += memory_table(result) + _other_parts(result) + [""] + verdict(result)
+    lines += memory_table(result) + _other_parts(result) + _expert_share(result) + [""] + verdict(result)
     lines += [f"warning: {w}" for w in result.warnings]
     return "\n".join(lines) + "\n"
 
@@ -87,6 +87,7 @@ def run_text(result: Result) -> str:
                      f"{format_time(st.bubble_s):>10} "
                      f"{format_bytes(st.peak_memory_bytes):>10} "
                      f"{_pct(st.peak_memory_bytes / result.capacity_bytes):>7}")
+    lines += _expert_share(result)
     place = c.get("placement", {})
     if place:
         lines += ["", "placement        " + _placement_line(place)]
@@ -120,7 +121,20 @@ def _placement_line(place: dict) -> str:
 
 
 _OTHER_NAMES = {"fragmentation": "allocator fragmentation", "cuda_context": "CUDA context", "workspace": "workspaces",
-                "comm_buffers": "NCCL buffers", "zero3_gather_buffers": "ZeRO-3 gathered layers"}
+                "comm_buffers": "NCCL buffers", "zero3_gather_buffers": "ZeRO-3 gathered layers",
+                "dispatch_buffers": "MoE dispatch buffers"}
+
+
+def _expert_share(result: Result) -> list[str]:
+    """The routed experts' share of the static state on the stage with the peak (mixture-of-experts models)."""
+    worst = max(result.stages, key=lambda s: s.peak_memory_bytes)
+    if not worst.experts:
+        return []
+    static = sum(worst.memory[k] for k in ("params", "grads", "optimizer"))
+    share = sum(worst.experts.values())
+    return [f"experts (stage {worst.pp}): params {format_bytes(worst.experts['params'])}, grads "
+            f"{format_bytes(worst.experts['grads'])}, optimizer {format_bytes(worst.experts['optimizer'])} "
+            f"({_pct(share / static if static else 0.0)} of params + grads + optimizer)"]
 
 
 def _other_parts(result: Result) -> list[str]:

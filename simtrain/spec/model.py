@@ -1,32 +1,96 @@
-"""Decoder-only transformer descriptions: presets, YAML files, HuggingFace configs.
+"""Decoder-only transformer descriptions: dense or mixture-of-experts, multi-head or latent attention.
 
 A :class:`ModelSpec` holds the dimensions; parameter counts follow from them
 exactly (no rounding), so a preset's count can be checked against the number
-its authors published.
+its authors published. Loading (presets, YAML files, HuggingFace configs) is in
+:mod:`simtrain.spec.model_load` and :mod:`simtrain.spec.model_hf`.
+
+Counting conventions (every matrix in x out; /work/research/moe.md section 1.2): a SwiGLU MLP is 3 h f, a GELU
+MLP 2 h f; each layer has two norms; the router is E h (+ E with a bias); multi-head latent attention (DeepSeek-V2/V3)
+counts its down and up projections and the two latent RMSNorms.
 """
 
 from __future__ import annotations
 
-import json
-import re
-from collections.abc import Iterator
-from functools import cached_property, lru_cache
-from importlib import resources
-from pathlib import Path
-from typing import Any, Literal
+from functools import cached_property
+from typing import Literal
 
-from pydantic import Field, PositiveInt, ValidationInfo, field_validator
+from pydantic import Field, NonNegativeInt, PositiveInt, ValidationInfo, field_validator, model_validator
 
-from simtrain.spec.errors import InputError, allowed, display_path, suggest
-from simtrain.spec.schema import Closed, validate
-from simtrain.spec.units import is_number
-from simtrain.spec.yamlio import (
-    LineDict,
-    load_yaml,
-    looks_like_path,
-    read_text,
-    reference_path,
-)
+from simtrain.spec.schema import Closed, FieldError
+
+
+class MoESpec(Closed):
+    """Routed experts replacing the MLP of every layer past ``dense_layers`` (Mixtral, Qwen3-MoE, DeepSeek, GPT-OSS)."""
+
+    experts: PositiveInt = Field(description="routed experts per MoE layer")
+    top_k: PositiveInt = Field(description="experts each token is routed to")
+    expert_ffn_hidden: PositiveInt = Field(description="inner width of one expert MLP")
+    shared_experts: NonNegativeInt = Field(0, description="always-active experts per MoE layer (DeepSeek: 1)")
+    shared_ffn_hidden: PositiveInt | None = Field(None, description="inner width of one shared expert; default "
+                                                                    "expert_ffn_hidden")
+    dense_layers: NonNegativeInt = Field(0, description="leading layers with a dense MLP of ffn_hidden "
+                                                        "(DeepSeek-V3: 3)")
+    capacity_factor: float | None = Field(None, description="null = dropless; a number = tokens per expert capped "
+                                                            "and padded at that factor times the mean")
+    imbalance: float = Field(1.0, ge=1.0, description="max over mean tokens per expert rank (1.0: force-balanced "
+                                                      "routing, as the published benchmarks run)")
+    router_bias: bool = Field(False, description="the router carries a bias of E values (DeepSeek-V3's "
+                                                 "e_score_correction_bias, GPT-OSS's gate bias)")
+
+    @field_validator("top_k")
+    @classmethod
+    def _top_k_within_experts(cls, top_k: int, info: ValidationInfo) -> int:
+        experts = info.data.get("experts")
+        if experts is not None and top_k > experts:
+            raise ValueError(f"{top_k} is more than experts={experts} (each token picks top_k distinct experts)")
+        return top_k
+
+    @field_validator("capacity_factor")
+    @classmethod
+    def _positive_capacity(cls, value: float | None) -> float | None:
+        if value is not None and value <= 0:
+            raise ValueError(f"{value:g} is not a capacity: give a number > 0 (tokens per expert capped at that "
+                             "factor times the mean) or null for dropless routing")
+        return value
+
+    @property
+    def shared_width(self) -> int:
+        return self.shared_ffn_hidden or self.expert_ffn_hidden
+
+
+class AttentionSpec(Closed):
+    """How a layer attends: multi-head (MHA/GQA/MQA through kv_heads) or DeepSeek's multi-head latent attention."""
+
+    kind: Literal["mha", "mla"] = Field("mha", description="mha = multi-head (grouped-query via kv_heads); mla = "
+                                                           "multi-head latent attention (DeepSeek-V2/V3)")
+    q_lora_rank: PositiveInt | None = Field(None, description="MLA: query latent width (null: no query compression)")
+    kv_lora_rank: PositiveInt | None = Field(None, description="MLA: key/value latent width (what the KV cache keeps)")
+    qk_nope_head_dim: PositiveInt | None = Field(None, description="MLA: per-head query/key width without RoPE")
+    qk_rope_head_dim: PositiveInt | None = Field(None, description="MLA: per-head RoPE width (the key part shared "
+                                                                   "by the heads)")
+    v_head_dim: PositiveInt | None = Field(None, description="MLA: per-head value width")
+    sliding_window: PositiveInt | None = Field(None, description="tokens a windowed layer attends to")
+    sliding_window_every: PositiveInt = Field(1, description="every n-th layer is windowed, from layer 0 "
+                                                             "(GPT-OSS: 2, the even layers)")
+    sinks: bool = Field(False, description="one learned attention-sink logit per head (GPT-OSS)")
+
+    @model_validator(mode="after")
+    def _mla_needs_its_widths(self) -> AttentionSpec:
+        if self.kind == "mla":
+            for key in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+                if getattr(self, key) is None:
+                    raise FieldError("is required with kind: mla (multi-head latent attention projects keys and "
+                                     "values through a latent of this width)" if key == "kv_lora_rank" else
+                                     "is required with kind: mla", key)
+        else:
+            for key in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+                if getattr(self, key) is not None:
+                    raise FieldError("describes multi-head latent attention: set kind: mla, or leave it out", key)
+        return self
+
+    def windowed(self, layer: int) -> bool:
+        return self.sliding_window is not None and layer % self.sliding_window_every == 0
 
 
 class ModelSpec(Closed):
@@ -37,30 +101,29 @@ class ModelSpec(Closed):
     hidden: PositiveInt = Field(description="model width d_model")
     heads: PositiveInt = Field(description="attention (query) heads")
     kv_heads: PositiveInt | None = Field(None, description="key/value heads (GQA); default = heads")
-    ffn_hidden: PositiveInt = Field(description="MLP inner width")
+    head_dim: PositiveInt | None = Field(None, description="width of one attention head; default hidden / heads "
+                                                           "(Qwen3, GPT-OSS: heads x head_dim differs from hidden)")
+    ffn_hidden: PositiveInt = Field(description="MLP inner width (of the dense layers in a mixture-of-experts model)")
     vocab: PositiveInt = Field(description="vocabulary size")
     mlp: Literal["gelu", "swiglu"] = Field("gelu", description="gelu: 2 matrices; swiglu: 3 (gate, up, down)")
     tied_embeddings: bool = Field(False, description="output layer shares the input embedding")
-    bias: bool = Field(False, description="linear layers carry biases (GPT-2/3 style)")
+    bias: bool = Field(False, description="linear layers carry biases (GPT-2/3 style; GPT-OSS's attention and experts)")
     norm: Literal["layernorm", "rmsnorm"] | None = Field(
         None, description="layernorm has weight+bias (2h), rmsnorm weight only (h); default rmsnorm for swiglu")
+    qk_norm: bool = Field(False, description="RMSNorm of head_dim on queries and keys (Qwen3)")
     position_embeddings: int = Field(0, ge=0, description="learned position table rows (GPT-3: 2048); 0 for RoPE/ALiBi")
     max_positions: PositiveInt | None = Field(
         None, description="longest sequence the model was built for (HF max_position_embeddings or n_positions); "
                           "informational: a longer training.seq_len warns")
     attention_window: PositiveInt | None = Field(
-        None, description="sliding-window attention width (HF sliding_window); informational: simtrain costs full "
-                          "causal attention, so a longer training.seq_len warns")
+        None, description="sliding-window attention width (HF sliding_window) on every layer; informational: "
+                          "simtrain costs full causal attention, so a longer training.seq_len warns")
+    attention: AttentionSpec = Field(AttentionSpec(), description="attention kind (mha, mla), sliding windows, sinks")
+    moe: MoESpec | None = Field(None, description="mixture of experts; null = dense")
+    mtp_layers: NonNegativeInt = Field(0, description="DeepSeek-V3 multi-token-prediction modules (one layer plus a "
+                                                      "projection each), run on the last pipeline stage")
 
-    # Field validators (not one model validator) so that an error names the field and its line.
-    @field_validator("heads")
-    @classmethod
-    def _heads_divide_hidden(cls, heads: int, info: ValidationInfo) -> int:
-        hidden = info.data.get("hidden")
-        if hidden is not None and hidden % heads:
-            raise ValueError(f"hidden={hidden} is not divisible by heads={heads} (head size = hidden / heads)")
-        return heads
-
+    # Field validators where one field is at fault, so that an error names the field and its line.
     @field_validator("kv_heads")
     @classmethod
     def _kv_heads_divide_heads(cls, kv_heads: int | None, info: ValidationInfo) -> int | None:
@@ -70,14 +133,29 @@ class ModelSpec(Closed):
                              "heads / kv_heads query heads)")
         return kv_heads
 
+    @model_validator(mode="after")
+    def _heads_fit(self) -> ModelSpec:
+        if self.head_dim is None and self.attention.kind == "mha" and self.hidden % self.heads:
+            raise FieldError(f"hidden={self.hidden} is not divisible by heads={self.heads} (head size = hidden / "
+                             "heads; give head_dim for heads of their own width)", "heads")
+        if self.moe is not None and self.moe.dense_layers >= self.layers:
+            raise FieldError(f"{self.moe.dense_layers} leaves no MoE layer among the model's {self.layers} "
+                             "(dense_layers counts the leading layers with a dense MLP)", "moe", "dense_layers")
+        return self
+
     # --- derived sizes -------------------------------------------------
     @property
     def num_kv_heads(self) -> int:
         return self.kv_heads or self.heads
 
     @property
-    def head_dim(self) -> int:
-        return self.hidden // self.heads
+    def head_size(self) -> int:
+        """Width of one query head: head_dim, or hidden / heads."""
+        return self.head_dim or self.hidden // self.heads
+
+    @property
+    def is_moe(self) -> bool:
+        return self.moe is not None
 
     @property
     def norm_kind(self) -> str:
@@ -88,27 +166,106 @@ class ModelSpec(Closed):
         return 3 if self.mlp == "swiglu" else 2
 
     @property
+    def q_width(self) -> int:
+        """Width of the query projection output (and the attention output's input): heads x head width."""
+        return self.heads * self.head_size
+
+    @property
     def kv_width(self) -> int:
         """Width of the K (or V) projection output: kv_heads x head_dim."""
-        return self.num_kv_heads * self.head_dim
+        return self.num_kv_heads * self.head_size
 
     @property
     def norm_params(self) -> int:
         return self.hidden * (2 if self.norm_kind == "layernorm" else 1)
 
     @property
+    def dense_layer_count(self) -> int:
+        """Layers with a dense MLP: all of a dense model, the leading ``moe.dense_layers`` of a MoE one."""
+        return self.layers if self.moe is None else self.moe.dense_layers
+
+    @property
+    def moe_layer_count(self) -> int:
+        return self.layers - self.dense_layer_count
+
+    def is_moe_layer(self, layer: int) -> bool:
+        return self.moe is not None and layer >= self.moe.dense_layers
+
+    # attention -----------------------------------------------------------
+    @property
+    def attention_matmul_params(self) -> int:
+        """Weights of one layer's attention matrix multiplies (MHA/GQA: QKV and output; MLA: down, up, output)."""
+        h, at = self.hidden, self.attention
+        if at.kind == "mla":
+            qk = at.qk_nope_head_dim + at.qk_rope_head_dim
+            q = (h * at.q_lora_rank + at.q_lora_rank * self.heads * qk) if at.q_lora_rank else h * self.heads * qk
+            kv = h * (at.kv_lora_rank + at.qk_rope_head_dim) + \
+                at.kv_lora_rank * self.heads * (at.qk_nope_head_dim + at.v_head_dim)
+            return q + kv + self.heads * at.v_head_dim * h
+        return h * (self.q_width + 2 * self.kv_width) + self.q_width * h
+
+    @property
+    def attention_other_params(self) -> int:
+        """Attention weights that do no matrix multiply: biases, QK-norms, MLA's latent norms, sinks."""
+        at = self.attention
+        n = (self.q_width + 2 * self.kv_width) + self.hidden if self.bias and at.kind == "mha" else 0
+        if self.qk_norm:
+            n += 2 * self.head_size
+        if at.kind == "mla":
+            n += (at.q_lora_rank or 0) + at.kv_lora_rank
+        if at.sinks:
+            n += self.heads
+        return n
+
+    # MLPs ----------------------------------------------------------------
+    def _mlp_params(self, width: int) -> int:
+        return self.mlp_matrices * self.hidden * width
+
+    def _mlp_bias(self, width: int) -> int:
+        return width * (self.mlp_matrices - 1) + self.hidden if self.bias else 0
+
+    @property
+    def expert_params(self) -> int:
+        """One routed expert: its matrices (and biases, GPT-OSS)."""
+        f = self.moe.expert_ffn_hidden
+        return self._mlp_params(f) + self._mlp_bias(f)
+
+    @property
+    def router_params(self) -> int:
+        moe = self.moe
+        return moe.experts * self.hidden + (moe.experts if moe.router_bias else 0)
+
+    @property
+    def shared_expert_params(self) -> int:
+        """All shared experts of one MoE layer (no biases in the families that have them: DeepSeek, Qwen2-MoE)."""
+        return self.moe.shared_experts * self._mlp_params(self.moe.shared_width)
+
+    @property
     def matmul_params_per_layer(self) -> int:
-        """Weights of one block's matrix multiplies: QKV, attention output, the MLP matrices."""
-        h, f, kv = self.hidden, self.ffn_hidden, self.kv_width
-        return h * (h + 2 * kv) + h * h + self.mlp_matrices * h * f
+        """Weights of one dense block's matrix multiplies: QKV, attention output, the MLP matrices."""
+        return self.attention_matmul_params + self._mlp_params(self.ffn_hidden)
 
     @cached_property
     def params_per_layer(self) -> int:
-        """Weights of one block: attention, MLP, two norms (and biases if any)."""
-        h, f, kv = self.hidden, self.ffn_hidden, self.kv_width
-        biases = (h + 2 * kv) + h + (f * (self.mlp_matrices - 1)) + h if self.bias else 0
-        return self.matmul_params_per_layer + 2 * self.norm_params + biases
+        """Weights of one dense block: attention, MLP, two norms (and biases if any)."""
+        return self.matmul_params_per_layer + 2 * self.norm_params + self.attention_other_params + \
+            self._mlp_bias(self.ffn_hidden)
 
+    @property
+    def moe_layer_params_dense_part(self) -> int:
+        """Weights of one MoE block outside the routed experts: attention, norms, router, shared experts."""
+        return self.attention_matmul_params + self.attention_other_params + 2 * self.norm_params + \
+            self.router_params + self.shared_expert_params
+
+    @property
+    def moe_layer_params(self) -> int:
+        return self.moe_layer_params_dense_part + self.moe.experts * self.expert_params
+
+    @property
+    def moe_layer_active_params(self) -> int:
+        return self.moe_layer_params_dense_part + self.moe.top_k * self.expert_params
+
+    # whole model ---------------------------------------------------------
     @property
     def embedding_params(self) -> int:
         return self.vocab * self.hidden + self.position_embeddings * self.hidden
@@ -119,270 +276,38 @@ class ModelSpec(Closed):
         return self.norm_params + (0 if self.tied_embeddings else self.vocab * self.hidden)
 
     @property
+    def mtp_module_params(self) -> int:
+        """One DeepSeek-V3 multi-token-prediction module without the embedding and head it shares with the main
+        model: two norms (enorm, hnorm), the projection of the concatenation [2h -> h], one layer of the kind
+        the main model ends with, its output norm (DeepSeek-V3 README_WEIGHTS.md; moe.md section 1.3)."""
+        h = self.hidden
+        last = self.moe_layer_params if self.moe is not None else self.params_per_layer
+        return 2 * self.norm_params + 2 * h * h + last + self.norm_params
+
+    @property
+    def params_main(self) -> int:
+        """Weights of the main model, without multi-token-prediction modules."""
+        body = self.dense_layer_count * self.params_per_layer
+        if self.moe is not None:
+            body += self.moe_layer_count * self.moe_layer_params
+        return body + self.embedding_params + self.output_params
+
+    @property
     def params_total(self) -> int:
-        return self.layers * self.params_per_layer + self.embedding_params + self.output_params
+        """Every weight trained: the main model plus its MTP modules."""
+        return self.params_main + self.mtp_layers * self.mtp_module_params
 
+    @property
+    def params_active(self) -> int:
+        """Weights one token passes through in the main model: all but the routed experts it is not sent to,
+        embedding table and output layer included (the Mixtral and Qwen3 cards' convention)."""
+        if self.moe is None:
+            return self.params_main
+        return self.params_main - self.moe_layer_count * (self.moe.experts - self.moe.top_k) * self.expert_params
 
-# --- loading -----------------------------------------------------------
-
-def preset_names() -> list[str]:
-    return list(_preset_names())
-
-
-@lru_cache(maxsize=1)
-def _preset_names() -> tuple[str, ...]:
-    return tuple(sorted(p.name[:-5] for p in resources.files("simtrain.presets").iterdir() if p.name.endswith(".yaml")))
-
-
-@lru_cache(maxsize=32)
-def _load_preset(name: str) -> ModelSpec:
-    """A bundled preset, parsed once (specs are immutable)."""
-    return _load_preset_uncached(name)
-
-
-def _load_preset_uncached(name: str) -> ModelSpec:
-    path = resources.files("simtrain.presets") / f"{name}.yaml"
-    data = load_yaml(str(path))
-    data.pop("source", None)
-    data.pop("params_published", None)
-    return validate(ModelSpec, {"name": name, **data}, file=str(path))
-
-
-_HF_KEYS = {
-    "num_hidden_layers": "layers", "n_layer": "layers", "num_layers": "layers",
-    "hidden_size": "hidden", "n_embd": "hidden", "d_model": "hidden",
-    "num_attention_heads": "heads", "n_head": "heads",
-    "num_key_value_heads": "kv_heads",
-    "intermediate_size": "ffn_hidden", "n_inner": "ffn_hidden", "ffn_hidden_size": "ffn_hidden",
-    "vocab_size": "vocab",
-    "tie_word_embeddings": "tied_embeddings",
-}
-
-
-def from_hf_config(config: dict[str, Any], *, file: str, name: str | None = None, text: str | None = None) -> ModelSpec:
-    """Map a HuggingFace ``config.json`` (Llama, Mistral, Qwen2, GPT-2 style) to a ModelSpec.
-
-    Errors name the config's own key (``num_attention_heads``) and, given the file ``text``, its line.
-    A config that describes a block simtrain does not build (experts, latent attention, a parallel
-    block, a head width of its own) is refused rather than read as the nearest dense model.
-    """
-    # multi_query last: in a Falcon config the parallel block is the news, not the missing mapping
-    for key, message in sorted(_unsupported(config), key=lambda problem: problem[0] == "multi_query"):
-        raise InputError(message, file=file, line=_json_line(text, key.rsplit(".", 1)[-1]), field=key)
-    out: dict[str, Any] = {"name": name or config.get("_name_or_path") or config.get("model_type", "hf-model")}
-    source: dict[str, str] = {}
-    for key, ours in _HF_KEYS.items():
-        if key in config and config[key] is not None and ours not in out:
-            value = config[key]
-            # transformers writes these as JSON numbers and booleans; text here is a hand edit gone wrong
-            wanted = "true or false" if ours == "tied_embeddings" else "a whole number"
-            if isinstance(value, str) or (ours == "tied_embeddings" and not isinstance(value, bool)):
-                raise InputError(f"{_json_value(value)} is not {wanted} (HuggingFace key for simtrain's '{ours}')",
-                                 file=file, line=_json_line(text, key), field=key)
-            out[ours] = value
-            source[ours] = key
-    act = str(config.get("hidden_act", config.get("activation_function", "gelu")))
-    gated = config.get("model_type") in {"llama", "mistral", "qwen2", "qwen3", "gemma", "mixtral"} or act == "silu"
-    out["mlp"] = "swiglu" if gated else "gelu"
-    if "ffn_hidden" not in out and "hidden" in out:
-        if gated:   # each config class has its own default width, tied to its own default hidden size
-            raise InputError(f"is required but missing: a gated ({act}) MLP has no standard width "
-                             "(LlamaConfig's default 11008 goes with its hidden_size 4096; "
-                             "4 x hidden_size is GPT-2's)",
-                             file=file, line=None, field="intermediate_size")
-        out["ffn_hidden"] = 4 * out["hidden"]          # GPT2Config: n_inner None means 4 x n_embd
-        source["ffn_hidden"] = source.get("hidden", "hidden_size")
-    if config.get("model_type") in {"gpt2"}:
-        out["bias"] = True
-        out["position_embeddings"] = config.get("n_positions", 0)
-        source["position_embeddings"] = "n_positions"
-    if config.get("attention_bias") or config.get("mlp_bias"):
-        out["bias"] = True
-    # a config.json without tie_word_embeddings means its class's default (transformers' PreTrainedConfig: True;
-    # LlamaConfig, MistralConfig, Qwen2Config...: False; GemmaConfig: True)
-    out.setdefault("tied_embeddings", _TIED_BY_DEFAULT.get(str(config.get("model_type")), True))
-    positions = config.get("max_position_embeddings", config.get("n_positions"))
-    if is_number(positions) and not isinstance(positions, bool) and positions > 0:
-        out["max_positions"] = int(positions)
-    window = config.get("sliding_window")
-    # Qwen2/Qwen3 configs window only with use_sliding_window (default False in Qwen2Config/Qwen3Config)
-    windowed = config.get("use_sliding_window", False) if config.get("model_type") in {"qwen2", "qwen3"} else True
-    if windowed and is_number(window) and not isinstance(window, bool) and window > 0:
-        out["attention_window"] = int(window)
-    try:
-        return validate(ModelSpec, out, file=file)
-    except InputError as err:
-        ours = (err.field or "").split(".")[0]
-        missing = err.message == "is required but missing"
-        hf_key = source.get(ours) or " or ".join(k for k, v in _HF_KEYS.items() if v == ours) or ours
-        message = f"{err.message} (HuggingFace key for simtrain's '{ours}')" if ours else err.message
-        raise InputError(message, file=file, line=None if missing else _json_line(text, source.get(ours)),
-                         field=hf_key if ours else None) from None
-
-
-#: tie_word_embeddings when a config.json leaves it out: its config class's default (transformers
-#: src/transformers/models/*/configuration_*.py; PreTrainedConfig's own default, True, for the others)
-_TIED_BY_DEFAULT = {"llama": False, "mistral": False, "mixtral": False, "qwen2": False, "qwen3": False,
-                    "phi3": False, "gemma": True, "gemma2": True, "gpt2": True}
-
-_DENSE = "it supports dense decoder-only transformers (Llama, Mistral, Qwen2, GPT-2 style)"
-_SEQUENTIAL = ("which simtrain does not model; it supports blocks that run attention, then the MLP (Llama, Mistral, "
-               "Qwen2, GPT-2 style)")
-
-#: keys that count experts or the experts each token is routed to: Mixtral's num_local_experts,
-#: Qwen2-MoE's num_experts, DeepSeek's n_routed_experts / n_shared_experts, everyone's
-#: num_experts_per_tok, DBRX's ffn_config.moe_num_experts / moe_top_k, ERNIE's moe_k
-_EXPERT_COUNT = re.compile(r"(?:num|n)_\w*experts(?:_per_tok(?:en)?)?|experts_per_tok(?:en)?"
-                           r"|moe_(?:\w*experts|top_k|k)")
-
-#: DeepSeek-V2/V3 multi-head latent attention: keys and values (and queries) through low-rank latents
-_MLA_KEYS = ("kv_lora_rank", "q_lora_rank")
-
-#: block layouts other than attention-then-MLP, each true when the block differs
-_BLOCK_KEYS = {
-    "parallel_attn": f"means attention and the MLP side by side in one block (Falcon's parallel block), {_SEQUENTIAL}",
-    "use_parallel_residual": f"means attention and the MLP side by side in one block (GPT-NeoX's parallel residual), "
-                             f"{_SEQUENTIAL}",
-    "new_decoder_architecture": f"means Falcon's new decoder (parallel attention and MLP with their own norms, grouped "
-                                f"KV heads in num_kv_heads), {_SEQUENTIAL}",
-    # Falcon and GPT-BigCode carry multi-query attention; mapping it to kv_heads=1 alone would still
-    # miss what else those families default to (biases from 'bias', tied embeddings, Falcon's
-    # parallel block, GPT-BigCode's learned position table), so the config is refused instead.
-    "multi_query": "means multi-query attention in a Falcon or GPT-BigCode config, whose biases, tied embeddings and "
-                   "position tables simtrain does not read; it supports Llama, Mistral, Qwen2 and GPT-2 style "
-                   "configs (multi-query attention there is num_key_value_heads: 1)",
-}
-
-
-def _json_value(value: Any) -> str:
-    """A config value as the JSON file spells it (true, null, 8), text quoted as elsewhere ('big')."""
-    return repr(value) if isinstance(value, str) else json.dumps(value)
-
-
-def _unsupported(config: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, str]]:
-    """(key, message) for each key, in file order, that describes a model simtrain does not build.
-
-    Nested sections are searched too (DBRX keeps its experts in ``ffn_config``).
-    """
-    for key, value in config.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, dict):
-            yield from _unsupported(value, f"{path}.")
-        elif _EXPERT_COUNT.fullmatch(key) and is_number(value) and value > 1:
-            yield path, (f"{_json_value(value)} makes this a mixture-of-experts model (more than one expert MLP per "
-                         f"layer), which simtrain does not model; {_DENSE}, one MLP per layer")
-        elif key in _MLA_KEYS and value is not None:
-            yield path, (f"{_json_value(value)} means DeepSeek multi-head latent attention (keys and values through "
-                         "a low-rank latent), which simtrain does not model; it supports multi-head, grouped-query "
-                         "and multi-query attention (num_key_value_heads)")
-        elif key in _BLOCK_KEYS and value is True:
-            yield path, f"true {_BLOCK_KEYS[key]}"
-        elif key == "head_dim" and not prefix and value is not None:
-            message = _head_dim_problem(config, value)
-            if message:
-                yield path, message
-
-
-def _head_dim_problem(config: dict[str, Any], head_dim: Any) -> str | None:
-    """Why a config's ``head_dim`` cannot be modelled: simtrain's heads are hidden / heads wide."""
-    if isinstance(head_dim, bool):
-        return f"{_json_value(head_dim)} is a boolean, not a whole number (the width of one attention head)"
-    if not is_number(head_dim):
-        return f"{_json_value(head_dim)} is not a whole number (the width of one attention head)"
-    hidden_key = next((k for k, v in _HF_KEYS.items() if v == "hidden" and config.get(k) is not None), None)
-    heads_key = next((k for k, v in _HF_KEYS.items() if v == "heads" and config.get(k) is not None), None)
-    if hidden_key is None or heads_key is None:
-        return None                      # the missing width or head count is reported by the schema
-    hidden, heads = config[hidden_key], config[heads_key]
-    if not (is_number(hidden) and is_number(heads) and heads > 0) or head_dim * heads == hidden:
-        return None
-    return (f"{head_dim} differs from {hidden_key} / {heads_key} = {hidden} / {heads} = {hidden / heads:g}, which "
-            "simtrain does not model; it assumes head_dim = hidden / heads (query, key, value and output projections "
-            "as wide as the model)")
-
-
-def _json_line(text: str | None, key: str | None) -> int | None:
-    """Line of the first ``"key":`` in a JSON text (config.json files are flat)."""
-    if not text or not key:
-        return None
-    m = re.search(rf'"{re.escape(key)}"\s*:', text)
-    return text.count("\n", 0, m.start()) + 1 if m else None
-
-
-class _DuplicateKey(Exception):
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object whose keys are unique: json.loads keeps the last of two, silently; YAML files refuse them."""
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _DuplicateKey(key)
-        out[key] = value
-    return out
-
-
-def _load_hf_json(path: Path) -> ModelSpec:
-    text, shown = read_text(path, "JSON file")
-    try:
-        config = json.loads(text, object_pairs_hook=_unique_keys)
-    except _DuplicateKey as dup:
-        line = [m.start() for m in re.finditer(rf'"{re.escape(dup.key)}"\s*:', text)]
-        raise InputError(f"key '{dup.key}' appears twice in the same object", file=shown,
-                         line=text.count("\n", 0, line[1]) + 1 if len(line) > 1 else None, field=dup.key) from None
-    except json.JSONDecodeError as err:
-        raise InputError(f"JSON syntax error, column {err.colno}: {err.msg}", file=shown, line=err.lineno) from None
-    except (ValueError, RecursionError) as err:
-        raise InputError(f"cannot read this JSON: {str(err).split(';')[0]}", file=shown) from None
-    if not isinstance(config, dict):
-        raise InputError("a config.json must hold a JSON object ({...})", file=shown, line=1)
-    name = path.parent.name if path.name == "config.json" else path.stem
-    return from_hf_config(config, file=shown, name=name, text=text)
-
-
-_MODEL_SUFFIXES = (".yaml", ".yml", ".json")
-
-
-def load_model(ref: Any, *, base_dir: Path, file: str | None, field: str = "model", root: Any = None) -> ModelSpec:
-    """Resolve the scenario's ``model:`` value: preset name, file path, or inline mapping.
-
-    A path is the user's own, resolved against ``base_dir`` (the scenario's folder); it must be an
-    existing ``.yaml``/``.yml`` model file or a HuggingFace ``.json`` config. Errors inside the file
-    name that file and its line.
-    """
-    if isinstance(ref, dict):
-        return validate(ModelSpec, ref, file=file, prefix=field, root=root)
-    if not isinstance(ref, str) or not ref.strip():
-        shown = "a list" if isinstance(ref, list) else "an empty value (null)" if ref is None else repr(ref)
-        raise InputError(f"{shown} is neither a preset name, a file path nor a mapping", file=file, field=field)
-    if ref in preset_names():
-        return _load_preset(ref)
-    if not looks_like_path(ref, base_dir=base_dir, suffixes=_MODEL_SUFFIXES):
-        raise InputError(f"unknown model preset '{ref}'{suggest(ref, preset_names())} ({allowed(preset_names())}; "
-                         "or a path to a model YAML or HuggingFace config.json)", file=file, field=field)
-    try:
-        path = reference_path(ref, base_dir=base_dir, what="model", suffixes=_MODEL_SUFFIXES)
-    except InputError as err:
-        raise err.located(file=file, field=field) from None
-    if path.suffix.lower() == ".json":
-        return _load_hf_json(path)
-    data = load_yaml(path)
-    shown = display_path(path)
-    if not isinstance(data, dict):
-        raise InputError("a model file must hold a mapping of model dimensions (layers, hidden, heads, ...)",
-                         file=shown, line=getattr(data, "line", 1))
-    data = _without_notes(data)
-    data.setdefault("name", path.stem)
-    return validate(ModelSpec, data, file=shown)
-
-
-def _without_notes(data: LineDict) -> LineDict:
-    """A copy without the documentation keys a model file may carry (``source``, ``params_published``);
-    it keeps the key lines, so errors still point at the file's lines."""
-    out = LineDict((k, v) for k, v in data.items() if k not in ("source", "params_published"))
-    out.key_lines = dict(data.key_lines)
-    out.line = data.line
-    return out
+    @property
+    def expert_params_total(self) -> int:
+        """Routed-expert weights of the whole model (MTP modules included)."""
+        if self.moe is None:
+            return 0
+        return (self.moe_layer_count + self.mtp_layers) * self.moe.experts * self.expert_params

@@ -7,6 +7,11 @@ consecutive GPUs and stay inside a node whenever TP divides the node size
 order fills a scale-up domain (an NVL72 rack of 18 four-GPU trays) before the
 next one: TP, then DP, then PP groups stay on NVLink as long as they fit in
 the domain, and only what does not fit crosses the scale-out network.
+
+Expert parallelism folds onto the same GPUs as Megatron-Core does (parallel_state.initialize_model_parallel,
+its expert RankGenerator, order tp-ep-dp-pp): within a pipeline stage, local index ``j = tp + TP x dp`` is expert
+TP rank ``j % ETP``, EP rank ``(j // ETP) % EP`` and expert-DP rank ``j // (ETP x EP)``. An EP group therefore spans
+ETP x EP consecutive GPUs and stays inside a node (the NVLink domain) whenever that block fits in one.
 """
 
 from __future__ import annotations
@@ -29,6 +34,41 @@ class Placement:
     pp: int
     gpus_per_node: int
     domain_gpus: int = 0      # GPUs of one scale-up domain; 0 = one node
+    ep: int = 1
+    etp: int = 0          # 0: = tp
+
+    @property
+    def expert_tp(self) -> int:
+        return self.etp or self.tp
+
+    @property
+    def edp(self) -> int:
+        """Expert data-parallel size: the replicas of each expert within a stage (tp x dp / (etp x ep))."""
+        return self.tp * self.dp // (self.expert_tp * self.ep)
+
+    def _local(self, j: int, pp: int) -> int:
+        return j + self.tp * self.dp * pp
+
+    def ep_group(self, etp: int, edp: int, pp: int) -> list[int]:
+        """The EP ranks holding the experts of one expert-TP shard and expert-DP replica."""
+        t = self.expert_tp
+        return [self._local(etp + t * (e + self.ep * edp), pp) for e in range(self.ep)]
+
+    def ep_groups(self, pp: int) -> list[list[int]]:
+        return [self.ep_group(x, d, pp) for d in range(self.edp) for x in range(self.expert_tp)]
+
+    def expert_block(self, edp: int, pp: int) -> list[int]:
+        """The expert tp x ep group (the all-gather dispatcher's group): ETP x EP consecutive GPUs."""
+        n = self.expert_tp * self.ep
+        return [self._local(edp * n + j, pp) for j in range(n)]
+
+    def edp_group(self, etp: int, ep: int, pp: int) -> list[int]:
+        """The ranks holding the same expert shard: expert gradients are reduced over them."""
+        t = self.expert_tp
+        return [self._local(etp + t * (ep + self.ep * d), pp) for d in range(self.edp)]
+
+    def edp_groups(self, pp: int) -> list[list[int]]:
+        return [self.edp_group(x, e, pp) for e in range(self.ep) for x in range(self.expert_tp)]
 
     def rank(self, dp: int, tp: int, pp: int) -> int:
         return tp + self.tp * (dp + self.dp * pp)
@@ -59,11 +99,14 @@ class Placement:
 
     def crosses_nodes(self, where=None) -> dict[str, bool]:
         """For each group kind: does any group of that kind span more than one node (or ``where``'s unit)?"""
-        return {
+        out = {
             "tp": any(self._spans(self.tp_group(d, p), where) for d in range(self.dp) for p in range(self.pp)),
             "dp": any(self._spans(self.dp_group(t, p), where) for t in range(self.tp) for p in range(self.pp)),
             "pp": any(self._spans(self.pp_group(d, t), where) for d in range(self.dp) for t in range(self.tp)),
         }
+        if self.ep > 1:   # reported only where there are EP groups (dense reports keep their keys)
+            out["ep"] = any(self._spans(g, where) for p in range(self.pp) for g in self.ep_groups(p))
+        return out
 
     def crosses_domains(self) -> dict[str, bool]:
         """For each group kind: does any group of that kind leave its scale-up domain (use the network)?"""
@@ -81,4 +124,7 @@ class Placement:
 def placement_of(scenario) -> Placement:
     par = scenario.parallel
     cluster = scenario.cluster
+    if scenario.model.moe is not None:
+        return Placement(par.dp, par.tp, par.pp, cluster.gpus_per_node, cluster.domain_gpus, ep=par.ep,
+                         etp=par.etp or par.tp)
     return Placement(par.dp, par.tp, par.pp, cluster.gpus_per_node, cluster.domain_gpus)

@@ -18,7 +18,8 @@ import yaml
 
 from simtrain.spec.errors import InputError, display_path
 from simtrain.spec.hardware import HardwareSpec, load_hardware
-from simtrain.spec.model import ModelSpec, load_model
+from simtrain.spec.model import ModelSpec
+from simtrain.spec.model_load import load_model
 from simtrain.spec.scenario_rules import check_rules, setup_warnings
 from simtrain.spec.scenario_schema import (
     SCHEDULES,

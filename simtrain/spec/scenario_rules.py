@@ -43,6 +43,7 @@ def check_rules(s, raw: dict) -> list[str]:
              f"{s.simulation.max_gpus:,}: building the network graph and plan takes time and memory in "
              "proportion to the GPU count; raise simulation.max_gpus if you mean it", SimulationLimitError)
     _check_domain(s, raw, fail, gpus)
+    check_moe_rules(s, raw, fail)
     if m.heads % par.tp:
         fail("parallel.tp", f"{par.tp} does not divide heads={m.heads} (allowed: {_divisors(m.heads)})")
     if m.num_kv_heads % par.tp:
@@ -168,6 +169,48 @@ def check_rules(s, raw: dict) -> list[str]:
         warnings.append(f"parallel.backward_prefetch: {par.backward_prefetch} has no effect with zero {par.zero} and "
                         f"dp {par.dp} (it describes ZeRO-3's weight gathers)")
     return warnings
+
+
+def check_moe_rules(s, raw: dict, fail) -> None:
+    """Expert parallelism against the model and the layout (Megatron-Core's folding: etp x ep x edp = tp x dp within
+    a pipeline stage, parallel_state.initialize_model_parallel), and what MoE runs simtrain cannot simulate yet."""
+    par, tr, m = s.parallel, s.training, s.model
+    if m.moe is None:
+        if par.ep > 1:
+            fail("parallel.ep", f"{par.ep}: the model has no experts to split (model.moe is not set); use ep: 1")
+        if par.etp is not None and par.etp != par.tp:
+            fail("parallel.etp", f"{par.etp}: the model has no experts to split (model.moe is not set); leave it out")
+        return
+    experts = m.moe.experts
+    if experts % par.ep:
+        fail("parallel.ep", f"{par.ep} does not divide experts={experts} (allowed: {_divisors(experts)})")
+    etp = par.etp or par.tp
+    if (par.tp * par.dp) % (etp * par.ep):
+        key = "parallel.etp" if par.etp is not None else "parallel.ep"
+        fail(key, f"etp x ep = {etp} x {par.ep} = {etp * par.ep} does not divide tp x dp = {par.tp} x {par.dp} = "
+             f"{par.tp * par.dp}: the expert groups fold onto the GPUs of a pipeline stage (Megatron-Core: "
+             "etp x ep x edp = tp x cp x dp)")
+    if m.moe.expert_ffn_hidden % etp:
+        fail("parallel.etp" if par.etp is not None else "parallel.tp",
+             f"{etp} does not divide moe.expert_ffn_hidden={m.moe.expert_ffn_hidden} "
+             f"(allowed: {_divisors(m.moe.expert_ffn_hidden)})")
+    if par.moe_dispatcher in ("deepep", "hybridep"):
+        fabric = s.hardware.intra_node.fabric if s.hardware.intra_node is not None else "explicit"
+        if fabric != "nvswitch":
+            fail("parallel.moe_dispatcher", f"'{par.moe_dispatcher}' cannot run on {s.hardware.gpu.name} "
+                 f"({display_path(s.hardware_file)}: intra_node.fabric {fabric}): DeepEP's kernels move tokens over "
+                 "NVLink inside a node (deepseek-ai/DeepEP README) (allowed here: alltoall, allgather)")
+        fail("parallel.moe_dispatcher", f"'{par.moe_dispatcher}' is not simulated yet (allowed: alltoall, "
+             "allgather)")
+    if par.zero >= 3:
+        fail("parallel.zero", f"{par.zero}: ZeRO-3 of a mixture-of-experts model is not simulated yet (allowed: 0, 1, "
+             "2; expert state is sharded over the expert data-parallel group)")
+    if tr.recompute == "selective_op":
+        fail("training.recompute", "'selective_op' (torchtitan's op-level policy) is not simulated for "
+             "mixture-of-experts layers (allowed: none, selective, full)")
+    if par.zero_impl != "generic":
+        fail("parallel.zero_impl", f"'{par.zero_impl}' (PyTorch FSDP1) is not simulated for mixture-of-experts models "
+             "(allowed: generic)")
 
 
 def setup_warnings(s) -> list[str]:   # s: a simtrain.spec.scenario.Scenario

@@ -108,6 +108,15 @@ class Parallel(Closed):
         False, description="Transformer Engine userbuffers (Megatron-Core tp_comm_overlap): with sequence "
                            "parallelism the TP all-gathers and reduce-scatters run in chunks under the neighbouring "
                            "GEMMs; what stays exposed: docs/model.md")
+    ep: PositiveInt = Field(1, description="expert parallelism: each MoE layer's routed experts split over ep ranks, "
+                                           "folded onto the tp x dp GPUs of a stage as Megatron-Core does "
+                                           "(etp x ep x edp = tp x dp)")
+    etp: PositiveInt | None = Field(None, description="expert tensor parallelism: each expert's matrices split over "
+                                                      "etp ranks; default tp")
+    moe_dispatcher: Literal["alltoall", "allgather", "deepep", "hybridep"] = Field(
+        "alltoall", description="how tokens reach their experts: alltoall = Megatron-Core's all-to-all over the EP "
+                                "group; allgather = all-gather of every token over the expert tp x ep group, "
+                                "reduce-scatter back; deepep, hybridep = DeepEP's fused kernels")
     layers_per_stage: list[int] | None = Field(None, description="uneven split, one entry per (virtual) stage")
 
 

@@ -1,0 +1,128 @@
+"""Per-layer costs of models whose layers differ (mixture-of-experts, sliding-window layers, latent attention):
+each layer priced on its own, the chunk's MoE layers averaged into the per-layer figures the engine plays, its
+leading dense layers kept apart; and the EP all-to-all of one MoE layer on the cluster graph.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from simtrain.plan import costs
+from simtrain.plan.collectives import all_to_all_shape, collective_shape, phase_time_alone
+from simtrain.plan.costs_moe import MoEShape, allgather_bytes, dispatch_bytes, moe_cost
+from simtrain.plan.memory import layer_params_per_rank
+from simtrain.plan.memory_moe import experts_per_rank, layer_indices, moe_dense_part_per_rank, moe_shape
+from simtrain.spec.placement import Placement
+from simtrain.spec.scenario import Scenario
+
+
+@dataclass(frozen=True)
+class LayerFigures:
+    """One layer on one GPU, one micro-batch."""
+
+    forward: float
+    backward: float
+    recompute: float
+    ep_forward: float          # s, dispatch + combine all-to-alls
+    ep_backward: float
+    grad_bytes: float          # dense-part gradient bytes (reduced over DP)
+    expert_grad_bytes: float   # routed-expert gradient bytes (reduced over the expert data-parallel group)
+    hardware_flops: float      # per GPU, forward + backward + recompute
+
+
+def varied_layers(scenario: Scenario) -> bool:
+    """True when the layers of the model are not all alike (or their attention is not Llama-style)."""
+    m = scenario.model
+    return m.moe is not None or m.attention.kind == "mla" or m.attention.sliding_window is not None
+
+
+def ep_time(scenario: Scenario, placement: Placement, msh: MoEShape, pp_rank: int, element_bytes: int) -> float:
+    """Seconds of one MoE layer's dispatch and combine on one stage, every EP group of the stage running at once
+    (their flows share the links; other traffic of the step is not counted here, as for TP)."""
+    par = scenario.parallel
+    if par.ep == 1:
+        return 0.0
+    cluster = scenario.cluster
+    if par.moe_dispatcher == "allgather":
+        nbytes = allgather_bytes(msh, element_bytes)
+        total = 0.0
+        for kind in ("all_gather", "reduce_scatter"):
+            key = ("ep", kind, placement.dp, placement.tp, placement.pp, placement.ep, placement.expert_tp, pp_rank)
+            shapes = cluster.shapes.get(key)
+            if shapes is None:
+                groups = [placement.expert_block(d, pp_rank) for d in range(placement.edp)]
+                shapes = cluster.shapes[key] = collective_shape(kind, groups, cluster)
+            total += sum(phase_time_alone(sh.phase(nbytes), cluster) for sh in shapes)
+        return total
+    key = ("ep", "all_to_all", placement.dp, placement.tp, placement.pp, placement.ep, placement.expert_tp, pp_rank)
+    shape = cluster.shapes.get(key)
+    if shape is None:
+        shape = cluster.shapes[key] = all_to_all_shape(placement.ep_groups(pp_rank), cluster)
+    return 2.0 * phase_time_alone(shape.phase(dispatch_bytes(msh, element_bytes)), cluster)
+
+
+def layer_figures(scenario: Scenario, dev: costs.Device, placement: Placement, base: costs.LayerShape,
+                  pp_rank: int) -> list[LayerFigures | None]:
+    """Figures of every layer of the model (None for layers on other pipeline ranks)."""
+    m, tr = scenario.model, scenario.training
+    state_grads = dev.element_bytes if tr.grad_dtype == "auto" else costs.DTYPE_BYTES[tr.grad_dtype]
+    msh = moe_shape(scenario)
+    moe = moe_cost(msh, dev) if msh is not None else None
+    ep = ep_time(scenario, placement, msh, pp_rank, dev.element_bytes) if msh is not None else 0.0
+    cache: dict = {}
+    out: list[LayerFigures | None] = []
+    mine = set(layer_indices(scenario, pp_rank))
+    for i in range(m.layers):
+        if i not in mine:
+            out.append(None)
+            continue
+        key = (m.is_moe_layer(i), m.attention.windowed(i))
+        hit = cache.get(key)
+        if hit is None:
+            hit = cache[key] = _one_layer(scenario, dev, base, key[0], key[1], moe, ep, state_grads)
+        out.append(hit)
+    return out
+
+
+def _one_layer(scenario: Scenario, dev: costs.Device, base: costs.LayerShape, is_moe: bool, windowed: bool,
+               moe, ep: float, grad_bytes: float) -> LayerFigures:
+    m, tr, par = scenario.model, scenario.training, scenario.parallel
+    shape = replace(base, ffn=0 if is_moe else base.ffn, window=m.attention.sliding_window if windowed else 0)
+    lc = costs.layer_cost(shape, dev, tr.recompute)
+    if not is_moe:
+        return LayerFigures(forward=lc.forward, backward=lc.backward, recompute=lc.recompute, ep_forward=0.0,
+                            ep_backward=0.0, grad_bytes=layer_params_per_rank(m, par.tp) * grad_bytes,
+                            expert_grad_bytes=0.0, hardware_flops=lc.hardware_flops)
+    full = tr.recompute == "full"
+    recompute = lc.recompute + (moe.forward if full else 0.0)
+    return LayerFigures(
+        forward=lc.forward + moe.forward, backward=lc.backward + moe.backward, recompute=recompute,
+        ep_forward=ep, ep_backward=ep * (2.0 if full else 1.0),
+        grad_bytes=moe_dense_part_per_rank(m, par.tp) * grad_bytes,
+        expert_grad_bytes=experts_per_rank(m, par.ep, par.etp or par.tp) * grad_bytes,
+        hardware_flops=lc.hardware_flops + moe.hardware_flops + (moe.model_flops if full else 0.0))
+
+
+def chunk_fields(figures: list[LayerFigures | None], lo: int, n: int) -> dict:
+    """ChunkPlan fields for layers lo..lo+n-1: the leading dense layers of a MoE model apart, the others averaged
+    (their sum, which the engine plays, is exact)."""
+    layers = figures[lo:lo + n]
+    lead = 0
+    while lead < n and layers[lead].ep_forward == 0.0 and layers[lead].expert_grad_bytes == 0.0 and \
+            any(f.expert_grad_bytes for f in layers):
+        lead += 1
+    main = layers[lead:] or layers
+    k = len(main)
+
+    def avg(attr: str) -> float:
+        return sum(getattr(f, attr) for f in main) / k
+
+    out = {"fwd_layer": avg("forward"), "bwd_layer": avg("backward"), "recompute_layer": avg("recompute"),
+           "ep_fwd_layer": avg("ep_forward"), "ep_bwd_layer": avg("ep_backward"),
+           "grad_bytes_layer": avg("grad_bytes"), "expert_grad_bytes_layer": avg("expert_grad_bytes"),
+           "lead_layers": lead}
+    if lead:
+        first = layers[0]
+        out.update(lead_fwd=first.forward, lead_bwd=first.backward, lead_recompute=first.recompute,
+                   lead_grad_bytes=first.grad_bytes)
+    return out

@@ -1,0 +1,151 @@
+"""The mixture-of-experts block of one layer on one GPU, one micro-batch: router, permutation, expert grouped GEMMs,
+shared experts (the token all-to-alls are collectives: ``plan.collectives.all_to_all_shape``).
+
+The steps follow Megatron-Core's ``MoELayer`` with the ``alltoall`` dispatcher (megatron/core/transformer/moe/,
+core_v0.15.0; /work/research/moe.md section 3):
+
+- **Router**: a [T, h] x [h, E] GEMM, then top-k over the scores (memory-bound over T x E fp32 values).
+- **Permute**: each token copied once per chosen expert (``moe_permute``), T k rows of h read and written; after
+  the all-to-all the rows are sorted by local expert (``sort_chunks_by_idxs``) when a rank holds more than one.
+- **Experts**: TE's GroupedLinear issues one GEMM per local expert (transformer_engine/common/gemm/
+  cublaslt_gemm.cu, v2.8), so each expert's fc1 [M, h] x [h, (mlp-1) f / etp] and fc2 [M, f / etp] x [f / etp, h]
+  run at the hardware file's GEMM curve for that shape; M, the rows one local expert receives, is
+  T k etp ep / E (times ``moe.imbalance`` on the most loaded rank), or the padded capacity with a capacity factor.
+  Small M runs far below peak, as the curve says.
+- **Unpermute**: the mirror of the permutation, with the routing weights applied.
+- **Shared experts**: a dense MLP of shared_experts x shared width over all of the TP group's tokens, split over
+  TP like the dense MLP.
+
+T is the tokens one GPU routes: b s / tp (Megatron-Core runs MoE with sequence parallelism when tp > 1). The
+backward runs each GEMM twice (data and weight gradient) and moves twice the permutation bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from simtrain.plan.costs import Device
+
+#: bytes of one fp32 router score (Megatron-Core moe_router_dtype fp32, the DeepSeek and Qwen recipes' setting)
+ROUTER_SCORE_BYTES = 4
+
+
+@dataclass(frozen=True)
+class MoEShape:
+    """The MoE block of one layer as one GPU sees it."""
+
+    tokens: int            # b x s of the micro-batch (the TP group's tokens)
+    hidden: int
+    experts: int
+    top_k: int
+    expert_ffn: int
+    shared_ffn: int        # shared_experts x shared width (0: none)
+    mlp_matrices: int
+    tp: int
+    ep: int
+    etp: int
+    capacity_factor: float | None = None
+    imbalance: float = 1.0
+
+    @property
+    def routed_tokens(self) -> float:
+        """Tokens this GPU routes: its share of the TP group's (sequence parallel)."""
+        return self.tokens / self.tp
+
+    @property
+    def local_experts(self) -> int:
+        return self.experts // self.ep
+
+    @property
+    def capacity(self) -> int | None:
+        """Rows each expert takes from one source rank with a capacity factor (Megatron-Core get_capacity:
+        ceil(T k / E x factor))."""
+        if self.capacity_factor is None:
+            return None
+        return math.ceil(self.routed_tokens * self.top_k / self.experts * self.capacity_factor)
+
+    @property
+    def rows_sent(self) -> float:
+        """Rows one GPU sends to the experts: T k dropless, capacity x E padded."""
+        cap = self.capacity
+        return self.routed_tokens * self.top_k if cap is None else cap * self.experts
+
+    @property
+    def rows_per_expert(self) -> float:
+        """Rows one local expert computes on the most loaded rank (M of its GEMMs)."""
+        cap = self.capacity
+        if cap is not None:
+            return cap * self.ep * self.etp
+        return self.routed_tokens * self.top_k * self.etp * self.ep / self.experts * self.imbalance
+
+    @property
+    def rows_received(self) -> float:
+        return self.rows_per_expert * self.local_experts
+
+
+@dataclass(frozen=True)
+class MoECost:
+    """Seconds and FLOP of one MoE block (without its all-to-alls), one GPU, one micro-batch."""
+
+    forward: float
+    backward: float
+    model_flops: float       # forward FLOP of the routed tokens' experts, router and shared experts on this GPU
+    hardware_flops: float    # forward + backward FLOP executed, padding included
+
+
+def moe_cost(sh: MoEShape, dev: Device) -> MoECost:
+    e = dev.element_bytes
+    T, h, E = sh.routed_tokens, sh.hidden, sh.experts
+    up = (sh.mlp_matrices - 1) * sh.expert_ffn / sh.etp
+    down = sh.expert_ffn / sh.etp
+    m = sh.rows_per_expert
+    n_local = sh.local_experts
+    # router: scores GEMM, then top-k / softmax or sigmoid over the fp32 scores (read, write)
+    router_f = dev.gemm_time(T, E, h) + dev.memory_time(2 * T * E * ROUTER_SCORE_BYTES, kernels=2)
+    router_b = dev.gemm_time(T, h, E) + dev.gemm_time(h, E, T) + \
+        dev.memory_time(3 * T * E * ROUTER_SCORE_BYTES, kernels=2)
+    # permute before the all-to-all (read and write the rows sent), sort by local expert after it (the rows
+    # received, when a rank holds more than one expert); unpermute mirrors both
+    one_way = dev.memory_time(2 * sh.rows_sent * h * e, kernels=1)
+    if n_local > 1:
+        one_way += dev.memory_time(2 * sh.rows_received * h * e, kernels=1)
+    permute_f = permute_b = 2 * one_way
+    # expert GEMMs, one per local expert (TE GroupedLinear on Hopper)
+    shapes = [(m, up, h), (m, h, down)]
+    experts_f = n_local * sum(dev.gemm_time(a, b, c) for a, b, c in shapes)
+    experts_b = n_local * sum(dev.gemm_time(a, c, b) + dev.gemm_time(c, b, a) for a, b, c in shapes)
+    act_bytes = (3 if sh.mlp_matrices == 3 else 2) * m * n_local * down * e
+    act_f = dev.memory_time(act_bytes, kernels=1)
+    act_b = dev.memory_time(2 * act_bytes, kernels=1)
+    expert_flops = n_local * sum(2.0 * a * b * c for a, b, c in shapes)
+    # shared experts: a dense MLP over the TP group's tokens, split over tp
+    shared_f = shared_b = shared_flops = 0.0
+    if sh.shared_ffn:
+        s_up = (sh.mlp_matrices - 1) * sh.shared_ffn / sh.tp
+        s_shapes = [(sh.tokens, s_up, h), (sh.tokens, h, sh.shared_ffn / sh.tp)]
+        shared_f = sum(dev.gemm_time(a, b, c) for a, b, c in s_shapes) + \
+            dev.memory_time((3 if sh.mlp_matrices == 3 else 2) * sh.tokens * sh.shared_ffn / sh.tp * e, kernels=1)
+        shared_b = sum(dev.gemm_time(a, c, b) + dev.gemm_time(c, b, a) for a, b, c in s_shapes) + \
+            dev.memory_time(2 * (3 if sh.mlp_matrices == 3 else 2) * sh.tokens * sh.shared_ffn / sh.tp * e, kernels=1)
+        shared_flops = sum(2.0 * a * b * c for a, b, c in s_shapes)
+    router_flops = 2.0 * T * E * h
+    forward = router_f + permute_f + experts_f + act_f + shared_f
+    backward = router_b + permute_b + experts_b + act_b + shared_b
+    flops = expert_flops + shared_flops + router_flops
+    return MoECost(forward=forward, backward=backward, model_flops=flops, hardware_flops=3.0 * flops)
+
+
+def dispatch_bytes(sh: MoEShape, element_bytes: int) -> float:
+    """Bytes one GPU sends in one dispatch (and one combine) all-to-all on the most loaded rank: its routed rows
+    of h (T k h e dropless, capacity x E x h x e padded; MoEAlltoAllTokenDispatcher.token_dispatch), times the
+    imbalance (the most loaded rank receives that much more than the mean)."""
+    imbalance = sh.imbalance if sh.capacity is None else 1.0
+    return sh.rows_sent * sh.hidden * element_bytes * imbalance
+
+
+def allgather_bytes(sh: MoEShape, element_bytes: int) -> float:
+    """Bytes of the all-gather dispatcher's gathered tensor per GPU: every GPU of the expert tp x ep group
+    contributes its T tokens of h (MoEAllGatherTokenDispatcher: all-gather of hidden states over TP x EP);
+    the combine is a reduce-scatter of the same size."""
+    return sh.routed_tokens * sh.hidden * element_bytes * sh.etp * sh.ep
