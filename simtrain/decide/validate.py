@@ -235,3 +235,31 @@ def validate(path: str | Path | None = None, *, only: str | None = None, progres
         if progress:
             progress()
     return out
+
+
+def validate_frame(path: str | Path | None = None, *, only: str | None = None, progress: bool | None = None):
+    """:func:`validate` as a DataFrame with fixed dtypes (:mod:`simtrain.decide.tables`), one row per case:
+    id, source, gate, config, the measured and predicted step times, ``step_time_error`` (predicted / measured
+    - 1), simtrain's peak memory, the measured one where the source gives it, and why a case failed. A progress
+    bar (tqdm.auto) counts the cases."""
+    from simtrain.decide.tables import frame_of
+    from simtrain.decide.workers import progress_bar
+
+    cases, _ = load_cases(path)
+    total = sum(1 for c in cases if not only or only in str(c["id"]))
+    with progress_bar(total, progress, "validate", unit="case") as bar:
+        results = validate(path, only=only, progress=lambda: bar.update(1))
+    rows = []
+    for r in results:
+        peak = r.predicted.get("peak_memory_GB")
+        measured = r.measured.get("memory_GiB")
+        rows.append({"id": r.id, "source": r.source, "gate": r.gate, "config": r.config,
+                     "target_step_time_s": r.target_step_time_s, "predicted_step_time_s": r.predicted_step_time_s,
+                     "step_time_error": r.error, "predicted_peak_memory_bytes": None if peak is None else peak * 1e9,
+                     "measured_memory_bytes": None if measured is None else measured * 2**30, "failure": r.failure})
+    frame = frame_of(rows, ["id", "source", "gate", "config", "target_step_time_s", "predicted_step_time_s",
+                            "step_time_error", "predicted_peak_memory_bytes", "measured_memory_bytes", "failure"])
+    gated = [r for r in results if r.gate]
+    frame.attrs["summary"] = {k: (s.to_dict() if s else None)
+                              for k, s in (("gated", summarize(gated)), ("all", summarize(results)))}
+    return frame

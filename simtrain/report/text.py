@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from simtrain.report.result import Result
+from typing import Any
+
 from simtrain.spec.units import format_bytes, format_count, format_time
 
 
@@ -10,7 +11,7 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
-def memory_table(result: Result) -> list[str]:
+def memory_table(result: Any) -> list[str]:
     lines = [f"{'stage':>5} {'layers':>6} {'params':>10} {'grads':>10} {'optim':>10} {'activ':>10} {'other':>10}"
              f" {'peak':>10} {'of cap':>7}"]
     for st in result.stages:
@@ -22,7 +23,7 @@ def memory_table(result: Result) -> list[str]:
     return lines
 
 
-def verdict(result: Result) -> list[str]:
+def verdict(result: Any) -> list[str]:
     head = result.capacity_bytes - result.peak_memory_bytes_max
     if result.fits_in_memory:
         return [f"fits: peak {format_bytes(result.peak_memory_bytes_max)} of {format_bytes(result.capacity_bytes)}"
@@ -35,7 +36,7 @@ def verdict(result: Result) -> list[str]:
     return out
 
 
-def memory_text(result: Result) -> str:
+def memory_text(result: Any) -> str:
     c = result.config
     lines = [f"{result.scenario}: {result.gpus} x {c.get('gpu')} ({c.get('hardware')}), model {c.get('model')} "
              f"({result.params_total / 1e9:.2f} B parameters), "
@@ -45,7 +46,7 @@ def memory_text(result: Result) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_text(result: Result) -> str:
+def run_text(result: Any) -> str:
     c = result.config
     par = c.get("parallel", {})
     lines = [
@@ -87,7 +88,7 @@ _OTHER_NAMES = {"fragmentation": "allocator fragmentation", "cuda_context": "CUD
                 "comm_buffers": "NCCL buffers", "zero3_gather_buffers": "ZeRO-3 gathered layers"}
 
 
-def _other_parts(result: Result) -> list[str]:
+def _other_parts(result: Any) -> list[str]:
     """What 'other' holds on the stage with the peak, largest first (when the ledger's parts are known)."""
     worst = max(result.stages, key=lambda s: s.peak_memory_bytes)
     if not worst.other_detail:
