@@ -84,9 +84,10 @@ def test_a_result_reads_well_in_a_cell():
     import plotly.graph_objects as go
 
     from simtrain.report.text import memory_text, run_text
+    from simtrain.spec.units import format_time
 
     r = simtrain.simulate("pp4_dp4")
-    assert "\n" not in repr(r) and len(repr(r)) < 250 and "2.913 s" in repr(r)
+    assert "\n" not in repr(r) and len(repr(r)) < 250 and f"step {format_time(r.step_time_s)}" in repr(r)
     page = r._repr_html_()
     assert len(page) < 5000 and "step time" in page and "fits: peak" in page and page.count("<tr>") >= 4 + 6
     assert r.summary() == run_text(r)
@@ -268,3 +269,47 @@ def test_python_errors_name_arguments_and_the_cli_names_flags(small_case, capsys
         simtrain.search(small_case, gpus=3)
     code, _, err = run_cli(["search", str(REPO / "scenarios" / "pp4_dp4.yaml"), "--gpus", "12"], capsys)
     assert code == 2 and "--gpus 12 is not a whole number of 8-GPU nodes" in err
+
+
+# --- 10. defaults from the model family ---------------------------------------------------------------------
+
+def test_llama_presets_train_without_dropout_unless_the_scenario_says_so():
+    """A Llama preset brings dropout false (Meta's reference code has none) and the report says it assumed so;
+    an explicit training.dropout wins and nothing is assumed."""
+    sc = simtrain.load_scenario("pp4_dp4")
+    assert sc.model.dropout is False and sc.training.dropout is False
+    assert sc.assumed and "training.dropout: false" in sc.assumed[0]
+    result = simtrain.simulate(sc)
+    assert "assumed: training.dropout: false" in result.summary()
+    assert result.config["assumed"] == list(sc.assumed)
+    explicit = simtrain.load_scenario("pp4_dp4", {"training.dropout": True})
+    assert explicit.training.dropout is True and explicit.assumed == ()
+
+
+@pytest.mark.parametrize("config, expected", [
+    ({"model_type": "llama"}, False),                               # the family's default, no probability stated
+    ({"model_type": "mistral", "attention_dropout": 0.0}, False),
+    ({"model_type": "gpt2", "resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.1}, True),
+    ({"model_type": "qwen2", "attention_dropout": 0.1}, True),      # a stated probability wins over the family
+    ({"model_type": "falcon"}, None),                               # not known: training.dropout's own default
+])
+def test_hf_configs_bring_their_dropout(config, expected):
+    """A HuggingFace config's dropout: from its stated probabilities, else from its family (Llama, Mistral, Qwen,
+    DeepSeek: none), else unknown."""
+    from simtrain.spec.model import hf_dropout
+
+    assert hf_dropout(config) is expected
+
+
+def test_selective_recompute_with_flash_attention_is_flagged():
+    """With flash attention, selective recompute keeps the same activations as none (the scores it would drop are
+    never stored) and costs time: the ledger and the engine say so, and a warning names it."""
+    base = simtrain.load_scenario("pp4_dp4")
+    none = simtrain.simulate(base)
+    selective = simtrain.simulate(base.with_overrides({"training.recompute": "selective"}))
+    assert selective.peak_memory_bytes_max == none.peak_memory_bytes_max
+    assert selective.step_time_s > none.step_time_s
+    assert any("flash2 attention never stores" in w for w in selective.warnings)
+    assert not any("never stores" in w for w in none.warnings)
+    eager = simtrain.load_scenario("pp4_dp4", {"training.recompute": "selective", "training.flash_attention": False})
+    assert not any("never stores" in w for w in eager.warnings)

@@ -26,7 +26,7 @@ def _config(s: Scenario) -> dict:
             "gpus_per_node": s.gpus_per_node, "model": s.model.name, "training": s.training.model_dump(),
             "parallel": s.parallel.model_dump(),
             "placement": {f"{kind}_group_crosses_nodes": value for kind, value in crosses.items()},
-            "mfu_definition": MFU_DEFINITION}
+            "mfu_definition": MFU_DEFINITION, "assumed": list(s.assumed)}
 
 
 def _memory_with_activations(stage: StageMemory, act_peak: float | None, frag: float,

@@ -41,7 +41,7 @@ def memory_text(result: Any) -> str:
     lines = [f"{result.scenario}: {result.gpus} x {c.get('gpu')} ({c.get('hardware')}), model {c.get('model')} "
              f"({result.params_total / 1e9:.2f} B parameters), "
              f"{format_count(result.microbatches, 'micro-batch', 'micro-batches')} per step", ""]
-    lines += memory_table(result) + _other_parts(result) + [""] + verdict(result)
+    lines += memory_table(result) + _other_parts(result) + [""] + verdict(result) + _assumed(result)
     lines += [f"warning: {w}" for w in result.warnings]
     return "\n".join(lines) + "\n"
 
@@ -77,11 +77,16 @@ def run_text(result: Any) -> str:
     if place:
         lines += ["", "placement        " + ", ".join(
             f"{k.split('_')[0].upper()} groups {'cross nodes' if v else 'within a node'}" for k, v in place.items())]
-    lines += [""] + verdict(result)
+    lines += [""] + verdict(result) + _assumed(result)
     # the verdict above already says when it does not fit (the JSON keeps that warning too)
     lines += [f"warning: {w}" for w in result.warnings if not w.startswith("does not fit")]
     lines.append(f"({result.fidelity} simulation, {result.events:,} events)")
     return "\n".join(lines) + "\n"
+
+
+def _assumed(result: Any) -> list[str]:
+    """The settings the run took from the model family rather than from the scenario."""
+    return [f"assumed: {a}" for a in result.config.get("assumed", ())]
 
 
 _OTHER_NAMES = {"fragmentation": "allocator fragmentation", "cuda_context": "CUDA context", "workspace": "workspaces",

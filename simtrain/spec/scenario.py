@@ -51,6 +51,7 @@ class Scenario:
     gpus_per_node: int
     warnings: tuple[str, ...] = ()
     cost: ScenarioCost = field(default_factory=ScenarioCost)
+    assumed: tuple[str, ...] = ()   # settings taken from the model family, not from the scenario (reports state them)
 
     @property
     def price_per_gpu_hour(self) -> float | None:
@@ -218,16 +219,29 @@ def scenario_from_dict(raw: dict, *, file: str | None = None, base_dir: Path | N
                          "its devices)", file=file, line=line_of(raw, key), field=key)
     nodes = top.nodes or hardware.nodes
     gpn = top.gpus_per_node or hardware.gpus_per_node
+    training, assumed = _family_defaults(top.training, model, raw)
     parallel = top.parallel
     if auto_dp:
         parallel = parallel.model_copy(update={"dp": _auto_dp(parallel, nodes * gpn, raw, file)})
     scenario = Scenario(
         name=str(top.name or (Path(file).stem if file else "scenario")), file=file, raw=raw, base_dir=base_dir,
-        hardware=hardware, hardware_file=hw_file, model=model, training=top.training, parallel=parallel,
-        simulation=top.simulation, nodes=nodes, gpus_per_node=gpn, cost=top.cost)
+        hardware=hardware, hardware_file=hw_file, model=model, training=training, parallel=parallel,
+        simulation=top.simulation, nodes=nodes, gpus_per_node=gpn, cost=top.cost, assumed=assumed)
     warnings = check_rules(scenario, raw)
     object.__setattr__(scenario, "warnings", tuple(warnings))
     return scenario
+
+
+def _family_defaults(training: Training, model: ModelSpec, raw: dict) -> tuple[Training, tuple[str, ...]]:
+    """The training settings the model family brings (``dropout`` for now) where the scenario sets none; an explicit
+    scenario value wins. Returns the training settings and what was assumed, in words."""
+    given = raw.get("training") if isinstance(raw.get("training"), dict) else {}
+    if model.dropout is None or "dropout" in given or model.dropout == training.dropout:
+        return training, ()
+    word = "true" if model.dropout else "false"
+    return (training.model_copy(update={"dropout": model.dropout}),
+            (f"training.dropout: {word}, the default of model {model.name}'s family (set training.dropout to "
+             "change it)",))
 
 
 def _auto_dp(parallel: Parallel, gpus: int, raw: dict, file: str | None) -> int:
