@@ -32,7 +32,36 @@ from simtrain.spec.errors import InputError
 
 __all__ = ["gantt_figure", "memory_figure", "sweep_figure", "heatmap_figure", "trace_events", "figures_html",
            "write_figure", "write_outputs", "plot_saved", "plot_sweep", "plot_compare", "plot_search",
-           "plot_validate", "plot_gantt", "plot_memory", "compare_figure", "search_figure", "validate_figure"]
+           "plot_validate", "plot_gantt", "plot_memory", "compare_figure", "search_figure", "validate_figure",
+           "notebook_renderer"]
+
+#: notebook_renderer's modes -> plotly renderers. plotly_mimetype draws the figure live in JupyterLab and VS Code;
+#: notebook adds an HTML copy with plotly.js embedded once per notebook (about 4.8 MB), which nbconvert --to html
+#: and nbviewer keep and which opens offline; notebook_connected's HTML copy loads plotly.js from its CDN instead
+#: (a small notebook; the reader's browser needs the network); png adds a static image, the only form GitHub shows
+#: (it runs no JavaScript), which plotly makes with kaleido
+RENDERERS = {"embedded": "plotly_mimetype+notebook", "cdn": "plotly_mimetype+notebook_connected",
+             "static": "plotly_mimetype+notebook+png"}
+
+
+def notebook_renderer(mode: str = "embedded") -> str:
+    """Make the figures a notebook shows survive export: ``embedded`` (default) for ``jupyter nbconvert --to html``
+    and nbviewer, offline; ``cdn`` for the same with a small notebook; ``static`` also for GitHub (needs
+    ``pip install kaleido`` and the Chrome it drives). Sets ``plotly.io.renderers.default`` (this process only) and
+    returns it; nothing is shown or written."""
+    import plotly.io as pio
+
+    if mode not in RENDERERS:
+        raise InputError(f"mode={mode!r}: give one of {', '.join(RENDERERS)}", field="mode")
+    if mode == "static":
+        import importlib.util
+
+        if importlib.util.find_spec("kaleido") is None:
+            raise InputError("mode='static': plotly draws PNG images with kaleido, which is not installed (pip install "
+                             "kaleido, then kaleido.get_chrome()); 'embedded' renders everywhere but GitHub",
+                             field="mode")
+    pio.renderers.default = RENDERERS[mode]
+    return pio.renderers.default
 
 
 # --- one name per table: the Figure the CLI writes for it ------------------------------------------------
