@@ -313,3 +313,55 @@ def test_selective_recompute_with_flash_attention_is_flagged():
     assert not any("never stores" in w for w in none.warnings)
     eager = simtrain.load_scenario("pp4_dp4", {"training.recompute": "selective", "training.flash_attention": False})
     assert not any("never stores" in w for w in eager.warnings)
+
+
+# --- 4. progress, 9. charts that travel ----------------------------------------------------------------------
+
+def test_search_progress_counts_pruned_and_simulated_without_an_eta(small_case, capsys):
+    """Forced on, the search shows a screening bar, then one counting pruned and simulated layouts that gives no
+    remaining time (tqdm writes it as '<mm:ss'); off by default on a captured stderr."""
+    from simtrain.decide import search as search_module
+
+    search_module._SCREENED.clear()
+    simtrain.search(small_case, top=1, workers=1, progress=True)
+    err = capsys.readouterr().err
+    later = [line for line in err.replace("\r", "\n").splitlines() if line.startswith("bound and simulate")]
+    assert "screen" in err and later and any("pruned" in line for line in later)
+    assert not any("<" in line for line in later)
+    search_module._SCREENED.clear()
+    simtrain.search(small_case, top=1, workers=1)
+    assert capsys.readouterr().err == ""
+
+
+def test_notebook_renderer_sets_an_exportable_renderer():
+    """notebook_renderer() makes figures carry an HTML copy (plotly's notebook renderer); an unknown mode is
+    named."""
+    import plotly.io as pio
+
+    before = pio.renderers.default
+    try:
+        assert simtrain.charts.notebook_renderer() == "plotly_mimetype+notebook" == pio.renderers.default
+        assert simtrain.charts.notebook_renderer("cdn").endswith("notebook_connected")
+        with pytest.raises(InputError) as err:
+            simtrain.charts.notebook_renderer("svg")
+        assert err.value.field == "mode"
+    finally:
+        pio.renderers.default = before
+
+
+def test_cli_search_fix(tmp_path, capsys):
+    """`simtrain search --fix parallel.zero=1 --fix parallel.pp=1,2` ranks only such layouts; an unknown key is
+    exit 2 naming --fix."""
+    import yaml
+    from conftest import scenario_dict
+
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(scenario_dict(nodes=2, gpus_per_node=2, hardware=TWO_NODES, model=SMALL,
+                                                 training={"global_batch": 8}, parallel={"dp": 4})))
+    out = tmp_path / "all.csv"
+    code, stdout, _ = run_cli(["search", str(path), "--fix", "parallel.zero=1", "--fix", "parallel.pp=1,2",
+                               "--workers", "1", "--out", str(out)], capsys)
+    table = read_table(out)
+    assert code == 0 and set(table["zero"]) == {1} and set(table["pp"]) <= {1, 2}
+    code, _, err = run_cli(["search", str(path), "--fix", "parallel.zeros=1", "--workers", "1"], capsys)
+    assert code == 2 and "--fix 'parallel.zeros' is not a searched layout key" in err

@@ -15,10 +15,10 @@ _REPO_SCENARIOS = _PACKAGE.parent / "scenarios"
 
 
 def bundled_scenarios_dir() -> Path:
-    """Where the bundled scenarios live: the checkout, else the installed package."""
-    if _REPO_SCENARIOS.is_dir() and any(_REPO_SCENARIOS.glob("*.yaml")):
-        return _REPO_SCENARIOS
-    return _PACKAGE / "scenario_data"
+    """Where the bundled scenarios live: the installed package (a wheel), else the checkout (an editable install,
+    whose package has no scenario_data folder)."""
+    installed = _PACKAGE / "scenario_data"
+    return installed if installed.is_dir() else _REPO_SCENARIOS
 
 
 def scenario_names() -> list[str]:
