@@ -94,6 +94,8 @@ def check_fix(fix: dict[str, Any] | None) -> dict[str, list]:
             raise InputError(f"fix: {key!r} is not a searched layout key (allowed: "
                              f"{', '.join(LAYOUT_KEYS.values())})", field="fix")
         values = list(values) if isinstance(values, (list, tuple, set)) else [values]
+        # numpy scalars (a DataFrame's cells) compare as the Python values they hold
+        values = [v.item() if hasattr(v, "item") and not isinstance(v, (str, bytes)) else v for v in values]
         if not values:
             raise InputError(f"fix: {key!r} lists no value", field="fix")
         out[name] = values
@@ -228,7 +230,7 @@ def search(scenario: Scenario, *, gpus: int | None = None, top: int = 5, workers
     todo = [i for i, layout in enumerate(layouts) if json.dumps(layout, sort_keys=True) not in known]
     for i in set(range(len(layouts))) - set(todo):
         rows[i].update(known[json.dumps(layouts[i], sort_keys=True)])
-    with open_executor(workers, executor, len(todo) or 1) as ex:
+    with open_executor(workers, executor, len(layouts)) as ex:     # the simulations use it too, screened or not
         lanes = getattr(ex, "_max_workers", None) or workers or 1
         size = max(8, min(128, math.ceil(len(todo) / (4 * lanes))))
         chunks = [todo[i:i + size] for i in range(0, len(todo), size)]
