@@ -7,6 +7,7 @@ import sys
 import click
 
 from simtrain.cli.app import JSON_HELP, cli, emit
+from simtrain.spec.errors import InputError
 
 
 def _digits(x: float, limit: float) -> int:
@@ -43,7 +44,12 @@ def validate(cases: str | None, json_path: str | None, only: str | None, check: 
         from tqdm import tqdm
 
         bar = tqdm(desc="cases", unit="case", file=sys.stderr, leave=False)
-    results = v.validate(cases, only=only, progress=(bar.update if bar else None))
+    try:
+        results = v.validate(cases, only=only, progress=(bar.update if bar else None))
+    except InputError as err:     # the Python API names its argument (only=); here it is the option
+        if err.message.startswith("only="):
+            err.message = "--only " + err.message.removeprefix("only=")
+        raise
     if bar:
         bar.close()
     lines = [f"{'case':<40} {'gate':<4} {'measured':>10} {'predicted':>10} {'error':>8}  configuration"]
@@ -93,8 +99,6 @@ def validate(cases: str | None, json_path: str | None, only: str | None, check: 
           "targets": {"mean": v.TARGET_MEAN, "worst": v.TARGET_WORST, "met": met}})
     failed = [r for r in results if r.failure]
     if failed:   # a case simtrain refuses is bad input in the cases file: the report above, then exit 2
-        from simtrain.spec.errors import InputError
-
         raise InputError(f"{len(failed)} of {len(results)} cases could not be simulated (listed above); the first, "
                          f"{failed[0].id}: {failed[0].failure}")
     if check and not met:

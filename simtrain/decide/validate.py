@@ -214,7 +214,7 @@ def _no_case_matches(only: str, cases: list[dict]) -> str:
         groups[head] = groups.get(head, 0) + 1
     other_case = sum(only.casefold() in case_id.casefold() for case_id in ids)
     hint = f"; {other_case} ids contain it in another letter case" if other_case else ""
-    return (f"--only {only!r} matches no case (it keeps the cases whose id contains that text, case-sensitive{hint}); "
+    return (f"only={only!r} matches no case (it keeps the cases whose id contains that text, case-sensitive{hint}); "
             f"the {len(ids)} ids begin " + ", ".join(f"{head} ({n})" for head, n in sorted(groups.items()))
             + (f", e.g. {ids[0]}" if ids else ""))
 
