@@ -365,3 +365,14 @@ def test_cli_search_fix(tmp_path, capsys):
     assert code == 0 and set(table["zero"]) == {1} and set(table["pp"]) <= {1, 2}
     code, _, err = run_cli(["search", str(path), "--fix", "parallel.zeros=1", "--workers", "1"], capsys)
     assert code == 2 and "--fix 'parallel.zeros' is not a searched layout key" in err
+
+
+def test_compare_flags_a_tight_fit(pipe):
+    """compare warns when a scenario fits with less headroom than the ledger's measured error (7.8%): the same
+    rows with the capacity set to 1.05 x the peak (4.8% free) warn, the roomy original does not."""
+    from simtrain.decide.compare import compare, warnings_for
+
+    rows = compare([pipe], tokens="1B")
+    assert not any("ledger" in w for w in warnings_for(rows))
+    tight = [{**rows[0], "memory_capacity_bytes": rows[0]["peak_memory_bytes_max"] * 1.05}]
+    assert any("inside the memory ledger's measured error (7.8%)" in w for w in warnings_for(tight))

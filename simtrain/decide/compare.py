@@ -122,6 +122,12 @@ def warnings_for(rows: list[dict[str, Any]]) -> list[str]:
         if len(values) > 1:
             out.append(f"the scenarios train different {what} ({', '.join(values)}): not like for like")
     out += [f"{r['scenario']}: does not fit in memory" for r in rows if not r["fits_in_memory"]]
+    from simtrain.report.accuracy import LEDGER_ERROR
+
+    out += [f"{r['scenario']}: its peak is {fraction:.1%} of the GPU's memory, a headroom inside the memory ledger's "
+            f"measured error ({LEDGER_ERROR:.1%}): it may not fit"
+            for r in rows if r["fits_in_memory"]
+            and 1.0 - (fraction := r["peak_memory_bytes_max"] / r["memory_capacity_bytes"]) < LEDGER_ERROR]
     out += [f"{r['scenario']}: {w}" for r in rows for w in r.get("warnings", ()) if not w.startswith("does not fit")]
     return out
 
