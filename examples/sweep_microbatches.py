@@ -38,7 +38,7 @@ def main(argv: list[str]) -> None:
     sc = simtrain.load_scenario(SCENARIO)
     per_count = sc.training.micro_batch * sc.parallel.dp        # sequences per micro-batch count step
     table = sweep(sc, {"training.global_batch": [m * per_count for m in COUNTS]})
-    table.insert(0, "microbatches", table["training.global_batch"] // per_count)
+    table.insert(0, "microbatches", table["training_global_batch"] // per_count)
 
     p = sc.parallel.pp
     print(f"{sc.name}: pp={p}, dp={sc.parallel.dp}, micro_batch={sc.training.micro_batch}, {sc.parallel.schedule}")
@@ -51,10 +51,10 @@ def main(argv: list[str]) -> None:
     ok = table[table["error"].isna() & table["fits_in_memory"].astype(bool)]
     best = ok.loc[ok["tokens_per_s"].idxmax()]
     enough = ok[ok["tokens_per_s"] >= (1 - WITHIN) * best["tokens_per_s"]].iloc[0]
-    print(f"best throughput: {best['microbatches']} micro-batches (global batch {best['training.global_batch']}): "
+    print(f"best throughput: {best['microbatches']} micro-batches (global batch {best['training_global_batch']}): "
           f"{best['tokens_per_s']:,.0f} tokens/s, bubble {best['bubble_fraction']:.1%}")
     print(f"smallest count within {WITHIN:.0%} of it: {enough['microbatches']} micro-batches "
-          f"(global batch {enough['training.global_batch']}, {enough['tokens_per_s']:,.0f} tokens/s); "
+          f"(global batch {enough['training_global_batch']}, {enough['tokens_per_s']:,.0f} tokens/s); "
           "the global batch is also a training hyperparameter, so take the smallest that is fast enough")
 
     import plotly.graph_objects as go

@@ -26,9 +26,11 @@ def test_a_scenario_file_path_is_as_good_as_a_scenario():
     assert simtrain.memory_only(PP4).to_dict() == simtrain.memory_only(sc).to_dict()
 
 
-@pytest.mark.parametrize("call", ["simulate", "memory_only"])
-def test_anything_else_is_named_as_the_wrong_argument(call):
-    with pytest.raises(TypeError, match=f"simtrain.{call}: scenario must be a Scenario .* not list"):
+@pytest.mark.parametrize("call, name", [("simulate", "simulate"), ("memory", "memory"), ("memory_only", "memory"),
+                                        ("search", "search")])
+def test_anything_else_is_named_as_the_wrong_argument(call, name):
+    """A list where a scenario belongs is a TypeError naming the function and what it takes."""
+    with pytest.raises(TypeError, match=f"simtrain.{name}: scenario must be a Scenario .* not list"):
         getattr(simtrain, call)([PP4])
 
 
@@ -50,14 +52,21 @@ def test_full_fidelity_by_argument_plays_every_replica():
     assert full.step_time_s == pytest.approx(folded.step_time_s, rel=1e-9)   # symmetric replicas
 
 
-def test_submodules_are_reached_from_the_package():
-    """`simtrain.search.search(...)`, as docs/decide.md writes it, works after a plain `import simtrain`, and the
-    import itself does not load them (a fresh interpreter)."""
-    code = ("import sys, simtrain; before = 'simtrain.decide.search' in sys.modules; simtrain.search.search; "
-            "simtrain.compare.compare; simtrain.estimate.estimate; "
-            "print(before, 'simtrain.decide.search' in sys.modules)")
+def test_the_decision_tools_are_functions_and_load_on_first_use():
+    """simtrain.simulate, memory, sweep, search, compare and validate are functions (not modules: calling
+    `simtrain.search(sc)` raised "'module' object is not callable"), and `import simtrain` loads none of their
+    modules (a fresh interpreter); simtrain.estimate and simtrain.charts stay reachable as modules."""
+    import types
+
+    for name in ("simulate", "memory", "memory_only", "sweep", "search", "compare", "validate", "load_scenario",
+                 "scenarios", "hardware", "models"):
+        assert isinstance(getattr(simtrain, name), types.FunctionType), name
+    assert simtrain.memory_only is simtrain.memory
+    code = ("import sys, simtrain; before = 'simtrain.decide.search' in sys.modules; simtrain.estimate.estimate; "
+            "simtrain.charts.plot_sweep; print(before, 'simtrain.decide.search' in sys.modules, "
+            "'simtrain.decide.estimate' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.split() == ["False", "True"]
+    assert out.split() == ["False", "False", "True"]
     with pytest.raises(AttributeError, match="no attribute 'serch'"):
         simtrain.serch   # noqa: B018
 
@@ -65,7 +74,7 @@ def test_submodules_are_reached_from_the_package():
 def test_a_search_result_shows_a_summary_not_its_rows():
     """A notebook cell ending in `result` printed 1.5 MB of rows; the repr is one line naming the best layout."""
     sc = make_scenario(training={"global_batch": 8, "micro_batch": 1}, parallel={"dp": 1})
-    result = simtrain.decide.search.search(sc, top=1, workers=1, progress=False)
+    result = simtrain.search(sc, top=1, workers=1, progress=False)
     text = repr(result)
     assert text.startswith("<SearchResult: ") and "\n" not in text and len(text) < 300
     assert f"{len(result.rows)} layouts" in text and "best tp" in text
@@ -76,7 +85,7 @@ def test_a_search_result_shows_a_summary_not_its_rows():
                                            ({"max_memory": "0.9"}, "max_memory")])
 def test_search_names_a_wrong_argument(kwargs, field):
     with pytest.raises(InputError) as err:
-        simtrain.decide.search.search(make_scenario(), workers=1, progress=False, **kwargs)
+        simtrain.search(make_scenario(), workers=1, progress=False, **kwargs)
     assert err.value.field == field
 
 
@@ -92,12 +101,12 @@ def test_sweep_names_a_wrong_worker_count_and_an_unknown_grid_key():
 def test_compare_takes_the_cli_token_counts_and_refuses_nonsense():
     """tokens='300B' as on the command line; a negative budget gave a negative cost, an empty list a blank table."""
     sc = make_scenario()
-    assert simtrain.decide.compare.compare([sc], tokens="300B")[0]["tokens"] == 300e9
+    assert simtrain.compare([sc], tokens="300B")["tokens"].tolist() == [300e9]
     for tokens in (-1e12, 0):
         with pytest.raises(InputError, match="positive token count"):
-            simtrain.decide.compare.compare([sc], tokens=tokens)
+            simtrain.compare([sc], tokens=tokens)
     with pytest.raises(InputError, match="nothing to compare"):
-        simtrain.decide.compare.compare([])
+        simtrain.compare([])
 
 
 def test_the_report_keys_are_attributes_too():
@@ -122,5 +131,5 @@ def test_numpy_integers_count_as_whole_numbers():
     sc = make_scenario(training={"global_batch": 8, "micro_batch": 1})
     assert simtrain.simulate(sc, seed=np.int64(3)).step_time_s == simtrain.simulate(sc, seed=3).step_time_s
     assert len(simtrain.sweep(sc, {"training.micro_batch": [1]}, workers=np.int64(1))) == 1
-    result = simtrain.decide.search.search(sc, gpus=np.int64(1), top=np.int64(1), workers=1, progress=False)
+    result = simtrain.search(sc, gpus=np.int64(1), top=np.int64(1), workers=1, progress=False)
     assert result.gpus == 1 and len(result.top) == 1

@@ -107,7 +107,7 @@ def test_sweep_without_a_valid_point_exits_2_and_keeps_the_error_table(small, ca
     assert err.startswith("error: no point of the sweep is valid: all 2 failed, the first with \"ok.yaml:")
     assert err.endswith(f'{first}" (s.csv holds every point\'s error)\n')
     lines = (small.parent / "s.csv").read_text(encoding="utf-8").splitlines()
-    assert lines[0] == "training.micro_batch,step_time_s,tokens_per_s,mfu,bubble_fraction,peak_memory_bytes_max," \
+    assert lines[0] == "training_micro_batch,step_time_s,tokens_per_s,mfu,bubble_fraction,peak_memory_bytes_max," \
                        "fits_in_memory,error"
     assert [line.split(",", 1)[0] for line in lines[1:]] == ["3", "5"]
     assert all(line.endswith(f"= {v} x 1 = {v}") for line, v in zip(lines[1:], (3, 5)))

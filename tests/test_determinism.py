@@ -82,7 +82,9 @@ def test_sweep_workers_match_direct_runs():
     table = sweep_module.sweep(scenario, grid, workers=2, progress=False)
     assert len(table) == 4 and table["error"].isna().all()
     for row in table.to_dict("records"):
-        direct = simulate(scenario.with_overrides({key: row[key] for key in grid})).to_dict(timeline=False)
+        # a swept key's column is its dotted name with underscores (simtrain.decide.tables.column_name)
+        direct = simulate(scenario.with_overrides({key: row[key.replace(".", "_")] for key in grid})) \
+            .to_dict(timeline=False)
         for metric in ("step_time_s", "tokens_per_s", "mfu", "bubble_fraction", "peak_memory_bytes_max"):
             assert row[metric] == direct[metric], (row, metric)
 

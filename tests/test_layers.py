@@ -19,7 +19,7 @@ ALLOWED = {
     "cli": {"cli", "decide", "engine", "plan", "report", "spec"},
 }
 #: the top-level facade (simtrain/__init__.py) may import any layer; data packages hold no code
-DATA_PACKAGES = {"presets", "validation", "hardware_data"}
+DATA_PACKAGES = {"presets", "validation", "hardware_data", "scenario_data"}
 
 
 def module_name(path: Path) -> str:

@@ -16,8 +16,9 @@ def test_every_subpackage_is_listed_in_pyproject():
 
 
 def test_bundled_data_is_package_data():
-    """Hardware files, model presets and validation cases ship as package data."""
+    """Hardware files, model presets, validation cases and example scenarios ship as package data."""
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     assert config["package-dir"]["simtrain.hardware_data"] == "hardware"
-    for package in ("simtrain.presets", "simtrain.validation", "simtrain.hardware_data"):
+    assert config["package-dir"]["simtrain.scenario_data"] == "scenarios"
+    for package in ("simtrain.presets", "simtrain.validation", "simtrain.hardware_data", "simtrain.scenario_data"):
         assert "*.yaml" in config["package-data"][package]

@@ -43,11 +43,11 @@ def small_case(tmp_path):
 
 
 def test_search_agrees_with_brute_force(small_case):
-    """The top 3 by tokens/s equal those of simulating every layout that fits (memory model) within the default
-    95% of the GPU's memory."""
+    """The top 3 by tokens/s equal those of simulating every layout that fits (memory model) within 95% of the
+    GPU's memory."""
     from simtrain.engine.simulation import memory, simulate
 
-    result = search(small_case, top=3, workers=1, progress=False)
+    result = search(small_case, top=3, workers=1, progress=False, max_memory=0.95)
     scored = []
     for i, layout in enumerate(enumerate_layouts(small_case)):
         keys = {"parallel.tp": layout["tp"], "parallel.pp": layout["pp"], "parallel.dp": layout["dp"],
@@ -89,13 +89,14 @@ def test_reasons_name_the_largest_difference():
 
 
 def test_gpus_option_sets_the_node_count():
-    """--gpus N gives N / gpus_per_node nodes (or one smaller node); a partial node is an error."""
+    """gpus=N gives N / gpus_per_node nodes (or one smaller node); a partial node is an error named by the
+    argument."""
     sc = make_scenario(hardware=TWO_NODES, nodes=2, gpus_per_node=4, model=SMALL, parallel={"dp": 8},
                        training={"global_batch": 8})
     assert gpu_overrides(sc, 16) == {"nodes": 4}
     assert gpu_overrides(sc, 2) == {"nodes": 1, "gpus_per_node": 2}
     assert gpu_overrides(sc, None) == {}
-    with pytest.raises(InputError, match="--gpus 6 is not a whole number of 4-GPU nodes"):
+    with pytest.raises(InputError, match="gpus=6 is not a whole number of 4-GPU nodes"):
         gpu_overrides(sc, 6)
     result = search(sc, gpus=4, top=1, workers=1, progress=False)
     assert result.gpus == 4

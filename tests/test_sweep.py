@@ -30,8 +30,8 @@ def test_one_row_per_point_in_grid_order(pipe):
     """Rows are the cartesian product in the grid's key order (last key fastest), then the metric columns."""
     df = sweep(pipe, GRID, workers=1, progress=False)
     expected = [(s, g) for s in ["gpipe", "1f1b"] for g in [4, 8, 16]]
-    assert list(zip(df["parallel.schedule"], df["training.global_batch"])) == expected
-    assert list(df.columns) == ["parallel.schedule", "training.global_batch", "step_time_s", "tokens_per_s", "mfu",
+    assert list(zip(df["parallel_schedule"], df["training_global_batch"])) == expected
+    assert list(df.columns) == ["parallel_schedule", "training_global_batch", "step_time_s", "tokens_per_s", "mfu",
                                 "bubble_fraction", "peak_memory_bytes_max", "fits_in_memory", "error"]
     assert df["error"].isna().all()
 
@@ -41,7 +41,7 @@ def test_rows_match_direct_simulation(pipe):
     (9 significant digits, whole bytes)."""
     df = sweep(pipe, {"training.global_batch": [4, 16]}, workers=1, progress=False)
     for row in df.to_dict(orient="records"):
-        r = simulate(pipe.with_overrides({"training.global_batch": row["training.global_batch"]}))
+        r = simulate(pipe.with_overrides({"training.global_batch": row["training_global_batch"]}))
         assert row["step_time_s"] == float(f"{r.step_time_s:.9g}")
         assert row["tokens_per_s"] == float(f"{r.tokens_per_s:.9g}")
         assert row["peak_memory_bytes_max"] == round(r.peak_memory_bytes_max)
@@ -64,12 +64,12 @@ def test_invalid_points_never_abort_the_sweep(pipe):
     """An InputError becomes the row's located message; the other points still run."""
     df = sweep(pipe, {"parallel.pp": [2, 3], "training.global_batch": [4, 6]}, workers=1, progress=False)
     assert len(df) == 4
-    errors = dict(zip(zip(df["parallel.pp"], df["training.global_batch"]), df["error"]))
+    errors = dict(zip(zip(df["parallel_pp"], df["training_global_batch"]), df["error"]))
     assert pd.isna(errors[(2, 4)])
     assert "dp x tp x pp = 1 x 1 x 3 = 3 does not equal the 2 GPUs" in errors[(3, 4)]
     assert errors[(3, 4)].startswith("test.yaml")
-    assert pd.isna(df.loc[df["parallel.pp"] == 3, "step_time_s"]).all()
-    assert df.loc[(df["parallel.pp"] == 2) & (df["training.global_batch"] == 6), "step_time_s"].notna().all()
+    assert pd.isna(df.loc[df["parallel_pp"] == 3, "step_time_s"]).all()
+    assert df.loc[(df["parallel_pp"] == 2) & (df["training_global_batch"] == 6), "step_time_s"].notna().all()
 
 
 def test_unexpected_exceptions_become_errors(pipe, monkeypatch):
@@ -153,7 +153,7 @@ def test_file_round_trip(pipe, tmp_path, ext):
     direct = sweep(pipe, GRID, workers=1, progress=False)
     assert len(written) == 6
     assert written["step_time_s"].tolist() == direct["step_time_s"].tolist()
-    assert written["parallel.schedule"].tolist() == direct["parallel.schedule"].tolist()
+    assert written["parallel_schedule"].tolist() == direct["parallel_schedule"].tolist()
     assert not (tmp_path / f"out.{ext}.partial.jsonl").exists()
 
 
@@ -163,7 +163,7 @@ def test_parquet_writes_a_mixed_type_key_as_text(pipe, tmp_path):
     path = tmp_path / "out.parquet"
     written = sweep_to_file(pipe, {"training.flash_attention": [True, "flash2"]}, path, workers=1, progress=False)
     back = read_table(path)
-    assert back["training.flash_attention"].tolist() == ["True", "flash2"]
+    assert back["training_flash_attention"].tolist() == ["True", "flash2"]
     assert back["step_time_s"][0] == back["step_time_s"][1] == written["step_time_s"][0]
 
 
@@ -197,7 +197,7 @@ def test_resume_drops_a_half_written_last_line(pipe, tmp_path):
     path.write_text("".join(lines[:4]) + lines[4][:20])
     resumed = sweep_to_file(pipe, GRID, path, resume=True, workers=1, progress=False)
     assert len(resumed) == 6
-    assert [json.loads(line)["training.global_batch"] for line in path.read_text().splitlines()] == [4, 8, 16] * 2
+    assert [json.loads(line)["training_global_batch"] for line in path.read_text().splitlines()] == [4, 8, 16] * 2
 
 
 def test_resume_refuses_a_file_of_another_grid(pipe, tmp_path):

@@ -92,3 +92,12 @@ def plot(report: str, gantt_path: str | None, memory_path: str | None, trace_pat
     except ReportError as err:      # a damaged field found while drawing: name the report it is in
         raise err.located(file=str(Path(report))) from None
     click.echo("wrote " + " and ".join(path for path in (gantt_path, memory_path, trace_path) if path))
+
+
+@cli.command(name="list")
+def list_bundled() -> None:
+    """What ships with simtrain: scenarios (run one by name: `simtrain run pp4_dp4`), hardware and models."""
+    from simtrain.spec.bundled import hardware_names, model_names, scenario_names
+
+    for title, names in (("scenarios", scenario_names()), ("hardware", hardware_names()), ("models", model_names())):
+        click.echo(f"{title}: {', '.join(names)}")

@@ -22,16 +22,16 @@ _PROGRESS = click.option("--progress/--no-progress", default=None,
                          help="progress bar on stderr (default: only when stderr is a terminal)")
 
 
-def parse_grid(items: tuple[str, ...]) -> dict[str, list[Any]]:
+def parse_grid(items: tuple[str, ...], option: str = "--grid") -> dict[str, list[Any]]:
     """``('parallel.pp=2,4,8', 'training.recompute=none,full')`` -> {'parallel.pp': [2, 4, 8], ...}."""
     grid: dict[str, list[Any]] = {}
     for item in items:
         key, sep, text = item.partition("=")
         key = key.strip()
         if not sep or not key or not text.strip():
-            raise InputError(f"--grid '{item}' is not KEY=V1,V2,..., e.g. parallel.pp=2,4,8")
+            raise InputError(f"{option} '{item}' is not KEY=V1,V2,..., e.g. parallel.pp=2,4,8")
         if key in grid:
-            raise InputError(f"--grid gives '{key}' twice; list all its values once: {key}=V1,V2,...")
+            raise InputError(f"{option} gives '{key}' twice; list all its values once: {key}=V1,V2,...")
         values = []
         for part in text.split(","):
             part = part.strip()
@@ -105,13 +105,15 @@ def _sweep_summary(df, keys: list[str], resume: bool) -> str:
              + (f", {df.attrs['resumed_points']} already done" if resume else "")]
     if len(ok) < len(grid):
         lines.append(f"first error: {grid.loc[~grid.index.isin(ok.index), 'error'].iloc[0]}")
-    fits = ok[ok["fits_in_memory"].astype(str).isin(["True", "true", "1", "1.0"])]
+    fits = ok[ok["fits_in_memory"].fillna(False).astype(bool)]
     if len(ok) > len(fits):
         unfit = len(ok) - len(fits)
         lines[0] += f"; {unfit} of the valid points {'does' if unfit == 1 else 'do'} not fit in memory"
     if len(fits):
         best = fits.loc[fits["tokens_per_s"].idxmax()]
-        where = ", ".join(f"{k}={best[k]}" for k in keys)
+        from simtrain.decide.tables import column_name
+
+        where = ", ".join(f"{k}={best[column_name(k)]}" for k in keys)
         lines.append(f"best (fits in memory): {where}: {best['step_time_s']:.3f} s per step, "
                      f"{best['tokens_per_s']:,.0f} tokens/s, MFU {best['mfu']:.1%}, "
                      f"bubble {best['bubble_fraction']:.1%}")
@@ -182,17 +184,19 @@ def sweep(scenario: str, grids: tuple[str, ...], out: str, resume: bool, workers
 @click.option("--out", "out", type=OutPath(),
               help="every candidate with its status, estimate and metrics: .csv, .jsonl or .parquet (needs pyarrow: "
                    "simtrain[parquet])")
-@click.option("--max-memory", "max_memory", type=click.FloatRange(min=0.0, max=1.0, min_open=True), default=0.95,
-              show_default=True, help="rank only layouts whose peak memory stays within this fraction of the GPU's "
-                                      "(above 95%, `simtrain run` warns of allocator retries)")
+@click.option("--max-memory", "max_memory", type=click.FloatRange(min=0.0, max=1.0, min_open=True), default=None,
+              help="rank only layouts whose peak memory stays within this fraction of the GPU's (default 0.92: the "
+                   "memory ledger's measured error, 7.8%, kept free)")
+@click.option("--fix", "fixes", multiple=True, metavar="KEY=V1,V2,...",
+              help="search only these values of a layout key, e.g. parallel.zero=1 or parallel.tp=4,8; repeatable")
 @_WORKERS
 @_SET
 @_PROGRESS
-def search(scenario: str, gpus: int | None, top: int, out: str | None, max_memory: float, workers: int | None,
-           sets: tuple[str, ...], progress: bool | None) -> None:
+def search(scenario: str, gpus: int | None, top: int, out: str | None, max_memory: float | None,
+           fixes: tuple[str, ...], workers: int | None, sets: tuple[str, ...], progress: bool | None) -> None:
     """Find the fastest parallel layouts of SCENARIO's model, hardware and global batch."""
+    from simtrain.decide.search import DEFAULT_MAX_MEMORY, check_fix, search_text
     from simtrain.decide.search import search as run_search
-    from simtrain.decide.search import search_text
     from simtrain.decide.sweep_files import output_format, write_table
     from simtrain.decide.workers import WorkersFailed
     from simtrain.spec.scenario import setup_warnings
@@ -200,16 +204,34 @@ def search(scenario: str, gpus: int | None, top: int, out: str | None, max_memor
     distinct_outputs(out=out)
     if out:
         output_format(out)     # before the search: a missing Parquet engine must not cost a whole search
+    fix = {k: (v if len(v) > 1 else v[0]) for k, v in parse_grid(fixes, "--fix").items()}
+    try:
+        check_fix(fix)
+    except InputError as err:
+        raise InputError(err.message.replace("fix: ", "--fix ", 1)) from None
     overrides = parse_set(list(sets))
     sc = _load_base(scenario, overrides, lambda: _search_starts(scenario, overrides))
     try:
-        result = run_search(sc, gpus=gpus, top=top, workers=workers, progress=progress, max_memory=max_memory)
+        result = run_search(sc, gpus=gpus, top=top, workers=workers, progress=progress, fix=fix or None,
+                            max_memory=DEFAULT_MAX_MEMORY if max_memory is None else max_memory)
     except WorkersFailed:
         raise click.ClickException(f"{_WORKER_DIED}; run the search again (--workers 1 uses none)") from None
+    except InputError as err:
+        raise InputError(_cli_words(err.message), file=err.file, line=err.line) from None
     if out:
-        write_table(result.table(), out)
+        write_table(result.table, out)
     warned = "".join(f"warning: {w}\n" for w in setup_warnings(sc))
-    click.echo(search_text(result) + warned + (f"wrote {out}\n" if out else ""), nl=False)
+    click.echo(_cli_words(search_text(result)) + warned + (f"wrote {out}\n" if out else ""), nl=False)
+
+
+def _cli_words(text: str) -> str:
+    """The Python API's words for its arguments, as the command line's options."""
+    for python, flag in (("gpus=", "--gpus "), ("max_memory=", "--max-memory "), ("top=", "--top "),
+                         ("(max_memory)", "(--max-memory)"), ("(gpus)", "(--gpus)"),
+                         ("higher max_memory", "higher --max-memory"), ("fix=", "--fix "), ("fix: ", "--fix "),
+                         ("goodput=", "--goodput "), ("price_per_gpu_hour", "--price ")):
+        text = text.replace(python, flag)
+    return text.replace("--price =", "--price ").replace("--price [", "--price [").replace("--price : ", "--price: ")
 
 
 @cli.command()
@@ -217,9 +239,14 @@ def search(scenario: str, gpus: int | None, top: int, out: str | None, max_memor
 @click.option("--tokens", default="1T", show_default=True, help="token budget for time, cost and energy")
 @click.option("--plot", "plot_path", type=OutPath("HTML"), help="write the comparison chart (HTML)")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help=JSON_HELP)
+@click.option("--price", "prices", multiple=True, metavar="USD or NAME=USD",
+              help="price per GPU-hour: one number for every scenario, or NAME=USD for one scenario or hardware "
+                   "(repeatable); replaces the scenario's and the hardware file's price")
+@click.option("--goodput", type=float, default=None,
+              help="fraction of wall time spent training, in (0, 1]; without it the days are steady-state")
 @_SET
 def compare(scenarios: tuple[str, ...], tokens: str, plot_path: str | None, json_path: str | None,
-            sets: tuple[str, ...]) -> None:
+            prices: tuple[str, ...], goodput: float | None, sets: tuple[str, ...]) -> None:
     """SCENARIOS side by side: speed, memory, time, cost and energy to train a token budget."""
     from simtrain.decide.compare import compare as run_compare
     from simtrain.decide.compare import compare_figure, compare_report, compare_text
@@ -234,7 +261,14 @@ def compare(scenarios: tuple[str, ...], tokens: str, plot_path: str | None, json
     if budget <= 0:
         raise InputError(f"--tokens {tokens}: give a positive token count, e.g. 1T or 300B")
     overrides = parse_set(list(sets))
-    rows = run_compare([load_scenario(path, overrides) for path in scenarios], budget)
+    price = _parse_prices(prices)
+    try:
+        rows = run_compare([load_scenario(path, overrides) for path in scenarios], budget, price_per_gpu_hour=price,
+                           goodput=goodput)
+    except InputError as err:
+        if err.field in ("price_per_gpu_hour", "goodput") and err.file is None:
+            raise InputError(_cli_words(err.message)) from None
+        raise
     report = compare_report(rows)
     with staged_outputs():
         if plot_path:
@@ -243,3 +277,23 @@ def compare(scenarios: tuple[str, ...], tokens: str, plot_path: str | None, json
             write_json(json_path, report)
     emit(compare_text(rows) + (f"wrote {plot_path}\n" if plot_path else ""), json_path if json_path == "-" else None,
          report)
+
+
+def _parse_prices(items: tuple[str, ...]) -> float | dict[str, float] | None:
+    """``('2.5',)`` -> 2.5; ``('dgx-h100=2.5', 'dgx-a100=1.3')`` -> {'dgx-h100': 2.5, 'dgx-a100': 1.3}."""
+    if not items:
+        return None
+    out: dict[str, float] = {}
+    for item in items:
+        name, sep, text = item.rpartition("=")
+        try:
+            value = float(text)
+        except ValueError:
+            raise InputError(f"--price {item}: give USD per GPU-hour, e.g. --price 2.5 or --price dgx-h100=2.5") \
+                from None
+        if not sep:
+            if len(items) > 1:
+                raise InputError(f"--price {item}: with several --price options, name each: NAME=USD")
+            return value
+        out[name.strip()] = value
+    return out

@@ -8,6 +8,7 @@ import click
 
 from simtrain.cli.app import JSON_HELP, OutPath, cli, distinct_outputs, emit
 from simtrain.report.outputs import staged_outputs, write_json
+from simtrain.spec.errors import InputError
 
 
 def _digits(x: float, limit: float) -> int:
@@ -71,7 +72,12 @@ def validate(cases: str | None, json_path: str | None, plot_path: str | None, on
         from tqdm import tqdm
 
         bar = tqdm(desc="cases", unit="case", file=sys.stderr, leave=False)
-    results = v.validate(cases, only=only, progress=(bar.update if bar else None))
+    try:
+        results = v.validate(cases, only=only, progress=(bar.update if bar else None))
+    except InputError as err:     # the Python API names its argument (only=); here it is the option
+        if err.message.startswith("only="):
+            err.message = "--only " + err.message.removeprefix("only=")
+        raise
     if bar:
         bar.close()
     lines = [f"{'case':<40} {'gate':<4} {'measured':>10} {'predicted':>10} {'error':>8}  configuration"]
@@ -140,8 +146,6 @@ def validate(cases: str | None, json_path: str | None, plot_path: str | None, on
     emit("\n".join(lines) + "\n", json_path if json_path == "-" else None, report)
     failed = [r for r in results if r.failure]
     if failed:   # a case simtrain refuses is bad input in the cases file: the report above, then exit 2
-        from simtrain.spec.errors import InputError
-
         raise InputError(f"{len(failed)} of {len(results)} cases could not be simulated (listed above); the first, "
                          f"{failed[0].id}: {failed[0].failure}")
     if check and not met:

@@ -1,11 +1,16 @@
 """Scenarios side by side: the "before buying hardware" view.
 
 For each scenario: step time, tokens/s, MFU, peak memory, the time to train a
-token budget (``tokens / tokens_per_s``), its cost when the hardware file gives
-``cost.price_per_gpu_hour`` (USD x GPUs x hours) and its energy when it gives
-``gpu.power``: board power (TDP) x GPUs x time. That energy is the GPU boards
-only, at their rated maximum: it leaves out CPUs, memory, network, storage and
-cooling (a data centre's PUE multiplies it again).
+token budget (``tokens / (tokens_per_s x goodput)``), in days and GPU-hours, its cost
+(USD x GPUs x hours) at a price per GPU-hour (given, else the scenario's
+``cost.price_per_gpu_hour``, else the hardware file's) and its energy when the
+hardware file gives ``gpu.power``: board power (TDP) x GPUs x time. That energy is
+the GPU boards only, at their rated maximum: it leaves out CPUs, memory, network,
+storage and cooling (a data centre's PUE multiplies it again).
+
+Without a ``goodput`` the days are steady-state: every step as simulated, none lost to
+failures, restarts, checkpoints or evaluation. ``goodput=0.9`` counts 90% of the wall
+time as training.
 """
 
 from __future__ import annotations
@@ -19,6 +24,39 @@ from simtrain.spec.units import format_bytes, format_time, parse_count
 #: the token budget when none is given: 1e12 tokens ("1T")
 DEFAULT_TOKENS = 1e12
 ENERGY_NOTE = "energy: GPU board power (TDP) x GPUs x time only; no CPUs, network, cooling (PUE)"
+STEADY_NOTE = "days are steady-state (no failures, restarts or checkpoints): give a goodput to count them"
+
+
+def _price_for(s: Scenario, price_per_gpu_hour: float | dict | None) -> tuple[float | None, str]:
+    """The price per GPU-hour of ``s`` and where it comes from: the argument (one number, or a mapping by
+    scenario name or hardware name), else the scenario's ``cost.price_per_gpu_hour``, else the hardware file's."""
+    given = price_per_gpu_hour.get(s.name, price_per_gpu_hour.get(s.hardware.name)) \
+        if isinstance(price_per_gpu_hour, dict) else price_per_gpu_hour
+    if given is not None:
+        return float(given), "given"
+    if s.cost.price_per_gpu_hour is not None:
+        return s.cost.price_per_gpu_hour, "scenario"
+    price = s.hardware.cost.price_per_gpu_hour
+    return price, "hardware file" if price is not None else "unknown"
+
+
+def _check_prices(price_per_gpu_hour: Any, scenarios: list[Scenario]) -> None:
+    def positive(value: Any, where: str) -> None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise InputError(f"price_per_gpu_hour{where}={value!r}: give USD per GPU-hour, a number > 0",
+                             field="price_per_gpu_hour")
+
+    if price_per_gpu_hour is None:
+        return
+    if not isinstance(price_per_gpu_hour, dict):
+        positive(price_per_gpu_hour, "")
+        return
+    names = {s.name for s in scenarios} | {s.hardware.name for s in scenarios}
+    for key, value in price_per_gpu_hour.items():
+        if key not in names:
+            raise InputError(f"price_per_gpu_hour: {key!r} names no scenario or hardware compared (these are: "
+                             f"{', '.join(sorted(names))})", field="price_per_gpu_hour")
+        positive(value, f"[{key!r}]")
 
 
 def layout_text(s: Scenario) -> str:
@@ -34,9 +72,13 @@ def layout_text(s: Scenario) -> str:
     return text
 
 
-def compare(scenarios: list[Scenario], tokens: float | str = DEFAULT_TOKENS) -> list[dict[str, Any]]:
-    """One row per scenario (SI units; None where the hardware file gives no price or power). ``tokens`` is the
-    budget for time, cost and energy: a number, or a count as the CLI takes it ('1T', '300B')."""
+def compare(scenarios: list[Scenario], tokens: float | str = DEFAULT_TOKENS, *,
+            price_per_gpu_hour: float | dict[str, float] | None = None,
+            goodput: float | None = None) -> list[dict[str, Any]]:
+    """One row per scenario (SI units; None where no price or power is known). ``tokens`` is the budget for time,
+    cost and energy: a number, or a count as the CLI takes it ('1T', '300B'). ``price_per_gpu_hour`` (USD) replaces
+    the scenarios' prices: one number for all, or a mapping by scenario or hardware name. ``goodput`` (0, 1] is the
+    fraction of wall time spent training; without it the days are steady-state."""
     from simtrain.engine.simulation import simulate
 
     tokens = parse_count(tokens)
@@ -44,11 +86,16 @@ def compare(scenarios: list[Scenario], tokens: float | str = DEFAULT_TOKENS) -> 
         raise InputError(f"tokens={tokens:g}: give a positive token count, e.g. 1e12 or '300B'", field="tokens")
     if not scenarios:
         raise InputError("nothing to compare: give one or more scenarios")
+    if goodput is not None and (isinstance(goodput, bool) or not isinstance(goodput, (int, float))
+                                or not 0 < goodput <= 1):
+        raise InputError(f"goodput={goodput!r}: give the fraction of wall time spent training, in (0, 1]",
+                         field="goodput")
+    _check_prices(price_per_gpu_hour, scenarios)
     rows = []
     for s in scenarios:
         r = simulate(s)
-        seconds = tokens / r.tokens_per_s
-        price = s.hardware.cost.price_per_gpu_hour
+        seconds = tokens / (r.tokens_per_s * (goodput or 1.0))
+        price, price_source = _price_for(s, price_per_gpu_hour)
         power = s.hardware.gpu.power
         rows.append({
             "scenario": s.name, "file": s.file, "hardware": s.hardware.name, "gpu": s.hardware.gpu.name,
@@ -56,9 +103,12 @@ def compare(scenarios: list[Scenario], tokens: float | str = DEFAULT_TOKENS) -> 
             "seq_len": s.training.seq_len, "layout": layout_text(s),
             "step_time_s": r.step_time_s, "tokens_per_s": r.tokens_per_s, "mfu": r.mfu,
             "peak_memory_bytes_max": r.peak_memory_bytes_max, "memory_capacity_bytes": r.capacity_bytes,
-            "fits_in_memory": r.fits_in_memory, "tokens": tokens, "time_to_train_s": seconds,
-            "price_per_gpu_hour": price, "cost_usd": None if price is None else price * s.gpus * seconds / 3600.0,
+            "fits_in_memory": r.fits_in_memory, "tokens": tokens, "goodput": goodput, "time_to_train_s": seconds,
+            "days": seconds / 86400.0, "gpu_hours": s.gpus * seconds / 3600.0,
+            "price_per_gpu_hour": price, "price_source": price_source,
+            "cost_usd": None if price is None else price * s.gpus * seconds / 3600.0,
             "gpu_power_w": power, "energy_j": None if power is None else power * s.gpus * seconds,
+            "energy_mwh": None if power is None else power * s.gpus * seconds / 3.6e9,
             "warnings": list(r.warnings),
         })
     return rows
@@ -72,6 +122,12 @@ def warnings_for(rows: list[dict[str, Any]]) -> list[str]:
         if len(values) > 1:
             out.append(f"the scenarios train different {what} ({', '.join(values)}): not like for like")
     out += [f"{r['scenario']}: does not fit in memory" for r in rows if not r["fits_in_memory"]]
+    from simtrain.report.accuracy import LEDGER_ERROR
+
+    out += [f"{r['scenario']}: its peak is {fraction:.1%} of the GPU's memory, a headroom inside the memory ledger's "
+            f"measured error ({LEDGER_ERROR:.1%}): it may not fit"
+            for r in rows if r["fits_in_memory"]
+            and 1.0 - (fraction := r["peak_memory_bytes_max"] / r["memory_capacity_bytes"]) < LEDGER_ERROR]
     out += [f"{r['scenario']}: {w}" for r in rows for w in r.get("warnings", ()) if not w.startswith("does not fit")]
     return out
 
@@ -87,7 +143,25 @@ def compare_report(rows: list[dict[str, Any]]) -> dict[str, Any]:
         return report_float(value) if isinstance(value, float) else value
 
     return {"rows": [{k: clean(k, v) for k, v in row.items()} for row in rows], "warnings": warnings_for(rows),
-            "energy_note": ENERGY_NOTE}
+            "energy_note": ENERGY_NOTE, "time_note": time_note(rows)}
+
+
+def time_note(rows: list[dict[str, Any]]) -> str:
+    """Whether the days are steady-state or count a goodput."""
+    goodputs = sorted({r["goodput"] for r in rows if r.get("goodput") is not None})
+    if not goodputs:
+        return STEADY_NOTE
+    return f"days count a goodput of {', '.join(f'{g:.0%}' for g in goodputs)} (the share of wall time training)"
+
+
+def compare_frame(rows: list[dict[str, Any]]):
+    """The rows as a DataFrame with fixed dtypes (:mod:`simtrain.decide.tables`); its ``attrs`` hold the warnings
+    and the notes on energy and time (the per-scenario warnings are in ``attrs["warnings"]``, not a column)."""
+    from simtrain.decide.tables import frame_of
+
+    frame = frame_of([{k: v for k, v in r.items() if k != "warnings"} for r in rows])
+    frame.attrs.update(warnings=warnings_for(rows), energy_note=ENERGY_NOTE, time_note=time_note(rows))
+    return frame
 
 
 def _days(seconds: float) -> str:
@@ -132,9 +206,11 @@ def compare_text(rows: list[dict[str, Any]]) -> str:
         ("MFU", [f"{r['mfu']:.1%}" for r in rows]),
         ("peak memory / GPU", [f"{format_bytes(r['peak_memory_bytes_max'])} of "
                                f"{format_bytes(r['memory_capacity_bytes'])}" for r in rows]),
-        (f"time for {budget} tokens", [_days(r["time_to_train_s"]) for r in rows]),
+        (f"time for {budget} tokens †", [_days(r["time_to_train_s"]) for r in rows]),
+        ("GPU-hours", [f"{r['gpu_hours']:,.0f}" for r in rows]),
         ("price per GPU-hour", ["-" if r["price_per_gpu_hour"] is None else f"${r['price_per_gpu_hour']:.2f}"
-                                for r in rows]),
+                                + ("" if r.get("price_source") in (None, "hardware file") else
+                                   f" ({r['price_source']})") for r in rows]),
         (f"cost for {budget} tokens", ["-" if r["cost_usd"] is None else _usd(r["cost_usd"]) for r in rows]),
         (f"energy for {budget} tokens *", ["-" if r["energy_j"] is None else _energy(r["energy_j"]) for r in rows]),
     ]
@@ -144,30 +220,14 @@ def compare_text(rows: list[dict[str, Any]]) -> str:
     for label, cells in lines:
         out.append("  ".join([label.ljust(width0)] + [c.rjust(w) for c, w in zip(cells, widths)]).rstrip())
     out.append(f"* {ENERGY_NOTE}")
+    out.append(f"† {time_note(rows)}")
     out += [f"warning: {w}" for w in warnings_for(rows)]
     return "\n".join(out) + "\n"
 
 
 def compare_figure(rows: list[dict[str, Any]]):
-    """Bars per scenario: tokens/s, MFU, time to train and, where known, cost and energy."""
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
+    """Bars per scenario: tokens/s, MFU, days to train and, where known, cost and energy
+    (:func:`simtrain.report.charts_decide.compare_figure`)."""
+    from simtrain.report.charts_decide import compare_figure as figure
 
-    budget = _count(rows[0]["tokens"]) if rows else ""
-    panels = [("tokens/s", "tokens_per_s", 1.0), ("MFU (%)", "mfu", 100.0),
-              (f"days for {budget} tokens", "time_to_train_s", 1 / 86400)]
-    if any(r["cost_usd"] is not None for r in rows):
-        panels.append((f"cost for {budget} tokens (USD)", "cost_usd", 1.0))
-    if any(r["energy_j"] is not None for r in rows):
-        panels.append((f"GPU board energy for {budget} tokens (MWh)", "energy_j", 1 / 3.6e9))
-    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[p[0] for p in panels])
-    import html
-
-    names = [html.escape(str(r["scenario"])) for r in rows]   # plotly renders tags in axis labels
-    for i, (_, key, scale) in enumerate(panels, start=1):
-        values = [None if r[key] is None else r[key] * scale for r in rows]
-        fig.add_trace(go.Bar(x=names, y=values, showlegend=False, marker_color="#4C78A8",
-                             hovertemplate="%{x}: %{y:.4g}<extra></extra>"), row=1, col=i)
-    fig.update_layout(title=dict(text=f"compare<br><sup>{ENERGY_NOTE}</sup>", x=0.01), template="plotly_white",
-                      height=420, width=max(700, 300 * len(panels)))
-    return fig
+    return figure(rows, ENERGY_NOTE)

@@ -7,7 +7,7 @@
    DP from the rest; each candidate is ``scenario.with_overrides(...)``, and those
    the scenario rules reject (InputError) are dropped.
 2. Drop the layouts that do not fit by the memory model (``simtrain.plan.memory``), or fit with less headroom than
-   ``max_memory`` leaves (default 95% of the GPU, where ``simtrain run`` warns of allocator retries).
+   ``max_memory`` leaves (default :data:`DEFAULT_MAX_MEMORY`: the memory ledger's measured error kept free).
 3. Bound the rest with the analytic estimate (:mod:`simtrain.decide.estimate`): its
    ``lower_bound_s`` never exceeds the simulated step, so ``tokens / lower_bound``
    is an optimistic throughput.
@@ -16,30 +16,43 @@
    in the top K, so the answer equals simulating every candidate (a test checks it). Candidates go in
    rounds of ``SIMULATE_BATCH``, whatever the worker count, so the table is the same on every machine.
 
-Screening and simulation run on the sweep's executors (:mod:`simtrain.decide.sweep`).
+Screening and simulation run on the sweep's executors (:mod:`simtrain.decide.sweep`). ``fix`` narrows the
+enumeration itself (``{"parallel.zero": 1, "parallel.tp": [4, 8]}``). The screening (validity, memory, estimate) does
+not depend on ``max_memory``, so it is kept for the last few searched scenarios in this process and a second search
+at another ``max_memory`` only simulates.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import time
+from collections import OrderedDict
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
 from typing import Any
 
+from simtrain.decide.search_result import (  # noqa: F401 - re-exported: the search's names in one place
+    LAYOUT_KEYS,
+    SearchResult,
+    layout_overrides,
+    layout_text,
+    search_text,
+    why_slower,
+)
 from simtrain.decide.sweep import ScenarioPayload, error_text
 from simtrain.decide.workers import open_executor, progress_bar, run_tasks
-from simtrain.plan.memory import EDGE_OF_MEMORY
+from simtrain.report.accuracy import LEDGER_ERROR
 from simtrain.spec.errors import InputError
 from simtrain.spec.scenario import Scenario
-from simtrain.spec.units import as_whole, format_count, format_time
+from simtrain.spec.units import as_whole
 
-#: layout field -> scenario key
-LAYOUT_KEYS = {"tp": "parallel.tp", "pp": "parallel.pp", "dp": "parallel.dp", "vpp": "parallel.vpp",
-               "micro_batch": "training.micro_batch", "zero": "parallel.zero", "recompute": "training.recompute",
-               "schedule": "parallel.schedule", "sequence_parallel": "parallel.sequence_parallel",
-               "precision": "training.precision"}
 RECOMPUTE = ("none", "selective", "selective_op", "full")
+#: the default ``max_memory``: keep the memory ledger's measured error free (1 - 0.078, rounded down to 0.92), so
+#: that a winner fits even if the ledger underestimates it as much as it has been off where a peak was measured
+DEFAULT_MAX_MEMORY = math.floor((1.0 - LEDGER_ERROR) * 100) / 100
+#: screened rows of the last few searches, by what they depend on (scenario, hardware, cluster size, layouts)
+_SCREENED: OrderedDict[str, dict[str, dict[str, Any]]] = OrderedDict()
+_SCREENED_KEEP = 4
 
 
 def _divisors(n: int) -> list[int]:
@@ -53,25 +66,57 @@ def gpu_overrides(scenario: Scenario, gpus: int | None) -> dict[str, Any]:
     gpn = scenario.gpus_per_node
     whole = as_whole(gpus)
     if whole is None:
-        raise InputError(f"--gpus {gpus!r}: give a whole number of GPUs", field="gpus")
+        raise InputError(f"gpus={gpus!r}: give a whole number of GPUs", field="gpus")
     gpus = whole
     if gpus < 1:
-        raise InputError(f"--gpus {gpus}: give a positive GPU count", field="gpus")
+        raise InputError(f"gpus={gpus}: give a positive GPU count", field="gpus")
     if scenario.hardware.explicit:
-        raise InputError("--gpus cannot resize an explicit topology (its hardware file lists the devices)",
+        raise InputError("gpus= cannot resize an explicit topology (its hardware file lists the devices)",
                          field="gpus")
     if gpus < gpn:
         return {"nodes": 1, "gpus_per_node": gpus}
     if gpus % gpn:
-        raise InputError(f"--gpus {gpus} is not a whole number of {gpn}-GPU nodes", field="gpus")
+        raise InputError(f"gpus={gpus} is not a whole number of {gpn}-GPU nodes", field="gpus")
     return {"nodes": gpus // gpn}
 
 
-def enumerate_layouts(scenario: Scenario, gpus: int | None = None) -> list[dict[str, Any]]:
+def check_fix(fix: dict[str, Any] | None) -> dict[str, list]:
+    """``fix`` as {layout field: [allowed values]}; its keys are layout fields (``zero``) or their scenario keys
+    (``parallel.zero``), a value one value or a list of them."""
+    if fix is None:
+        return {}
+    if not isinstance(fix, dict):
+        raise InputError(f"fix={fix!r}: give a mapping such as {{'parallel.zero': 1, 'parallel.tp': [4, 8]}}",
+                         field="fix")
+    by_key = {v: k for k, v in LAYOUT_KEYS.items()}
+    out: dict[str, list] = {}
+    for key, values in fix.items():
+        name = by_key.get(key, key)
+        if name not in LAYOUT_KEYS:
+            raise InputError(f"fix: {key!r} is not a searched layout key (allowed: "
+                             f"{', '.join(LAYOUT_KEYS.values())})", field="fix")
+        values = list(values) if isinstance(values, (list, tuple, set)) else [values]
+        # numpy scalars (a DataFrame's cells) compare as the Python values they hold
+        values = [v.item() if hasattr(v, "item") and not isinstance(v, (str, bytes)) else v for v in values]
+        if not values:
+            raise InputError(f"fix: {key!r} lists no value", field="fix")
+        out[name] = values
+    return out
+
+
+def enumerate_layouts(scenario: Scenario, gpus: int | None = None,
+                      fix: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Every layout worth validating for the scenario's model, cluster size (or ``gpus``) and global
-    batch, in a fixed order. Cheap arithmetic only; the scenario rules have the last word (:func:`screen`).
-    Layouts that cannot differ are listed once: ZeRO needs dp > 1, sequence parallelism tp > 1, and
-    with one stage the schedule is moot (1F1B)."""
+    batch, in a fixed order, keeping only the values ``fix`` allows (:func:`check_fix`). Cheap arithmetic
+    only; the scenario rules have the last word (:func:`screen`). Layouts that cannot differ are listed once:
+    ZeRO needs dp > 1, sequence parallelism tp > 1, and with one stage the schedule is moot (1F1B)."""
+    fixed = check_fix(fix)
+
+    def ok(name: str, value: Any) -> bool:
+        return name not in fixed or any(value == v and type(value) is type(v) or
+                                        (isinstance(v, int) and not isinstance(v, bool) and value == v)
+                                        for v in fixed[name])
+
     m, tr = scenario.model, scenario.training
     sizes = gpu_overrides(scenario, gpus)
     gpn = sizes.get("gpus_per_node", scenario.gpus_per_node)
@@ -83,41 +128,36 @@ def enumerate_layouts(scenario: Scenario, gpus: int | None = None) -> list[dict[
     precisions = ("bf16", "fp8") if tr.precision in ("bf16", "fp8") and has_fp8 else (tr.precision,)
     out = []
     for tp in _divisors(min(domain, total)):
-        if total % tp or m.heads % tp or m.num_kv_heads % tp or m.ffn_hidden % tp:
+        if total % tp or m.heads % tp or m.num_kv_heads % tp or m.ffn_hidden % tp or not ok("tp", tp):
             continue
         for pp in _divisors(total // tp):
-            if m.layers % pp:
+            if m.layers % pp or not ok("pp", pp):
                 continue
             dp = total // (tp * pp)
-            if tr.global_batch % dp:
+            if tr.global_batch % dp or not ok("dp", dp):
                 continue
-            for mb in _divisors(tr.global_batch // dp):
+            for mb in (d for d in _divisors(tr.global_batch // dp) if ok("micro_batch", d)):
                 micro = tr.global_batch // (mb * dp)
                 shapes = [("1f1b", 1)] if pp == 1 else [("gpipe", 1), ("1f1b", 1)]
                 if pp > 1 and micro % pp == 0:
                     shapes += [("interleaved-1f1b", v) for v in _divisors(m.layers // pp) if v >= 2]
-                for schedule, vpp in shapes:
-                    for zero in ((0, 1, 2, 3) if dp > 1 else (0,)):
-                        for recompute in RECOMPUTE:
-                            for sp in ((False, True) if tp > 1 else (False,)):
+                for schedule, vpp in ((sc, v) for sc, v in shapes if ok("schedule", sc) and ok("vpp", v)):
+                    for zero in (z for z in ((0, 1, 2, 3) if dp > 1 else (0,)) if ok("zero", z)):
+                        for recompute in (r for r in RECOMPUTE if ok("recompute", r)):
+                            for sp in (b for b in ((False, True) if tp > 1 else (False,))
+                                       if ok("sequence_parallel", b)):
                                 out.extend({"tp": tp, "pp": pp, "dp": dp, "vpp": vpp, "micro_batch": mb,
                                             "zero": zero, "recompute": recompute, "schedule": schedule,
                                             "sequence_parallel": sp, "precision": precision}
-                                           for precision in precisions)
-    return out
-
-
-def _overrides(layout: dict[str, Any]) -> dict[str, Any]:
-    out = {LAYOUT_KEYS[k]: v for k, v in layout.items()}
-    out["parallel.layers_per_stage"] = None   # an uneven split of the original layout does not carry over
+                                           for precision in precisions if ok("precision", precision))
     return out
 
 
 def screen(payload: ScenarioPayload, base: dict[str, Any], layouts: list[dict[str, Any]],
            max_memory: float = 1.0) -> list[dict[str, Any]]:
     """Validate, check memory and estimate each layout (runs in a worker); never raises. Status:
-    'invalid' (rejected by the scenario rules), 'oom', 'tight' (fits, above ``max_memory`` of the GPU),
-    'fits' (then estimated) or 'failed'."""
+    'invalid' (rejected by the scenario rules), 'oom', 'tight' (fits, above ``max_memory`` of the GPU; estimated
+    too, so that another ``max_memory`` can reuse the row), 'fits' (then estimated) or 'failed'."""
     from simtrain.decide.estimate import estimate
     from simtrain.engine.simulation import memory
 
@@ -126,15 +166,15 @@ def screen(payload: ScenarioPayload, base: dict[str, Any], layouts: list[dict[st
     for layout in layouts:
         row: dict[str, Any] = {"status": "invalid"}
         try:
-            sc = scenario.with_overrides({**base, **_overrides(layout)})
+            sc = scenario.with_overrides({**base, **layout_overrides(layout)})
             mem = memory(sc)
-            row.update(status="oom", peak_memory_bytes_max=round(mem.peak_memory_bytes_max))
-            if mem.fits_in_memory and mem.peak_memory_bytes_max > max_memory * mem.capacity_bytes:
-                row.update(status="tight")
-            elif mem.fits_in_memory:
+            row.update(status="oom", peak_memory_bytes_max=round(mem.peak_memory_bytes_max),
+                       peak_memory_fraction=mem.peak_memory_bytes_max / mem.capacity_bytes)
+            if mem.fits_in_memory:
                 est = estimate(sc)
-                row.update(status="fits", estimate_s=est.step_time_s, lower_bound_s=est.lower_bound_s,
-                           compute_s=est.compute_s, recompute_s=est.recompute_s)
+                tight = mem.peak_memory_bytes_max > max_memory * mem.capacity_bytes
+                row.update(status="tight" if tight else "fits", estimate_s=est.step_time_s,
+                           lower_bound_s=est.lower_bound_s, compute_s=est.compute_s, recompute_s=est.recompute_s)
         except InputError as err:        # the scenario rules reject this layout
             row.update(status="invalid", error=error_text(err))
         except Exception as err:  # noqa: BLE001 - a failing layout is reported, not fatal
@@ -148,44 +188,15 @@ def simulate_layout(payload: ScenarioPayload, base: dict[str, Any], layout: dict
     from simtrain.engine.simulation import simulate
 
     try:
-        r = simulate(payload.build().with_overrides({**base, **_overrides(layout)}))
+        r = simulate(payload.build().with_overrides({**base, **layout_overrides(layout)}))
     except Exception as err:  # noqa: BLE001
         return {"status": "failed", "error": error_text(err)}
     return {"status": "simulated", "step_time_s": r.step_time_s, "tokens_per_s": r.tokens_per_s, "mfu": r.mfu,
             "bubble_fraction": r.bubble_fraction, "peak_memory_bytes_max": round(r.peak_memory_bytes_max),
             "exposed_tp_s": r.exposed_comm_s.get("tp", 0.0), "exposed_pp_s": r.exposed_comm_s.get("pp", 0.0),
             "exposed_dp_s": r.exposed_comm_s.get("dp", 0.0),
+            "peak_memory_fraction": r.peak_memory_bytes_max / r.capacity_bytes,
             "compute_s": max(st.compute_s for st in r.stages)}
-
-
-@dataclass
-class SearchResult:
-    """Every candidate (layout fields, status, estimate, simulated metrics) and the top K."""
-
-    rows: list[dict[str, Any]]
-    top: list[dict[str, Any]]
-    tokens_per_step: int
-    gpus: int
-    seconds: float
-    counts: dict[str, int] = field(default_factory=dict)
-    max_memory: float = 1.0     # the fraction of the GPU's memory a layout could use to compete
-
-    def __repr__(self) -> str:   # the rows run to thousands of candidates: a notebook cell shows the summary
-        best = self.top[0] if self.top else None
-        lead = (f"best tp{best['tp']} pp{best['pp']} dp{best['dp']}: {best['step_time_s']:.3f} s, "
-                f"{best['tokens_per_s']:,.0f} tokens/s" if best else "no layout fits")
-        return (f"<SearchResult: {len(self.rows)} layouts of {self.gpus} GPUs, {self.counts.get('simulated', 0)} "
-                f"simulated, top {len(self.top)}; {lead}; .top, .table(), search_text(result)>")
-
-    def table(self):
-        """Every candidate as a pandas DataFrame (floats rounded as in the JSON reports): the layout's fields,
-        its status (simulated, pruned, oom, tight, invalid, failed), the estimate and the simulated metrics."""
-        import pandas as pd
-
-        from simtrain.spec.units import report_float
-
-        return pd.DataFrame([{k: report_float(v) if isinstance(v, float) else v for k, v in row.items()}
-                             for row in self.rows])
 
 
 #: layouts simulated per round; the pruning bound is updated between rounds. A constant, not the worker count,
@@ -193,40 +204,63 @@ class SearchResult:
 SIMULATE_BATCH = 4
 
 
+def _screen_key(scenario: Scenario, base: dict[str, Any]) -> str:
+    """What screened rows depend on: the scenario as given, the model and hardware it resolves to, the cluster."""
+    from simtrain.decide.sweep_files import sweep_identity
+
+    return json.dumps([sweep_identity(scenario, {}), base], sort_keys=True, default=str)
+
+
 def search(scenario: Scenario, *, gpus: int | None = None, top: int = 5, workers: int | None = None,
            executor: Executor | None = None, progress: bool | None = None,
-           max_memory: float = EDGE_OF_MEMORY) -> SearchResult:
+           max_memory: float = DEFAULT_MAX_MEMORY, fix: dict[str, Any] | None = None) -> SearchResult:
     """The ``top`` layouts by simulated tokens/s (module docstring for the method), among those whose peak memory
-    stays within ``max_memory`` of the GPU's."""
+    stays within ``max_memory`` of the GPU's, and whose fields take the values ``fix`` allows."""
     whole = as_whole(top)
     if whole is None or whole < 1:
-        raise InputError(f"--top {top!r}: give a whole number, 1 or more", field="top")
+        raise InputError(f"top={top!r}: give a whole number, 1 or more", field="top")
     top = whole
     if isinstance(max_memory, bool) or not isinstance(max_memory, (int, float)) or not 0 < max_memory <= 1:
-        raise InputError(f"--max-memory {max_memory!r}: give a fraction of the GPU's memory in (0, 1]",
+        raise InputError(f"max_memory={max_memory!r}: give a fraction of the GPU's memory in (0, 1]",
                          field="max_memory")
     started = time.perf_counter()
     base = gpu_overrides(scenario, gpus)
     total = base.get("gpus_per_node", scenario.gpus_per_node) * base.get("nodes", scenario.nodes)
-    layouts = enumerate_layouts(scenario, gpus)
+    layouts = enumerate_layouts(scenario, gpus, fix)
     if not layouts:
-        raise InputError(f"no layout of {total} GPUs divides the model and the global batch of "
-                         f"{scenario.training.global_batch}")
+        narrowed = f" with fix={fix!r}" if fix else ""
+        raise InputError(f"no layout of {total} GPUs{narrowed} divides the model and the global batch of "
+                         f"{scenario.training.global_batch}", field="fix" if fix else None)
     payload = ScenarioPayload.of(scenario)
     rows = [dict(layout) for layout in layouts]
-    with open_executor(workers, executor, len(layouts)) as ex:
+    key = _screen_key(scenario, base)
+    known = _SCREENED.get(key, {})
+    todo = [i for i, layout in enumerate(layouts) if json.dumps(layout, sort_keys=True) not in known]
+    for i in set(range(len(layouts))) - set(todo):
+        rows[i].update(known[json.dumps(layouts[i], sort_keys=True)])
+    with open_executor(workers, executor, len(layouts)) as ex:     # the simulations use it too, screened or not
         lanes = getattr(ex, "_max_workers", None) or workers or 1
-        size = max(8, min(128, math.ceil(len(layouts) / (4 * lanes))))
-        chunks = [list(range(i, min(i + size, len(layouts)))) for i in range(0, len(layouts), size)]
-        with progress_bar(len(layouts), progress, "screen") as bar:
-            for c, value in run_tasks(screen, [(payload, base, [layouts[i] for i in ch], max_memory) for ch in chunks],
-                                      ex):
+        size = max(8, min(128, math.ceil(len(todo) / (4 * lanes))))
+        chunks = [todo[i:i + size] for i in range(0, len(todo), size)]
+        with progress_bar(len(layouts), progress, "screen", unit="layout") as bar:
+            bar.update(len(layouts) - len(todo))
+            for c, value in run_tasks(screen, [(payload, base, [layouts[i] for i in ch]) for ch in chunks], ex):
                 for i, info in zip(chunks[c], value if isinstance(value, list) else []):
                     rows[i].update(info)
                 if not isinstance(value, list):
                     for i in chunks[c]:
                         rows[i].update(status="invalid", error=error_text(value))
                 bar.update(len(chunks[c]))
+        screened = known if key in _SCREENED else {}
+        for i in todo:
+            screened[json.dumps(layouts[i], sort_keys=True)] = {k: v for k, v in rows[i].items() if k not in layouts[i]}
+        _SCREENED[key] = screened
+        _SCREENED.move_to_end(key)
+        while len(_SCREENED) > _SCREENED_KEEP:
+            _SCREENED.popitem(last=False)
+        for r in rows:      # the screening ran at max_memory 1: which fit above this search's limit is decided here
+            if r["status"] in ("fits", "tight"):
+                r["status"] = "tight" if r["peak_memory_fraction"] > max_memory else "fits"
         tokens = scenario.tokens_per_step
         order = sorted((i for i, r in enumerate(rows) if r["status"] == "fits"),
                        key=lambda i: (rows[i]["estimate_s"], i))
@@ -235,8 +269,9 @@ def search(scenario: Scenario, *, gpus: int | None = None, top: int = 5, workers
         def threshold() -> float:
             return -best[top - 1][0] if len(best) >= top else 0.0
 
-        with progress_bar(len(order), progress, "simulate") as bar:
-            pos = 0
+        # most candidates are pruned, not simulated: the bar counts both and shows no remaining time
+        with progress_bar(len(order), progress, "bound and simulate", eta=False, unit="layout") as bar:
+            pos, pruned, simulated = 0, 0, 0
             while pos < len(order):
                 batch = []
                 while pos < len(order) and len(batch) < SIMULATE_BATCH:
@@ -245,6 +280,7 @@ def search(scenario: Scenario, *, gpus: int | None = None, top: int = 5, workers
                     bound = rows[i]["lower_bound_s"]
                     if bound > 0 and tokens / bound < threshold():
                         rows[i]["status"] = "pruned"
+                        pruned += 1
                         bar.update(1)
                         continue
                     batch.append(i)
@@ -256,6 +292,8 @@ def search(scenario: Scenario, *, gpus: int | None = None, top: int = 5, workers
                     if value["status"] == "simulated":
                         best.append((-value["tokens_per_s"], i))
                         best.sort()
+                    simulated += 1
+                    bar.set_postfix_str(f"pruned {pruned}, simulated {simulated}", refresh=False)
                     bar.update(1)
     for r in rows:
         r["reason"] = ""
@@ -271,70 +309,5 @@ def search(scenario: Scenario, *, gpus: int | None = None, top: int = 5, workers
     counts["bound_violations"] = sum(1 for r in rows if r["status"] == "simulated"
                                      and r["lower_bound_s"] > r["step_time_s"])
     return SearchResult(rows=rows, top=winners, tokens_per_step=tokens, gpus=total,
-                        seconds=time.perf_counter() - started, counts=counts, max_memory=max_memory)
-
-
-def _pct(fraction: float) -> str:
-    return f"{fraction:.0%}" if fraction >= 0.045 else f"{fraction:.1%}"
-
-
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.0f} ms"
-
-
-def layout_text(row: dict[str, Any], fields=None) -> str:
-    """'tp 2, pp 4, ...' for the given layout fields (all by default)."""
-    return ", ".join(f"{k} {row[k]}" for k in (fields or LAYOUT_KEYS) if k in row)
-
-
-def why_slower(row: dict[str, Any], best: dict[str, Any]) -> str:
-    """The one or two largest contributors (seconds per step) to ``row`` being slower than ``best``."""
-    differs = [k for k in LAYOUT_KEYS if row.get(k) != best.get(k)]
-    rc_row, rc_best = row.get("recompute_s", 0.0), best.get("recompute_s", 0.0)
-    work_row, work_best = row["compute_s"] - rc_row, best["compute_s"] - rc_best
-    parts = [
-        (row["bubble_fraction"] * row["step_time_s"] - best["bubble_fraction"] * best["step_time_s"],
-         f"bubble {_pct(row['bubble_fraction'])} vs {_pct(best['bubble_fraction'])}"),
-        (row["exposed_dp_s"] - best["exposed_dp_s"],
-         f"exposed DP comm {_ms(row['exposed_dp_s'])} vs {_ms(best['exposed_dp_s'])}"),
-        (row["exposed_tp_s"] - best["exposed_tp_s"],
-         f"TP comm {_ms(row['exposed_tp_s'])} vs {_ms(best['exposed_tp_s'])}"),
-        (row["exposed_pp_s"] - best["exposed_pp_s"],
-         f"exposed PP comm {_ms(row['exposed_pp_s'])} vs {_ms(best['exposed_pp_s'])}"),
-        (rc_row - rc_best, f"recompute {row['recompute']} +{rc_row / max(work_row, 1e-30):.0%} compute"),
-        (work_row - work_best, f"compute {format_time(work_row)} vs {format_time(work_best)}"),
-    ]
-    gap = row["step_time_s"] / best["step_time_s"] - 1.0
-    found = [text for delta, text in sorted(parts, key=lambda p: -p[0]) if delta > 0.005 * best["step_time_s"]][:2]
-    if not found:
-        found = [f"within {gap:.1%}" if gap > 5e-4 else "ties with the best"]
-    changes = ", ".join(f"{k} {row[k]} vs {best[k]}" for k in differs)
-    return "; ".join(found) + (f" ({changes})" if changes else "")
-
-
-def search_text(result: SearchResult) -> str:
-    """The top layouts as a terminal table, with the search's own statistics."""
-    c = result.counts
-    head = ["#", "tp", "pp", "dp", "vpp", "mb", "zero", "recompute", "schedule", "sp", "prec", "step", "tokens/s",
-            "MFU", "bubble", "peak mem", "why slower than #1"]
-    body = []
-    for n, r in enumerate(result.top, start=1):
-        body.append([str(n), str(r["tp"]), str(r["pp"]), str(r["dp"]), str(r["vpp"]), str(r["micro_batch"]),
-                     str(r["zero"]), r["recompute"], r["schedule"], "yes" if r["sequence_parallel"] else "no",
-                     r["precision"], f"{r['step_time_s']:.3f} s", f"{r['tokens_per_s']:,.0f}", f"{r['mfu']:.1%}",
-                     f"{r['bubble_fraction']:.1%}", f"{r['peak_memory_bytes_max'] / 1e9:.1f} GB", r["reason"]])
-    widths = [max(len(row[i]) for row in [head, *body]) for i in range(len(head))]
-    lines = ["  ".join(cell.ljust(w) if i in (7, 8, 16) else cell.rjust(w)
-                       for i, (cell, w) in enumerate(zip(row, widths))).rstrip() for row in [head, *body]]
-    lines.append(f"{format_count(c['enumerated'], 'layout')} of {format_count(result.gpus, 'GPU')}: "
-                 f"{c['invalid']} invalid, {c['oom']} do not fit, "
-                 f"{c['tight']} fit above {result.max_memory:.0%} of memory (--max-memory), "
-                 f"{c['pruned']} pruned by the analytic bound, {c['simulated']} simulated"
-                 + (f", {c['failed']} failed" if c["failed"] else "") + f" ({result.seconds:.1f} s)")
-    if c["bound_violations"]:
-        lines.append(f"warning: the analytic bound exceeded the simulated step on {c['bound_violations']} layout(s), "
-                     "so pruning may have skipped a winner (a simtrain bug: estimate and engine disagree)")
-    if not result.top:
-        lines.append(f"no layout fits within {result.max_memory:.0%} of memory: try more GPUs (--gpus), "
-                     "a smaller global batch or a smaller model" + (", or a higher --max-memory" if c["tight"] else ""))
-    return "\n".join(lines) + "\n"
+                        seconds=time.perf_counter() - started, counts=counts, max_memory=max_memory,
+                        scenario_searched=scenario, overrides=base)

@@ -56,10 +56,15 @@ def error_text(err: BaseException) -> str:
     return " ".join(text.split()) or type(err).__name__
 
 
-def grid_points(grid: dict[str, list]) -> list[dict[str, Any]]:
-    """The cartesian product of ``grid`` in its key order (the last key varies fastest)."""
+def grid_points(grid: dict[str, list] | list[dict[str, Any]], zip: Iterable[str] | None = None,  # noqa: A002
+                ) -> list[dict[str, Any]]:
+    """The points of a sweep: the cartesian product of ``grid`` in its key order (the last key varies fastest),
+    except that the keys named in ``zip`` go in step (their lists paired value by value, as one axis in the place
+    of the first of them); or, when ``grid`` is a list of override dicts, those points as given."""
+    if isinstance(grid, list):
+        return _listed_points(grid, zip)
     if not isinstance(grid, dict) or not grid:
-        raise InputError("a sweep grid needs at least one key, e.g. {'parallel.pp': [2, 4, 8]}")
+        raise InputError("a sweep grid needs at least one key, e.g. {'parallel.pp': [2, 4, 8]}", field="grid")
     for key, values in grid.items():
         if not isinstance(key, str) or not key:
             raise InputError(f"grid key {key!r} is not a dotted scenario key such as 'parallel.pp'")
@@ -73,8 +78,66 @@ def grid_points(grid: dict[str, list]) -> list[dict[str, Any]]:
             if text in seen:    # two rows of one point would make --resume's matching ambiguous
                 raise InputError(f"grid key '{key}' lists {text} twice; give each value once", field=key)
             seen.add(text)
-    keys = list(grid)
-    return [dict(zip(keys, combo)) for combo in itertools.product(*(list(grid[k]) for k in keys))]
+    paired = _zip_keys(grid, zip)
+    axes: list[list[dict[str, Any]]] = []
+    for key in grid:
+        if key in paired and key != paired[0]:
+            continue
+        if key in paired:
+            columns = {k: list(grid[k]) for k in paired}
+            lengths = {k: len(c) for k, c in columns.items()}
+            if len(set(lengths.values())) > 1:
+                raise InputError("zip: the paired keys need lists of one length; they have "
+                                 + ", ".join(f"{k}: {n}" for k, n in lengths.items()), field="zip")
+            axes.append([{k: columns[k][i] for k in paired} for i in range(lengths[paired[0]])])
+        else:
+            axes.append([{key: v} for v in grid[key]])
+    return [{k: v for part in combo for k, v in part.items()} for combo in itertools.product(*axes)]
+
+
+def _zip_keys(grid: dict[str, list], zip_keys: Iterable[str] | None) -> list[str]:
+    """The grid keys that go in step, in the grid's order; a name the grid lacks is an error."""
+    if zip_keys is None:
+        return []
+    if isinstance(zip_keys, str):
+        zip_keys = [zip_keys]
+    chosen = list(zip_keys)
+    for key in chosen:
+        if key not in grid:
+            raise InputError(f"zip: {key!r} is not a key of the grid ({', '.join(map(str, grid))})", field="zip")
+    return [k for k in grid if k in chosen]
+
+
+def _listed_points(points: list[dict[str, Any]], zip_keys: Any) -> list[dict[str, Any]]:
+    """A sweep given as its points: each a non-empty mapping of dotted keys; all name the same keys (the columns)."""
+    if zip_keys is not None:
+        raise InputError("zip: only for a grid ({key: [values]}); a list of points is already paired", field="zip")
+    if not points:
+        raise InputError("a sweep needs at least one point, e.g. [{'parallel.pp': 2}, {'parallel.pp': 4}]",
+                         field="grid")
+    keys = None
+    for i, point in enumerate(points):
+        if not isinstance(point, dict) or not point:
+            raise InputError(f"point {i} of the sweep is not a mapping of dotted keys to values, e.g. "
+                             "{'parallel.pp': 2, 'parallel.dp': 8}", field="grid")
+        if keys is None:
+            keys = list(point)
+        elif set(point) != set(keys):
+            raise InputError(f"point {i} of the sweep sets {sorted(point)}, point 0 sets {sorted(keys)}: give every "
+                             "point the same keys (they are the table's columns)", field="grid")
+    return [{k: p[k] for k in keys} for p in points]
+
+
+def swept_keys(grid: dict[str, list] | list[dict[str, Any]]) -> list[str]:
+    """The keys a sweep sets, in column order."""
+    return list(grid[0]) if isinstance(grid, list) else list(grid)
+
+
+def grid_values(grid: dict[str, list] | list[dict[str, Any]]) -> dict[str, list]:
+    """Each swept key with its values (the first point's first), for checks that need one value per key."""
+    if isinstance(grid, dict):
+        return grid
+    return {k: [p[k] for p in grid] for k in swept_keys(grid)}
 
 
 def check_grid_keys(scenario: Scenario, grid: dict[str, list]) -> None:
@@ -87,7 +150,8 @@ def check_grid_keys(scenario: Scenario, grid: dict[str, list]) -> None:
             scenario.with_overrides({key: list(values)[0]})
         except InputError as err:
             # only the key's own path: an error inside a file the value names (a model file's typo) is that file's
-            if err.field == key and (err.message.startswith("unknown key") or err.message.startswith("cannot set")):
+            own_path = err.field is not None and (err.field == key or key.startswith(f"{err.field}."))
+            if own_path and (err.message.startswith("unknown key") or err.message.startswith("cannot set")):
                 raise InputError(f"grid key '{key}': {err.message.removesuffix(OVERRIDE_NOTE)}", field=key) from None
 
 
@@ -121,18 +185,21 @@ def run_points(scenario: Scenario, points: list[dict[str, Any]], *, workers: int
     return [r for r in rows if r is not None]
 
 
-def sweep(scenario: Scenario, grid: dict[str, list], workers: int | None = None, executor: Executor | None = None,
-          progress: bool | None = None, on_point: Callable[[dict[str, Any]], None] | None = None):
-    """Simulate every point of ``grid`` (module docstring); a DataFrame with one row per point.
+def sweep(scenario: Scenario, grid: dict[str, list] | list[dict[str, Any]], workers: int | None = None,
+          executor: Executor | None = None, progress: bool | None = None,
+          on_point: Callable[[dict[str, Any]], None] | None = None, zip: Iterable[str] | None = None):  # noqa: A002
+    """Simulate every point of ``grid`` (module docstring; :func:`grid_points` for paired keys and listed points);
+    a DataFrame with one row per point (:mod:`simtrain.decide.tables` for its columns and dtypes).
 
     ``on_point(row)`` is called in this process as each point finishes (in finishing order).
     """
-    import pandas as pd
+    from simtrain.decide.tables import column_name, frame_of
 
-    points = grid_points(grid)
-    check_grid_keys(scenario, grid)
+    points = grid_points(grid, zip)
+    check_grid_keys(scenario, grid_values(grid))
     rows = run_points(scenario, points, workers=workers, executor=executor, progress=progress, on_point=on_point)
-    return pd.DataFrame(rows, columns=[*grid, *COLUMNS])
+    return frame_of([{column_name(k): v for k, v in row.items()} for row in rows],
+                    [*(column_name(k) for k in swept_keys(grid)), *COLUMNS])
 
 
 # --- sweeps to a file, row by row, resumable ---------------------------------------------------

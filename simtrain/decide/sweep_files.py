@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from simtrain.decide.sweep import COLUMNS, check_grid_keys, grid_points, run_points
+from simtrain.decide.tables import column_name, typed
 from simtrain.report.outputs import write_atomic
 from simtrain.spec.errors import InputError, display_path
 from simtrain.spec.scenario import Scenario
@@ -44,7 +45,9 @@ def output_format(path: str | Path) -> str:
 
 
 def _plain(value: Any) -> Any:
-    """numpy scalars to Python; NaN to None (a missing metric)."""
+    """numpy scalars to Python; NaN and pandas' NA to None (a missing metric)."""
+    if type(value).__name__ == "NAType":
+        return None
     if hasattr(value, "item") and not isinstance(value, (list, dict, str)):
         value = value.item()
     if isinstance(value, float) and value != value:
@@ -81,7 +84,7 @@ class RowFile:
     def __init__(self, path: str | Path, keys: list[str], *, resume: bool = False) -> None:
         self.path = Path(path)
         self.fmt = output_format(self.path)
-        self.keys = list(keys)
+        self.keys = [column_name(k) for k in keys]     # rows on disk name a swept key by its column
         self.columns = [*self.keys, *COLUMNS]
         self.stream = self.path.with_name(self.path.name + ".partial.jsonl") if self.fmt == "parquet" else self.path
         self.stream_fmt = "jsonl" if self.fmt == "parquet" else self.fmt
@@ -107,6 +110,11 @@ class RowFile:
 
     def key(self, row: dict[str, Any]) -> tuple:
         return tuple(cell(row.get(k)) for k in self.keys)
+
+    @staticmethod
+    def _named(row: dict[str, Any]) -> dict[str, Any]:
+        """A point or a row with its swept keys named as columns (``parallel.pp`` -> ``parallel_pp``)."""
+        return {column_name(k): v for k, v in row.items()}
 
     def _add(self, row: dict[str, Any], line: str) -> None:
         self.entries.setdefault(self.key(row), line)
@@ -136,9 +144,10 @@ class RowFile:
             self._add(row, line)
 
     def done(self, point: dict[str, Any]) -> bool:
-        return self.key(point) in self.entries
+        return self.key(self._named(point)) in self.entries
 
     def append(self, row: dict[str, Any]) -> None:
+        row = self._named(row)
         line = _line(row, self.columns, self.stream_fmt)
         self._fh.write(line)
         self._fh.flush()
@@ -150,7 +159,7 @@ class RowFile:
     def finish(self, points: list[dict[str, Any]]) -> None:
         """Rewrite the table atomically: grid order first, then rows of other grids kept from a resume."""
         self.close()
-        order = [self.key(p) for p in points]
+        order = [self.key(self._named(p)) for p in points]
         known = set(order)
         lines = [self.entries[k] for k in order if k in self.entries]
         lines += [line for k, line in self.entries.items() if k not in known]
@@ -159,7 +168,7 @@ class RowFile:
 
             import pandas as pd
 
-            frame = pd.DataFrame([json.loads(line) for line in lines], columns=self.columns)
+            frame = typed(pd.DataFrame([json.loads(line) for line in lines], columns=self.columns))
             buf = io.BytesIO()
             parquet_safe(frame).to_parquet(buf, index=False)
             write_atomic(self.path, buf.getvalue())
@@ -182,16 +191,20 @@ def parquet_safe(frame):
 
 
 def read_table(path: str | Path):
-    """A sweep or search table written by simtrain, as a DataFrame."""
+    """A sweep or search table written by simtrain, as a DataFrame with the dtypes it was written with
+    (:mod:`simtrain.decide.tables`): a CSV's empty cells are missing values, not text or NaN in a text column."""
     import pandas as pd
 
     fmt = table_format(path)
     if fmt == "csv":
-        return pd.read_csv(path)
-    if fmt == "jsonl":   # the json module: exact floats and the file's column order
+        # text as written ('1f1b' stays text, 'True' stays a flag), numbers parsed: pandas' own inference
+        frame = pd.read_csv(path, keep_default_na=False, na_values=[""])
+    elif fmt == "jsonl":   # the json module: exact floats and the file's column order
         with open(path, encoding="utf-8") as fh:
-            return pd.DataFrame([json.loads(line) for line in fh if line.strip()])
-    return pd.read_parquet(path)
+            frame = pd.DataFrame([json.loads(line) for line in fh if line.strip()])
+    else:
+        frame = pd.read_parquet(path)
+    return typed(frame)
 
 
 def write_table(frame, path: str | Path) -> Path:

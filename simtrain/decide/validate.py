@@ -328,7 +328,7 @@ def _no_case_matches(only: str, cases: list[dict]) -> str:
         groups[head] = groups.get(head, 0) + 1
     other_case = sum(only.casefold() in case_id.casefold() for case_id in ids)
     hint = f"; {other_case} ids contain it in another letter case" if other_case else ""
-    return (f"--only {only!r} matches no case (it keeps the cases whose id contains that text, case-sensitive{hint}); "
+    return (f"only={only!r} matches no case (it keeps the cases whose id contains that text, case-sensitive{hint}); "
             f"the {len(ids)} ids begin " + ", ".join(f"{head} ({n})" for head, n in sorted(groups.items()))
             + (f", e.g. {ids[0]}" if ids else ""))
 
@@ -359,3 +359,36 @@ def validate(path: str | Path | None = None, *, only: str | None = None, progres
             if progress:
                 progress()
     return out
+
+
+def validate_frame(path: str | Path | None = None, *, only: str | None = None, progress: bool | None = None):
+    """:func:`validate` as a DataFrame with fixed dtypes (:mod:`simtrain.decide.tables`), one row per case:
+    id, source, gate, config, the measured and predicted step times, ``step_time_error`` (predicted / measured
+    - 1), simtrain's peak memory, the measured one where the source gives it, and why a case failed. A progress
+    bar (tqdm.auto) counts the cases."""
+    from simtrain.decide.tables import frame_of
+    from simtrain.decide.workers import progress_bar
+
+    paths = list(dev_case_files().values()) if path is None else [resolve_cases(path)]
+    total = sum(1 for p in paths for c in load_cases(p)[0] if not only or only in str(c["id"]))
+    with progress_bar(total, progress, "validate", unit="case") as bar:
+        results = validate(path, only=only, progress=lambda: bar.update(1))
+    rows = []
+    for r in results:
+        peak = r.predicted.get("peak_memory_GB")
+        measured = r.measured.get("memory_GiB")
+        rows.append({"id": r.id, "source": r.source, "source_name": r.source_name, "gpu": r.gpu, "file": r.file,
+                     "gate": r.gate, "config": r.config,
+                     "target_step_time_s": r.target_step_time_s, "predicted_step_time_s": r.predicted_step_time_s,
+                     "step_time_error": r.error, "predicted_peak_memory_bytes": None if peak is None else peak * 1e9,
+                     "measured_memory_bytes": None if measured is None else measured * 2**30, "failure": r.failure})
+    frame = frame_of(rows, ["id", "source", "source_name", "gpu", "file", "gate", "config", "target_step_time_s",
+                            "predicted_step_time_s",
+                            "step_time_error", "predicted_peak_memory_bytes", "measured_memory_bytes", "failure"])
+    gated = [r for r in results if r.gate]
+    frame.attrs["summary"] = {k: (s.to_dict() if s else None)
+                              for k, s in (("gated", summarize(gated)), ("all", summarize(results)))}
+    frame.attrs["by_source"] = {k: s.to_dict() for k, s in by_group(gated, lambda r: r.source_name).items()}
+    frame.attrs["by_gpu"] = {k: s.to_dict() for k, s in by_group(gated, lambda r: r.gpu or "?").items()}
+    frame.attrs["targets"] = check_targets(results).to_dict()
+    return frame

@@ -111,12 +111,29 @@ def _stop(pool: ProcessPoolExecutor) -> None:
     pool.shutdown(wait=True)
 
 
-def progress_bar(total: int, progress: bool | None, desc: str):
-    """A tqdm bar on stderr; ``progress=None`` shows it only when stderr is a terminal."""
-    from tqdm import tqdm
+#: a progress bar appears only once a call has run this long (s): quick calls stay silent
+PROGRESS_DELAY_S = 2.0
 
-    show = sys.stderr.isatty() if progress is None else bool(progress)
-    return tqdm(total=total, desc=desc, unit="point", file=sys.stderr, disable=not show, leave=False, mininterval=0)
+
+def in_notebook() -> bool:
+    """True inside a Jupyter kernel (where stderr is no terminal, yet a progress widget is wanted)."""
+    shell = sys.modules.get("IPython")
+    get = getattr(shell, "get_ipython", None)
+    return bool(get is not None and getattr(get(), "kernel", None) is not None)
+
+
+def progress_bar(total: int | None, progress: bool | None, desc: str, *, eta: bool = True, unit: str = "point"):
+    """A tqdm.auto bar: a widget in Jupyter, text on stderr in a terminal. ``progress=None`` shows it in either
+    (not in a pipe or a log), and only once the call has run :data:`PROGRESS_DELAY_S`; ``eta=False`` leaves out
+    the remaining time where it cannot be known (search candidates that are mostly pruned, not simulated)."""
+    from tqdm.auto import tqdm
+
+    show = (sys.stderr.isatty() or in_notebook()) if progress is None else bool(progress)
+    options: dict[str, Any] = {"delay": PROGRESS_DELAY_S} if progress is None else {}
+    if not eta:
+        options["bar_format"] = "{desc}: {n_fmt}/{total_fmt} [{elapsed}]{postfix}"
+    return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, disable=not show, leave=False, mininterval=0,
+                **options)
 
 
 def run_tasks(fn: Callable, args: list[tuple], executor: Executor, *, bar=None) -> Iterator[tuple[int, Any]]:

@@ -47,7 +47,7 @@ def _config(s: Scenario) -> dict:
             "gpus_per_node": s.gpus_per_node, "model": s.model.name, "training": _dump("training", s.training, s),
             "parallel": parallel,
             "placement": placement_of(s).report(),
-            "mfu_definition": MFU_DEFINITION}
+            "mfu_definition": MFU_DEFINITION, "assumed": list(s.assumed)}
 
 
 def _memory_with_activations(stage: StageMemory, act_peak: float | None, frag: float,

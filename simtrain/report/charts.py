@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from simtrain.report.charts_data import report_of
+from simtrain.report.charts_decide import compare_figure, search_figure, validate_figure
 from simtrain.report.charts_gantt import gantt_figure
 from simtrain.report.charts_memory import memory_figure
 from simtrain.report.charts_sweep import heatmap_figure, sweep_figure
@@ -30,7 +31,79 @@ from simtrain.report.trace import trace_events
 from simtrain.spec.errors import InputError
 
 __all__ = ["gantt_figure", "memory_figure", "sweep_figure", "heatmap_figure", "trace_events", "figures_html",
-           "write_figure", "write_outputs", "plot_saved"]
+           "write_figure", "write_outputs", "plot_saved", "plot_sweep", "plot_compare", "plot_search",
+           "plot_validate", "plot_gantt", "plot_memory", "compare_figure", "search_figure", "validate_figure",
+           "notebook_renderer"]
+
+#: notebook_renderer's modes -> plotly renderers. plotly_mimetype draws the figure live in JupyterLab and VS Code;
+#: notebook adds an HTML copy with plotly.js embedded once per notebook (about 4.8 MB), which nbconvert --to html
+#: and nbviewer keep and which opens offline; notebook_connected's HTML copy loads plotly.js from its CDN instead
+#: (a small notebook; the reader's browser needs the network); png adds a static image, the only form GitHub shows
+#: (it runs no JavaScript), which plotly makes with kaleido
+RENDERERS = {"embedded": "plotly_mimetype+notebook", "cdn": "plotly_mimetype+notebook_connected",
+             "static": "plotly_mimetype+notebook+png"}
+
+
+def notebook_renderer(mode: str = "embedded") -> str:
+    """Make the figures a notebook shows survive export: ``embedded`` (default) for ``jupyter nbconvert --to html``
+    and nbviewer, offline; ``cdn`` for the same with a small notebook; ``static`` also for GitHub (needs
+    ``pip install kaleido`` and the Chrome it drives). Sets ``plotly.io.renderers.default`` (this process only) and
+    returns it; nothing is shown or written."""
+    import plotly.io as pio
+
+    if mode not in RENDERERS:
+        raise InputError(f"mode={mode!r}: give one of {', '.join(RENDERERS)}", field="mode")
+    if mode == "static":
+        import importlib.util
+
+        if importlib.util.find_spec("kaleido") is None:
+            raise InputError("mode='static': plotly draws PNG images with kaleido, which is not installed (pip install "
+                             "kaleido, then kaleido.get_chrome()); 'embedded' renders everywhere but GitHub",
+                             field="mode")
+    pio.renderers.default = RENDERERS[mode]
+    return pio.renderers.default
+
+
+# --- one name per table: the Figure the CLI writes for it ------------------------------------------------
+
+#: the result columns of a sweep table; the others are its swept keys
+_SWEEP_RESULTS = ("step_time_s", "tokens_per_s", "mfu", "hfu", "bubble_fraction", "peak_memory_bytes_max",
+                  "fits_in_memory", "error")
+
+
+def plot_sweep(table, x: str | None = None, metrics=("step_time_s", "tokens_per_s", "mfu", "bubble_fraction")):
+    """A sweep's table (``simtrain.sweep``): each metric against the swept key ``x`` (default: the first), one line
+    per combination of the other swept keys; the figure ``simtrain sweep --plot`` writes. ``plot_sweep_heatmap``
+    is its two-key companion (:func:`heatmap_figure`)."""
+    keys = [c for c in table.columns if c not in _SWEEP_RESULTS]
+    return sweep_figure(table, x or keys[0], metrics=metrics)
+
+
+def plot_compare(table):
+    """A comparison (``simtrain.compare``): tokens/s, MFU, days, cost and energy per scenario, as
+    ``simtrain compare --plot`` writes it."""
+    energy = getattr(table, "attrs", {}).get("energy_note", "")
+    return compare_figure(table, energy)
+
+
+def plot_search(result):
+    """A search's top layouts (``simtrain.search``): tokens/s, with why each is slower than the best."""
+    return result.figure()
+
+
+def plot_validate(table):
+    """A validation run (``simtrain.validate``): predicted against measured step time per case."""
+    return validate_figure(table)
+
+
+def plot_gantt(result):
+    """A run's Gantt chart (``simtrain run --gantt``): :func:`gantt_figure`."""
+    return gantt_figure(result)
+
+
+def plot_memory(result):
+    """A run's memory over the step (``simtrain run --memory-plot``): :func:`memory_figure`."""
+    return memory_figure(result)
 
 
 def figures_html(title: str, figures: list) -> str:

@@ -78,6 +78,7 @@ def sweep_figure(df, x: str, metrics=("step_time_s", "mfu")):
     from plotly.subplots import make_subplots
 
     metrics = [metrics] if isinstance(metrics, str) else list(metrics)
+    x = _column(df, x)
     _check_columns(df, [x, *metrics])
     data, failed = _valid(df)
     groups = _group_columns(data, [x])
@@ -111,7 +112,13 @@ def sweep_figure(df, x: str, metrics=("step_time_s", "mfu")):
 
 
 def _nan(v) -> bool:
-    return isinstance(v, float) and math.isnan(v)
+    return type(v).__name__ == "NAType" or (isinstance(v, float) and math.isnan(v))
+
+
+def _column(df, key: str) -> str:
+    """The column of a swept key: its own name, or the dotted scenario key (``parallel.pp`` is ``parallel_pp``)."""
+    plain = str(key).replace(".", "_")
+    return plain if key not in df.columns and plain in df.columns else key
 
 
 def _levels(series) -> list:
@@ -142,6 +149,7 @@ def heatmap_figure(df, x: str, y: str, metric: str):
     """``metric`` over two swept parameters; where other keys vary too, each cell shows their best point."""
     import plotly.graph_objects as go
 
+    x, y = _column(df, x), _column(df, y)
     _check_columns(df, [x, y, metric])
     data, failed = _valid(df)
     label, scale, lower_better = _metric(metric)

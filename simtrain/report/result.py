@@ -11,9 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from simtrain.report.accuracy import LEDGER_ERROR  # noqa: F401 - where results are read, beside them
 from simtrain.spec.units import report_float
 
 DEVICE_LIST_LIMIT = 512
+
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,52 @@ class Result:
     fidelity: str | None = None
     config: dict = field(default_factory=dict)
     timeline: Any = field(default=None, compare=False, repr=False)   # records for charts; not in JSON
+
+    # --- in a notebook (simtrain.report.notebook) ---------------------------------------------------------
+    def __repr__(self) -> str:
+        """One line (the devices and the timeline run to megabytes)."""
+        from simtrain.report.notebook import result_repr
+
+        return result_repr(self)
+
+    def _repr_html_(self) -> str:
+        from simtrain.report.notebook import result_html
+
+        return result_html(self)
+
+    def summary(self) -> str:
+        """The text report of `simtrain run` (of `simtrain memory` for a memory-only result)."""
+        from simtrain.report.text import memory_text, run_text
+
+        return memory_text(self) if self.step_time_s is None else run_text(self)
+
+    def stages_frame(self):
+        """One row per pipeline stage (a pandas DataFrame; SI units)."""
+        from simtrain.report.notebook import stages_frame
+
+        return stages_frame(self)
+
+    def devices_frame(self):
+        """One row per GPU, or per class of GPUs at scale (a pandas DataFrame; SI units)."""
+        from simtrain.report.notebook import devices_frame
+
+        return devices_frame(self)
+
+    def gantt(self):
+        """The Gantt chart of the step (a plotly Figure; `simtrain run --gantt` writes it)."""
+        if self.timeline is None:
+            raise ValueError("a memory-only result has no timeline to draw: simtrain.simulate(...) gives one")
+        from simtrain.report.charts import gantt_figure
+
+        return gantt_figure(self)
+
+    def memory_figure(self):
+        """Allocated memory over the step, per stage (a plotly Figure; `simtrain run --memory-plot`)."""
+        if self.timeline is None:
+            raise ValueError("a memory-only result has no timeline to draw: simtrain.simulate(...) gives one")
+        from simtrain.report.charts import memory_figure
+
+        return memory_figure(self)
 
     @property
     def memory_capacity_bytes(self) -> float:

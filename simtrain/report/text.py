@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from simtrain.report.result import Result
+from typing import Any
+
 from simtrain.spec.units import format_bytes, format_count, format_time
 
 
@@ -10,7 +11,7 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
-def memory_table(result: Result) -> list[str]:
+def memory_table(result: Any) -> list[str]:
     lines = [f"{'stage':>5} {'layers':>6} {'params':>10} {'grads':>10} {'optim':>10} {'activ':>10} {'other':>10}"
              f" {'peak':>10} {'of cap':>7}"]
     for st in result.stages:
@@ -22,7 +23,7 @@ def memory_table(result: Result) -> list[str]:
     return lines
 
 
-def verdict(result: Result) -> list[str]:
+def verdict(result: Any) -> list[str]:
     head = result.capacity_bytes - result.peak_memory_bytes_max
     if result.fits_in_memory:
         return [f"fits: peak {format_bytes(result.peak_memory_bytes_max)} of {format_bytes(result.capacity_bytes)}"
@@ -35,17 +36,18 @@ def verdict(result: Result) -> list[str]:
     return out
 
 
-def memory_text(result: Result) -> str:
+def memory_text(result: Any) -> str:
     c = result.config
     lines = [f"{result.scenario}: {result.gpus} x {c.get('gpu')} ({c.get('hardware')}), model {c.get('model')} "
              f"({result.params_total / 1e9:.2f} B parameters), "
              f"{format_count(result.microbatches, 'micro-batch', 'micro-batches')} per step", ""]
-    lines += memory_table(result) + _other_parts(result) + _expert_share(result) + [""] + verdict(result)
+    lines += memory_table(result) + _other_parts(result) + _expert_share(result) + [""]
+    lines += verdict(result) + _assumed(result)
     lines += [f"warning: {w}" for w in result.warnings]
     return "\n".join(lines) + "\n"
 
 
-def band_text(result: Result) -> str:
+def band_text(result: Any) -> str:
     """The step-time band and what it rests on, or why there is none (report.bands)."""
     info = result.step_time_band or {}
     if result.step_time_band_s is None:
@@ -57,7 +59,7 @@ def band_text(result: Result) -> str:
             f"{info.get('basis', '')})")
 
 
-def run_text(result: Result) -> str:
+def run_text(result: Any) -> str:
     c = result.config
     par = c.get("parallel", {})
     lines = [
@@ -91,7 +93,7 @@ def run_text(result: Result) -> str:
     place = c.get("placement", {})
     if place:
         lines += ["", "placement        " + _placement_line(place)]
-    lines += [""] + verdict(result)
+    lines += [""] + verdict(result) + _assumed(result)
     # the verdict above already says when it does not fit (the JSON keeps that warning too)
     lines += [f"warning: {w}" for w in result.warnings if not w.startswith("does not fit")]
     lines.append(f"({result.fidelity} simulation, {result.events:,} events)")
@@ -120,12 +122,17 @@ def _placement_line(place: dict) -> str:
     return line
 
 
+def _assumed(result: Any) -> list[str]:
+    """The settings the run took from the model family rather than from the scenario."""
+    return [f"assumed: {a}" for a in result.config.get("assumed", ())]
+
+
 _OTHER_NAMES = {"fragmentation": "allocator fragmentation", "cuda_context": "CUDA context", "workspace": "workspaces",
                 "comm_buffers": "NCCL buffers", "zero3_gather_buffers": "ZeRO-3 gathered layers",
                 "dispatch_buffers": "MoE dispatch buffers"}
 
 
-def _expert_share(result: Result) -> list[str]:
+def _expert_share(result: Any) -> list[str]:
     """The routed experts' share of the static state on the stage with the peak (mixture-of-experts models)."""
     worst = max(result.stages, key=lambda s: s.peak_memory_bytes)
     if not worst.experts:
@@ -137,7 +144,7 @@ def _expert_share(result: Result) -> list[str]:
             f"({_pct(share / static if static else 0.0)} of params + grads + optimizer)"]
 
 
-def _other_parts(result: Result) -> list[str]:
+def _other_parts(result: Any) -> list[str]:
     """What 'other' holds on the stage with the peak, largest first (when the ledger's parts are known)."""
     worst = max(result.stages, key=lambda s: s.peak_memory_bytes)
     if not worst.other_detail:

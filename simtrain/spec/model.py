@@ -122,6 +122,10 @@ class ModelSpec(Closed):
     moe: MoESpec | None = Field(None, description="mixture of experts; null = dense")
     mtp_layers: NonNegativeInt = Field(0, description="DeepSeek-V3 multi-token-prediction modules (one layer plus a "
                                                       "projection each), run on the last pipeline stage")
+    dropout: bool | None = Field(
+        None, description="whether the model family trains with dropout: the default of the scenario's "
+                          "training.dropout when the scenario does not set it (None: not known, training.dropout's "
+                          "own default applies)")
 
     # Field validators where one field is at fault, so that an error names the field and its line.
     @field_validator("kv_heads")

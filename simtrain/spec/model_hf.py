@@ -45,6 +45,26 @@ _MOE_FAMILIES = {
 _GATED = {"llama", "mistral", "qwen2", "qwen3", "gemma", *_MOE_FAMILIES}
 
 
+#: a config's dropout probabilities (transformers: LlamaConfig/MistralConfig/Qwen2Config attention_dropout,
+#: GPT2Config resid_pdrop/embd_pdrop/attn_pdrop, BertConfig-style hidden_dropout_prob...)
+_HF_DROPOUT_KEYS = ("attention_dropout", "hidden_dropout", "resid_pdrop", "embd_pdrop", "attn_pdrop",
+                    "hidden_dropout_prob", "attention_probs_dropout_prob", "dropout")
+#: families that train without dropout when their config states no probability: Meta's Llama reference code
+#: (meta-llama/llama model.py) has no dropout layer, and transformers' LlamaConfig, MistralConfig, MixtralConfig,
+#: Qwen2Config, Qwen3Config and DeepseekV3Config default attention_dropout to 0.0
+_NO_DROPOUT_FAMILIES = {"llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "deepseek_v2",
+                        "deepseek_v3"}
+
+
+def hf_dropout(config: dict[str, Any]) -> bool | None:
+    """Whether a HuggingFace config's model trains with dropout: from its dropout probabilities when it states any
+    (any above 0), else False for the families in :data:`_NO_DROPOUT_FAMILIES`, else unknown (None)."""
+    stated = [config[k] for k in _HF_DROPOUT_KEYS if is_number(config.get(k)) and not isinstance(config.get(k), bool)]
+    if stated:
+        return any(p > 0 for p in stated)
+    return False if config.get("model_type") in _NO_DROPOUT_FAMILIES else None
+
+
 def from_hf_config(config: dict[str, Any], *, file: str, name: str | None = None, text: str | None = None) -> ModelSpec:
     """Map a HuggingFace ``config.json`` to a ModelSpec.
 
@@ -107,6 +127,9 @@ def from_hf_config(config: dict[str, Any], *, file: str, name: str | None = None
         windowed = config.get("use_sliding_window", False) if model_type in {"qwen2", "qwen3"} else True
         if windowed and is_number(window) and not isinstance(window, bool) and window > 0:
             out["attention_window"] = int(window)
+    dropout = hf_dropout(config)
+    if dropout is not None:
+        out["dropout"] = dropout
     try:
         return validate(ModelSpec, out, file=file)
     except InputError as err:

@@ -24,6 +24,7 @@ from simtrain.spec.scenario_rules import check_rules, setup_warnings
 from simtrain.spec.scenario_schema import (
     SCHEDULES,
     Parallel,
+    ScenarioCost,
     ScenarioFile,
     Simulation,
     Training,
@@ -50,6 +51,15 @@ class Scenario:
     nodes: int
     gpus_per_node: int
     warnings: tuple[str, ...] = ()
+    cost: ScenarioCost = field(default_factory=ScenarioCost)
+    assumed: tuple[str, ...] = ()   # settings taken from the model family, not from the scenario (reports state them)
+
+    @property
+    def price_per_gpu_hour(self) -> float | None:
+        """USD per GPU-hour: the scenario's ``cost.price_per_gpu_hour``, else the hardware file's (None: unknown)."""
+        if self.cost.price_per_gpu_hour is not None:
+            return self.cost.price_per_gpu_hour
+        return self.hardware.cost.price_per_gpu_hour
 
     @cached_property
     def cluster(self) -> Cluster:
@@ -154,8 +164,11 @@ def apply_overrides(raw: dict, overrides: dict[str, Any], *, file: str | None = 
 # --- loading ---------------------------------------------------------------
 
 def load_scenario(path: str | Path, overrides: dict[str, Any] | None = None) -> Scenario:
-    """Read, resolve and validate a scenario file."""
-    path = Path(path)
+    """Read, resolve and validate a scenario file, given by its path or by a bundled scenario's name
+    (``load_scenario("pp4_dp4")``; :func:`simtrain.spec.bundled.scenario_names` lists them)."""
+    from simtrain.spec.bundled import scenario_path
+
+    path = scenario_path(path)
     raw = load_yaml(path)
     if not isinstance(raw, dict):
         raise InputError("a scenario file must hold a mapping (hardware, model, training, parallel)",
@@ -187,7 +200,12 @@ def scenario_from_dict(raw: dict, *, file: str | None = None, base_dir: Path | N
     base_dir = base_dir or Path.cwd()
     if not isinstance(raw, LineDict):
         raw = _to_linedict(raw)
-    top = validate(ScenarioFile, raw, file=file, units=units)
+    section = raw.get("parallel")
+    auto_dp = isinstance(section, dict) and section.get("dp") == "auto"
+    # dp: auto is resolved once the cluster's size is known; the raw mapping keeps "auto", so that an override of
+    # nodes (a sweep over them) gets its own dp
+    top = validate(ScenarioFile, apply_overrides(raw, {"parallel.dp": 1}) if auto_dp else raw, file=file,
+                   units=units)
     try:
         hardware, hw_file = load_hardware(top.hardware, base_dir=base_dir, file=None)
     except InputError as err:
@@ -202,13 +220,39 @@ def scenario_from_dict(raw: dict, *, file: str | None = None, base_dir: Path | N
                          "its devices)", file=file, line=line_of(raw, key), field=key)
     nodes = top.nodes or hardware.nodes
     gpn = top.gpus_per_node or hardware.gpus_per_node
+    training, assumed = _family_defaults(top.training, model, raw)
+    parallel = top.parallel
+    if auto_dp:
+        parallel = parallel.model_copy(update={"dp": _auto_dp(parallel, nodes * gpn, raw, file)})
     scenario = Scenario(
         name=str(top.name or (Path(file).stem if file else "scenario")), file=file, raw=raw, base_dir=base_dir,
-        hardware=hardware, hardware_file=hw_file, model=model, training=top.training, parallel=top.parallel,
-        simulation=top.simulation, nodes=nodes, gpus_per_node=gpn)
+        hardware=hardware, hardware_file=hw_file, model=model, training=training, parallel=parallel,
+        simulation=top.simulation, nodes=nodes, gpus_per_node=gpn, cost=top.cost, assumed=assumed)
     warnings = check_rules(scenario, raw)
     object.__setattr__(scenario, "warnings", tuple(warnings))
     return scenario
+
+
+def _family_defaults(training: Training, model: ModelSpec, raw: dict) -> tuple[Training, tuple[str, ...]]:
+    """The training settings the model family brings (``dropout`` for now) where the scenario sets none; an explicit
+    scenario value wins. Returns the training settings and what was assumed, in words."""
+    given = raw.get("training") if isinstance(raw.get("training"), dict) else {}
+    if model.dropout is None or "dropout" in given or model.dropout == training.dropout:
+        return training, ()
+    word = "true" if model.dropout else "false"
+    return (training.model_copy(update={"dropout": model.dropout}),
+            (f"training.dropout: {word}, the default of model {model.name}'s family (set training.dropout to "
+             "change it)",))
+
+
+def _auto_dp(parallel: Parallel, gpus: int, raw: dict, file: str | None) -> int:
+    """``parallel.dp: auto``: the GPUs the cluster has over tp x pp (each replica is tp x pp GPUs)."""
+    per_replica = parallel.tp * parallel.pp
+    if gpus % per_replica:
+        raise InputError(f"auto: the cluster's {gpus} GPUs are not a whole number of replicas of tp x pp = "
+                         f"{parallel.tp} x {parallel.pp} = {per_replica} GPUs", file=file,
+                         line=line_of(raw, "parallel.dp"), field="parallel.dp")
+    return gpus // per_replica
 
 
 def _to_linedict(obj: Any) -> Any:

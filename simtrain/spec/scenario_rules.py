@@ -164,6 +164,10 @@ def check_rules(s, raw: dict) -> list[str]:
     if par.zero_impl != "generic" and (par.zero < 2 or par.dp == 1):
         warnings.append(f"parallel.zero_impl: {par.zero_impl} has no effect with zero {par.zero} and dp {par.dp} "
                         "(it describes how ZeRO-2/3 hand gradients to their reduce-scatter)")
+    if tr.recompute == "selective" and tr.attention_kernel != "none":
+        warnings.append(f"training.recompute: selective recomputes the attention scores, softmax and dropout "
+                        f"(Korthikanti et al. 2022, Sec. 4.2), which {tr.attention_kernel} attention never stores: it "
+                        "saves no memory here and costs the attention forward again; use none, selective_op or full")
     warnings += setup_warnings(s)
     if par.backward_prefetch != "pre" and (par.zero < 3 or par.dp == 1):
         warnings.append(f"parallel.backward_prefetch: {par.backward_prefetch} has no effect with zero {par.zero} and "

@@ -155,6 +155,13 @@ class Simulation(Closed):
     degraded_links: list[DegradedLink] = Field(default_factory=list)
 
 
+class ScenarioCost(Closed):
+    """What the scenario's GPUs cost, when it is not the hardware file's list price (a reserved or market rate)."""
+
+    price_per_gpu_hour: float | None = Field(None, gt=0, description="USD per GPU-hour; replaces the hardware "
+                                                                     "file's cost.price_per_gpu_hour")
+
+
 class ScenarioFile(Closed):
     """The top-level keys of a scenario YAML (the public interface)."""
 
@@ -167,3 +174,4 @@ class ScenarioFile(Closed):
     training: Training
     parallel: Parallel = Parallel()
     simulation: Simulation = Simulation()
+    cost: ScenarioCost = ScenarioCost()

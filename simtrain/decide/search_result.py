@@ -1,0 +1,207 @@
+"""What a layout search returns: every candidate, the top K, and the way from a winner back to a scenario.
+
+``result = simtrain.search(sc)``; ``result.best`` is the fastest layout (``result.best.scenario`` a runnable
+:class:`~simtrain.spec.scenario.Scenario`), ``result.scenario(i)`` the i-th of the top K, ``result.table`` every
+candidate as a DataFrame (:mod:`simtrain.decide.tables`), ``result.summary()`` the text of ``simtrain search``.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+from typing import Any
+
+from simtrain.report.accuracy import LEDGER_ERROR
+from simtrain.spec.scenario import Scenario
+from simtrain.spec.units import format_count, format_time
+
+#: layout field -> scenario key
+LAYOUT_KEYS = {"tp": "parallel.tp", "pp": "parallel.pp", "dp": "parallel.dp", "vpp": "parallel.vpp",
+               "micro_batch": "training.micro_batch", "zero": "parallel.zero", "recompute": "training.recompute",
+               "schedule": "parallel.schedule", "sequence_parallel": "parallel.sequence_parallel",
+               "precision": "training.precision"}
+
+
+def layout_overrides(layout: dict[str, Any]) -> dict[str, Any]:
+    """The scenario keys that set ``layout`` (its fields as :data:`LAYOUT_KEYS` names them)."""
+    out = {LAYOUT_KEYS[k]: layout[k] for k in LAYOUT_KEYS if k in layout}
+    out["parallel.layers_per_stage"] = None   # an uneven split of the original layout does not carry over
+    return out
+
+
+def tight_note(row: dict[str, Any]) -> str | None:
+    """A warning when a layout's headroom is inside the memory ledger's error (:data:`LEDGER_ERROR`)."""
+    fraction = row.get("peak_memory_fraction")
+    if fraction is None or 1.0 - fraction >= LEDGER_ERROR:
+        return None
+    return (f"its peak is {fraction:.1%} of the GPU's memory: the headroom {1 - fraction:.1%} is inside the memory "
+            f"ledger's measured error ({LEDGER_ERROR:.1%}), so it may not fit")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One searched layout: its fields and metrics (``layout["tp"]``, ``layout.row``) and, through
+    ``.scenario``, the scenario that runs it."""
+
+    row: dict[str, Any]
+    base: Scenario = field(repr=False)
+    overrides: dict[str, Any] = field(default_factory=dict, repr=False)   # the cluster size (gpus=)
+
+    @property
+    def scenario(self) -> Scenario:
+        """The searched scenario with this layout set: ``simtrain.simulate(layout.scenario)`` runs it."""
+        return self.base.with_overrides({**self.overrides, **layout_overrides(self.row)})
+
+    def __getitem__(self, key: str) -> Any:
+        return self.row[key]
+
+    def __repr__(self) -> str:
+        r = self.row
+        speed = (f": {r['step_time_s']:.3f} s, {r['tokens_per_s']:,.0f} tokens/s" if r.get("step_time_s") is not None
+                 else "")
+        return f"<Layout {layout_text(r)}{speed}>"
+
+
+@dataclass
+class SearchResult:
+    """Every candidate (layout fields, status, estimate, simulated metrics) and the top K."""
+
+    rows: list[dict[str, Any]]
+    top: list[dict[str, Any]]
+    tokens_per_step: int
+    gpus: int
+    seconds: float
+    counts: dict[str, int] = field(default_factory=dict)
+    max_memory: float = 1.0     # the fraction of the GPU's memory a layout could use to compete
+    scenario_searched: Scenario | None = field(default=None, repr=False)
+    overrides: dict[str, Any] = field(default_factory=dict, repr=False)   # the cluster size the search planned for
+
+    def __repr__(self) -> str:   # the rows run to thousands of candidates: a notebook cell shows the summary
+        best = self.top[0] if self.top else None
+        lead = (f"best tp{best['tp']} pp{best['pp']} dp{best['dp']}: {best['step_time_s']:.3f} s, "
+                f"{best['tokens_per_s']:,.0f} tokens/s" + (" (tight memory)" if tight_note(best) else "")
+                if best else "no layout fits")
+        return (f"<SearchResult: {len(self.rows)} layouts of {self.gpus} GPUs, {self.counts.get('simulated', 0)} "
+                f"simulated, top {len(self.top)}; {lead}; .best, .table, .summary()>")
+
+    @property
+    def table(self):
+        """Every candidate as a pandas DataFrame with fixed dtypes: the layout's fields, its status (simulated,
+        pruned, oom, tight, invalid, failed), the estimate and the simulated metrics (SI units)."""
+        from simtrain.decide.tables import frame_of
+
+        columns = list(dict.fromkeys(k for row in self.rows for k in row))
+        return frame_of(self.rows, columns)
+
+    @property
+    def best(self) -> Layout | None:
+        """The fastest layout that fits (None when none does); ``.best.scenario`` runs it."""
+        return self.layout(0) if self.top else None
+
+    def layout(self, i: int = 0) -> Layout:
+        """The ``i``-th of the top layouts (0 is the best)."""
+        if self.scenario_searched is None:
+            raise ValueError("this search result holds no scenario (it was built by hand)")
+        if not 0 <= i < len(self.top):
+            raise IndexError(f"i={i}: the search kept {len(self.top)} layouts (top=)")
+        return Layout(row=self.top[i], base=self.scenario_searched, overrides=self.overrides)
+
+    def scenario(self, i: int = 0) -> Scenario:
+        """The runnable scenario of the ``i``-th of the top layouts (0 is the best)."""
+        return self.layout(i).scenario
+
+    def summary(self) -> str:
+        """The text `simtrain search` prints."""
+        return search_text(self)
+
+    def figure(self):
+        """The top layouts' tokens/s as bars, each labelled with why it is slower than the best (plotly)."""
+        from simtrain.report.charts_decide import search_figure
+
+        return search_figure(self.top, f"{self.counts.get('enumerated', 0)} layouts of {self.gpus} GPUs")
+
+    def _repr_html_(self) -> str:
+        head = ["#", "layout", "step", "tokens/s", "MFU", "bubble", "peak mem", "why slower than #1"]
+        body = "".join(
+            "<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in (
+                n, layout_text(r), f"{r['step_time_s']:.3f} s", f"{r['tokens_per_s']:,.0f}", f"{r['mfu']:.1%}",
+                f"{r['bubble_fraction']:.1%}", f"{r.get('peak_memory_fraction', 0):.1%}", r["reason"])) + "</tr>"
+            for n, r in enumerate(self.top, start=1))
+        notes = [counts_text(self)] + ([f"warning: the best layout: {tight_note(self.top[0])}"]
+                                       if self.top and tight_note(self.top[0]) else [])
+        return ("<div><b>simtrain search</b><table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>"
+                + body + "</table>" + "".join(f"<p>{html.escape(n)}</p>" for n in notes) + "</div>")
+
+
+def _pct(fraction: float) -> str:
+    return f"{fraction:.0%}" if fraction >= 0.045 else f"{fraction:.1%}"
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.0f} ms"
+
+
+def layout_text(row: dict[str, Any], fields=None) -> str:
+    """'tp 2, pp 4, ...' for the given layout fields (all by default)."""
+    return ", ".join(f"{k} {row[k]}" for k in (fields or LAYOUT_KEYS) if k in row)
+
+
+def why_slower(row: dict[str, Any], best: dict[str, Any]) -> str:
+    """The one or two largest contributors (seconds per step) to ``row`` being slower than ``best``."""
+    differs = [k for k in LAYOUT_KEYS if row.get(k) != best.get(k)]
+    rc_row, rc_best = row.get("recompute_s", 0.0), best.get("recompute_s", 0.0)
+    work_row, work_best = row["compute_s"] - rc_row, best["compute_s"] - rc_best
+    parts = [
+        (row["bubble_fraction"] * row["step_time_s"] - best["bubble_fraction"] * best["step_time_s"],
+         f"bubble {_pct(row['bubble_fraction'])} vs {_pct(best['bubble_fraction'])}"),
+        (row["exposed_dp_s"] - best["exposed_dp_s"],
+         f"exposed DP comm {_ms(row['exposed_dp_s'])} vs {_ms(best['exposed_dp_s'])}"),
+        (row["exposed_tp_s"] - best["exposed_tp_s"],
+         f"TP comm {_ms(row['exposed_tp_s'])} vs {_ms(best['exposed_tp_s'])}"),
+        (row["exposed_pp_s"] - best["exposed_pp_s"],
+         f"exposed PP comm {_ms(row['exposed_pp_s'])} vs {_ms(best['exposed_pp_s'])}"),
+        (rc_row - rc_best, f"recompute {row['recompute']} +{rc_row / max(work_row, 1e-30):.0%} compute"),
+        (work_row - work_best, f"compute {format_time(work_row)} vs {format_time(work_best)}"),
+    ]
+    gap = row["step_time_s"] / best["step_time_s"] - 1.0
+    found = [text for delta, text in sorted(parts, key=lambda p: -p[0]) if delta > 0.005 * best["step_time_s"]][:2]
+    if not found:
+        found = [f"within {gap:.1%}" if gap > 5e-4 else "ties with the best"]
+    changes = ", ".join(f"{k} {row[k]} vs {best[k]}" for k in differs)
+    return "; ".join(found) + (f" ({changes})" if changes else "")
+
+
+def counts_text(result: SearchResult) -> str:
+    """What the search did with its candidates, in one line."""
+    c = result.counts
+    return (f"{format_count(c['enumerated'], 'layout')} of {format_count(result.gpus, 'GPU')}: "
+            f"{c['invalid']} invalid, {c['oom']} do not fit, "
+            f"{c['tight']} fit above {result.max_memory:.0%} of memory (max_memory), "
+            f"{c['pruned']} pruned by the analytic bound, {c['simulated']} simulated"
+            + (f", {c['failed']} failed" if c["failed"] else "") + f" ({result.seconds:.1f} s)")
+
+
+def search_text(result: SearchResult) -> str:
+    """The top layouts as a terminal table, with the search's own statistics."""
+    c = result.counts
+    head = ["#", "tp", "pp", "dp", "vpp", "mb", "zero", "recompute", "schedule", "sp", "prec", "step", "tokens/s",
+            "MFU", "bubble", "peak mem", "why slower than #1"]
+    body = []
+    for n, r in enumerate(result.top, start=1):
+        body.append([str(n), str(r["tp"]), str(r["pp"]), str(r["dp"]), str(r["vpp"]), str(r["micro_batch"]),
+                     str(r["zero"]), r["recompute"], r["schedule"], "yes" if r["sequence_parallel"] else "no",
+                     r["precision"], f"{r['step_time_s']:.3f} s", f"{r['tokens_per_s']:,.0f}", f"{r['mfu']:.1%}",
+                     f"{r['bubble_fraction']:.1%}", f"{r['peak_memory_bytes_max'] / 1e9:.1f} GB", r["reason"]])
+    widths = [max(len(row[i]) for row in [head, *body]) for i in range(len(head))]
+    lines = ["  ".join(cell.ljust(w) if i in (7, 8, 16) else cell.rjust(w)
+                       for i, (cell, w) in enumerate(zip(row, widths))).rstrip() for row in [head, *body]]
+    lines.append(counts_text(result))
+    if result.top and tight_note(result.top[0]):
+        lines.append(f"warning: the best layout: {tight_note(result.top[0])}")
+    if c["bound_violations"]:
+        lines.append(f"warning: the analytic bound exceeded the simulated step on {c['bound_violations']} layout(s), "
+                     "so pruning may have skipped a winner (a simtrain bug: estimate and engine disagree)")
+    if not result.top:
+        lines.append(f"no layout fits within {result.max_memory:.0%} of memory: try more GPUs (gpus), "
+                     "a smaller global batch or a smaller model" + (", or a higher max_memory" if c["tight"] else ""))
+    return "\n".join(lines) + "\n"
