@@ -206,3 +206,22 @@ def test_gpus_without_a_sustained_measurement_keep_their_benchmark_rate():
     """No sustained-rate measurement is published for the A100 or L40S: their curves stand as measured."""
     for name in ("dgx-a100", "pcie-l40s"):
         assert _load(name).compute.sustained_fraction == 1.0
+
+
+def test_grand_teton_file_holds_the_torchtitan_hardware_statement():
+    """torchtitan's H100 benchmarks ran on 96GB HBM2e at 2.4 TB/s, a 500 W limit and 400 Gb/s per GPU
+    (benchmarks/llama3_h100_202412_torchtitan.md); PyTorch reports 33.21 GiB as 34.95% of the device (PR #1884 log)."""
+    spec = _load("grand-teton-h100-96gb")
+    assert spec.gpu.memory / 2**30 == pytest.approx(33.21 / 0.3495, abs=0.01)
+    assert spec.gpu.memory_bandwidth == 2.4e12
+    assert spec.gpu.power == 500.0
+    assert spec.inter_node.nic_bandwidth * 8 == 400e9
+    assert spec.inter_node.nics_per_node == spec.gpus_per_node == 8
+
+
+def test_grand_teton_gemm_rate_is_no_faster_than_the_700_w_h100():
+    """A lower power limit cannot raise the clock a saturated GPU holds: the 500 W file's matmul rate is at most the
+    700 W H100's (dgx-h100.yaml), the bound its source text states."""
+    h100, teton = _load("dgx-h100"), _load("grand-teton-h100-96gb")
+    assert teton.gpu.peak("bf16") * teton.compute.sustained_fraction <= \
+        h100.gpu.peak("bf16") * h100.compute.sustained_fraction
