@@ -1,9 +1,11 @@
 """Automatic parallelism search: the fastest layouts for a model, a cluster and a global batch.
 
 1. Enumerate every layout (tp, pp, dp, vpp, micro_batch, zero, recompute, schedule,
-   sequence_parallel, precision) for the GPU count: TP within a node (within the scale-up domain where the hardware
-   file's NVLink domain spans several nodes, as on NVL72 racks), bf16 and fp8 where the GPU has an FP8 peak
-   (and the scenario trains in either), PP dividing the layers,
+   sequence_parallel, precision; for a mixture of experts ep and etp) for the GPU count: TP within a node
+   (within the scale-up domain where the hardware file's NVLink domain spans several nodes, as on NVL72 racks),
+   bf16 and fp8 where the GPU has an FP8 peak (and the scenario trains in either), PP dividing the layers,
+   EP dividing the experts with etp x ep dividing the stage's tp x dp GPUs (Megatron-Core's folding) and etp
+   a divisor of tp that divides the expert width,
    DP from the rest; each candidate is ``scenario.with_overrides(...)``, and those
    the scenario rules reject (InputError) are dropped.
 2. Drop the layouts that do not fit by the memory model (``simtrain.plan.memory``), or fit with less headroom than
@@ -38,7 +40,7 @@ from simtrain.spec.units import as_whole, format_count, format_time
 LAYOUT_KEYS = {"tp": "parallel.tp", "pp": "parallel.pp", "dp": "parallel.dp", "vpp": "parallel.vpp",
                "micro_batch": "training.micro_batch", "zero": "parallel.zero", "recompute": "training.recompute",
                "schedule": "parallel.schedule", "sequence_parallel": "parallel.sequence_parallel",
-               "precision": "training.precision"}
+               "precision": "training.precision", "ep": "parallel.ep", "etp": "parallel.etp"}
 RECOMPUTE = ("none", "selective", "selective_op", "full")
 
 
@@ -102,9 +104,20 @@ def enumerate_layouts(scenario: Scenario, gpus: int | None = None) -> list[dict[
                             for sp in ((False, True) if tp > 1 else (False,)):
                                 out.extend({"tp": tp, "pp": pp, "dp": dp, "vpp": vpp, "micro_batch": mb,
                                             "zero": zero, "recompute": recompute, "schedule": schedule,
-                                            "sequence_parallel": sp, "precision": precision}
-                                           for precision in precisions)
+                                            "sequence_parallel": sp, "precision": precision, **experts}
+                                           for precision in precisions for experts in _expert_layouts(m, tp, dp))
     return out
+
+
+def _expert_layouts(model, tp: int, dp: int) -> list[dict[str, int]]:
+    """The (ep, etp) pairs of a mixture of experts on a stage of tp x dp GPUs: ep divides the experts, etp divides
+    tp and the expert width, etp x ep divides tp x dp (Megatron-Core's folding). [{}] for a dense model, whose
+    layouts carry no expert keys."""
+    moe = model.moe
+    if moe is None:
+        return [{}]
+    return [{"ep": ep, "etp": etp} for etp in _divisors(tp) if moe.expert_ffn_hidden % etp == 0
+            for ep in _divisors(moe.experts) if (tp * dp) % (etp * ep) == 0]
 
 
 def _overrides(layout: dict[str, Any]) -> dict[str, Any]:
@@ -155,6 +168,7 @@ def simulate_layout(payload: ScenarioPayload, base: dict[str, Any], layout: dict
             "bubble_fraction": r.bubble_fraction, "peak_memory_bytes_max": round(r.peak_memory_bytes_max),
             "exposed_tp_s": r.exposed_comm_s.get("tp", 0.0), "exposed_pp_s": r.exposed_comm_s.get("pp", 0.0),
             "exposed_dp_s": r.exposed_comm_s.get("dp", 0.0),
+            **({"exposed_ep_s": r.exposed_comm_s["ep"]} if "ep" in r.exposed_comm_s else {}),
             "compute_s": max(st.compute_s for st in r.stages)}
 
 
@@ -301,6 +315,8 @@ def why_slower(row: dict[str, Any], best: dict[str, Any]) -> str:
          f"TP comm {_ms(row['exposed_tp_s'])} vs {_ms(best['exposed_tp_s'])}"),
         (row["exposed_pp_s"] - best["exposed_pp_s"],
          f"exposed PP comm {_ms(row['exposed_pp_s'])} vs {_ms(best['exposed_pp_s'])}"),
+        (row.get("exposed_ep_s", 0.0) - best.get("exposed_ep_s", 0.0),
+         f"EP all-to-all {_ms(row.get('exposed_ep_s', 0.0))} vs {_ms(best.get('exposed_ep_s', 0.0))}"),
         (rc_row - rc_best, f"recompute {row['recompute']} +{rc_row / max(work_row, 1e-30):.0%} compute"),
         (work_row - work_best, f"compute {format_time(work_row)} vs {format_time(work_best)}"),
     ]
@@ -315,16 +331,19 @@ def why_slower(row: dict[str, Any], best: dict[str, Any]) -> str:
 def search_text(result: SearchResult) -> str:
     """The top layouts as a terminal table, with the search's own statistics."""
     c = result.counts
-    head = ["#", "tp", "pp", "dp", "vpp", "mb", "zero", "recompute", "schedule", "sp", "prec", "step", "tokens/s",
-            "MFU", "bubble", "peak mem", "why slower than #1"]
+    experts = any("ep" in r for r in result.rows)   # a mixture of experts: ep and etp columns
+    head = ["#", "tp", "pp", "dp", "vpp", "mb", "zero", "recompute", "schedule", "sp", "prec",
+            *(["ep", "etp"] if experts else []), "step", "tokens/s", "MFU", "bubble", "peak mem", "why slower than #1"]
     body = []
     for n, r in enumerate(result.top, start=1):
         body.append([str(n), str(r["tp"]), str(r["pp"]), str(r["dp"]), str(r["vpp"]), str(r["micro_batch"]),
                      str(r["zero"]), r["recompute"], r["schedule"], "yes" if r["sequence_parallel"] else "no",
-                     r["precision"], f"{r['step_time_s']:.3f} s", f"{r['tokens_per_s']:,.0f}", f"{r['mfu']:.1%}",
+                     r["precision"], *([str(r["ep"]), str(r["etp"])] if experts else []),
+                     f"{r['step_time_s']:.3f} s", f"{r['tokens_per_s']:,.0f}", f"{r['mfu']:.1%}",
                      f"{r['bubble_fraction']:.1%}", f"{r['peak_memory_bytes_max'] / 1e9:.1f} GB", r["reason"]])
     widths = [max(len(row[i]) for row in [head, *body]) for i in range(len(head))]
-    lines = ["  ".join(cell.ljust(w) if i in (7, 8, 16) else cell.rjust(w)
+    left = (7, 8, len(head) - 1)
+    lines = ["  ".join(cell.ljust(w) if i in left else cell.rjust(w)
                        for i, (cell, w) in enumerate(zip(row, widths))).rstrip() for row in [head, *body]]
     lines.append(f"{format_count(c['enumerated'], 'layout')} of {format_count(result.gpus, 'GPU')}: "
                  f"{c['invalid']} invalid, {c['oom']} do not fit, "
