@@ -39,13 +39,18 @@ CASES = {
     "g": ("Llama 3 405B, 1,024 H100, TP8 PP16 DP8 (memory reference)", SCEN / "llama3_405b_1k_h100.yaml", "folded"),
     "h": ("DeepSeek-V3, 2,048 H100, TP1 PP16 EP64 1F1B", SCEN / "deepseek_v3_2048_h100.yaml", "folded"),
     "i": ("DeepSeek-V3, 256 H100, PP16 EP16, full fidelity", SCEN / "deepseek_v3_256_h100_full.yaml", "full"),
+    "j": ("search: Qwen3-235B-A22B on 256 H100", SCEN / "qwen3_235b_256_h100.yaml", "search"),
 }
+SEARCHES = ("e", "j")
 
 TARGETS = {   # id -> (what, seconds)
     "c": ("16,384-GPU step, folded (load + simulate)", 1.0),
     "d": ("full fidelity, 1,024 GPUs (load + simulate)", 30.0),
     "a": ("import simtrain + small run (pp4_dp4)", 0.5),
     "e": ("70B / 1,024-GPU search", 60.0),
+    "h": ("DeepSeek-V3 2,048 H100, folded (load + simulate)", 1.0),
+    "i": ("DeepSeek-V3 256 H100, full fidelity (load + simulate)", 60.0),
+    "j": ("Qwen3-235B-A22B / 256-GPU search", 120.0),
 }
 
 
@@ -74,7 +79,8 @@ def child(case: str) -> dict:
         found = search(scenario, top=5, progress=False)
         best = found.top[0] if found.top else {}
         out.update(counts=found.counts, best={k: best.get(k) for k in ("tp", "pp", "dp", "vpp", "micro_batch", "zero",
-                                                                      "recompute", "schedule", "step_time_s")})
+                                                                      "recompute", "schedule", "ep", "etp",
+                                                                      "step_time_s") if k in best})
     else:
         result = simulate(scenario, fidelity=mode)
         out.update(events=result.events, step_time_s=result.step_time_s, gpus=result.gpus, fidelity=result.fidelity)
@@ -207,7 +213,7 @@ def target_table(results: dict, imports: dict) -> list[str]:
         if r is None:
             lines.append(f"| {what} | {limit:g} s | not run | | - |")
             continue
-        runs = r["walls_s"] if case in ("a", "e") else r["load_and_run_s"]
+        runs = r["walls_s"] if case in ("a", *SEARCHES) else r["load_and_run_s"]
         value, worst = min(runs), max(runs)
         lines.append(f"| {what} | {limit:g} s | {_f(value)} s | {_f(worst)} s | "
                      f"{met(value, limit)} / {met(worst, limit)} |")
@@ -260,14 +266,14 @@ def render(m: dict, results: dict, imports: dict, eff: dict, quick: bool) -> tup
     head = [f"Machine: {m['nproc']} CPUs (`nproc`), {m['cpu']}, Python {m['python']}, {m['os']}; "
             f"date {m['date']}; simtrain commit {m['commit']}{dirty}{moved}. Figures: {how}; 1-minute load "
             f"average {m['load']:.2f} before and {m['load_end']:.2f} after (other work on the machine inflates times)."]
-    search = results.get("e")
+    searches = {c: results[c] for c in SEARCHES if results.get(c)}
     notes = [
         "", "Wall = `import simtrain` + load + simulate, timed inside the subprocess (interpreter start-up, "
         f"{_f(imports['interpreter_startup_s'])} s here, excluded). Events are the simpy events the engine scheduled "
         "(`Result.events`); events/s divides them by the simulate time.",
     ]
-    if search:
-        notes.append(f"Search (e) runs its screening and simulations on a pool of `nproc` worker processes (their "
+    for c, search in searches.items():
+        notes.append(f"Search ({c}) runs its screening and simulations on a pool of `nproc` worker processes (their "
                      f"memory is not in the RSS column); {search['counts']}; best layout {search['best']}.")
     imp = [f"`python -X importtime -c 'import simtrain'`: {_f(imports['import_simtrain_s'])} s; with the engine "
            f"(`simtrain.engine.simulation`, needed for a run): {_f(imports['import_for_a_run_s'])} s. Largest parts: "
@@ -304,7 +310,7 @@ def main() -> None:
     info = machine()
     results: dict = {}
     for case in CASES:
-        if case == "e" and args.quick:
+        if case in SEARCHES and args.quick:
             results[case] = None
             continue
         print(f"({case}) {CASES[case][0]} ...", file=sys.stderr, flush=True)

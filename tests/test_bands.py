@@ -40,6 +40,19 @@ def test_no_similar_case_gives_no_band():
     assert band(1.0, "B200", "DDP/ZeRO-1/2", _rows([0.0] * 20)) is None
 
 
+def test_moe_and_dense_errors_stay_apart():
+    """A dense scenario's band ignores MoE cases and a MoE scenario's uses only MoE cases, also when the GPU family
+    stands in for the stack: dense -0.1, 0.0, +0.1 and MoE -0.3 x 3 give 1/1.1..1/0.9 and 1/0.7..1/0.7."""
+    moe = stack_of(1, moe=True)
+    rows = _rows([-0.1, 0.0, 0.1], stack="DDP/ZeRO-1/2") + _rows([-0.3] * 3, stack=moe)
+    dense_band, moe_band = band(1.0, "H100", "DDP/ZeRO-1/2", rows), band(1.0, "H100", moe, rows)
+    assert (dense_band.low_s, dense_band.high_s) == pytest.approx((1 / 1.1, 1 / 0.9))
+    assert (moe_band.low_s, moe_band.high_s) == pytest.approx((1 / 0.7, 1 / 0.7))
+    fallback = band(1.0, "H100", stack_of(3, moe=True), rows)
+    assert fallback.basis.startswith("H100, any MoE stack") and len(fallback.cases) == 3
+    assert band(1.0, "H100", stack_of(3, moe=True), rows[:3]) is None
+
+
 def test_names_of_gpu_and_stack():
     """The GPU family is the name's first part; ZeRO-3 is the FSDP stack, the others Megatron-style."""
     assert gpu_family("H200-SXM-141GB") == "H200"

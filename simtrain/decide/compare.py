@@ -69,6 +69,8 @@ def layout_text(s: Scenario) -> str:
         text += f" recompute-{tr.recompute}"
     if par.sequence_parallel:
         text += " sp"
+    if s.model.moe is not None:   # a mixture of experts: its expert layout (etp where it differs from tp)
+        text += f" ep{par.ep}" + (f" etp{par.etp}" if (par.etp or par.tp) != par.tp else "")
     return text
 
 

@@ -1,9 +1,11 @@
 """Automatic parallelism search: the fastest layouts for a model, a cluster and a global batch.
 
 1. Enumerate every layout (tp, pp, dp, vpp, micro_batch, zero, recompute, schedule,
-   sequence_parallel, precision) for the GPU count: TP within a node (within the scale-up domain where the hardware
-   file's NVLink domain spans several nodes, as on NVL72 racks), bf16 and fp8 where the GPU has an FP8 peak
-   (and the scenario trains in either), PP dividing the layers,
+   sequence_parallel, precision; for a mixture of experts ep and etp) for the GPU count: TP within a node
+   (within the scale-up domain where the hardware file's NVLink domain spans several nodes, as on NVL72 racks),
+   bf16 and fp8 where the GPU has an FP8 peak (and the scenario trains in either), PP dividing the layers,
+   EP dividing the experts with etp x ep dividing the stage's tp x dp GPUs (Megatron-Core's folding) and etp
+   a divisor of tp that divides the expert width,
    DP from the rest; each candidate is ``scenario.with_overrides(...)``, and those
    the scenario rules reject (InputError) are dropped.
 2. Drop the layouts that do not fit by the memory model (``simtrain.plan.memory``), or fit with less headroom than
@@ -126,6 +128,10 @@ def enumerate_layouts(scenario: Scenario, gpus: int | None = None,
     peaks = hw.gpu.peak_flops
     has_fp8 = "fp8" in peaks or ("mxfp8" in peaks and tr.fp8_recipe == "mxfp8")
     precisions = ("bf16", "fp8") if tr.precision in ("bf16", "fp8") and has_fp8 else (tr.precision,)
+    # a mixture of experts: ZeRO-3 and selective_op recompute are refused by the scenario rules (not simulated yet
+    # for MoE layers), so they are not listed
+    zeros = (0, 1, 2) if m.moe is not None else (0, 1, 2, 3)
+    recomputes = tuple(r for r in RECOMPUTE if m.moe is None or r != "selective_op")
     out = []
     for tp in _divisors(min(domain, total)):
         if total % tp or m.heads % tp or m.num_kv_heads % tp or m.ffn_hidden % tp or not ok("tp", tp):
@@ -142,15 +148,28 @@ def enumerate_layouts(scenario: Scenario, gpus: int | None = None,
                 if pp > 1 and micro % pp == 0:
                     shapes += [("interleaved-1f1b", v) for v in _divisors(m.layers // pp) if v >= 2]
                 for schedule, vpp in ((sc, v) for sc, v in shapes if ok("schedule", sc) and ok("vpp", v)):
-                    for zero in (z for z in ((0, 1, 2, 3) if dp > 1 else (0,)) if ok("zero", z)):
-                        for recompute in (r for r in RECOMPUTE if ok("recompute", r)):
+                    for zero in (z for z in (zeros if dp > 1 else (0,)) if ok("zero", z)):
+                        for recompute in (r for r in recomputes if ok("recompute", r)):
                             for sp in (b for b in ((False, True) if tp > 1 else (False,))
                                        if ok("sequence_parallel", b)):
                                 out.extend({"tp": tp, "pp": pp, "dp": dp, "vpp": vpp, "micro_batch": mb,
                                             "zero": zero, "recompute": recompute, "schedule": schedule,
-                                            "sequence_parallel": sp, "precision": precision}
-                                           for precision in precisions if ok("precision", precision))
+                                            "sequence_parallel": sp, "precision": precision, **experts}
+                                           for precision in precisions if ok("precision", precision)
+                                           for experts in _expert_layouts(m, tp, dp)
+                                           if all(ok(k, v) for k, v in experts.items()))
     return out
+
+
+def _expert_layouts(model, tp: int, dp: int) -> list[dict[str, int]]:
+    """The (ep, etp) pairs of a mixture of experts on a stage of tp x dp GPUs: ep divides the experts, etp divides
+    tp and the expert width, etp x ep divides tp x dp (Megatron-Core's folding). [{}] for a dense model, whose
+    layouts carry no expert keys."""
+    moe = model.moe
+    if moe is None:
+        return [{}]
+    return [{"ep": ep, "etp": etp} for etp in _divisors(tp) if moe.expert_ffn_hidden % etp == 0
+            for ep in _divisors(moe.experts) if (tp * dp) % (etp * ep) == 0]
 
 
 def screen(payload: ScenarioPayload, base: dict[str, Any], layouts: list[dict[str, Any]],
@@ -196,6 +215,7 @@ def simulate_layout(payload: ScenarioPayload, base: dict[str, Any], layout: dict
             "exposed_tp_s": r.exposed_comm_s.get("tp", 0.0), "exposed_pp_s": r.exposed_comm_s.get("pp", 0.0),
             "exposed_dp_s": r.exposed_comm_s.get("dp", 0.0),
             "peak_memory_fraction": r.peak_memory_bytes_max / r.capacity_bytes,
+            **({"exposed_ep_s": r.exposed_comm_s["ep"]} if "ep" in r.exposed_comm_s else {}),
             "compute_s": max(st.compute_s for st in r.stages)}
 
 

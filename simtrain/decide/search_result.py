@@ -19,7 +19,7 @@ from simtrain.spec.units import format_count, format_time
 LAYOUT_KEYS = {"tp": "parallel.tp", "pp": "parallel.pp", "dp": "parallel.dp", "vpp": "parallel.vpp",
                "micro_batch": "training.micro_batch", "zero": "parallel.zero", "recompute": "training.recompute",
                "schedule": "parallel.schedule", "sequence_parallel": "parallel.sequence_parallel",
-               "precision": "training.precision"}
+               "precision": "training.precision", "ep": "parallel.ep", "etp": "parallel.etp"}
 
 
 def layout_overrides(layout: dict[str, Any]) -> dict[str, Any]:
@@ -160,6 +160,8 @@ def why_slower(row: dict[str, Any], best: dict[str, Any]) -> str:
          f"TP comm {_ms(row['exposed_tp_s'])} vs {_ms(best['exposed_tp_s'])}"),
         (row["exposed_pp_s"] - best["exposed_pp_s"],
          f"exposed PP comm {_ms(row['exposed_pp_s'])} vs {_ms(best['exposed_pp_s'])}"),
+        (row.get("exposed_ep_s", 0.0) - best.get("exposed_ep_s", 0.0),
+         f"EP all-to-all {_ms(row.get('exposed_ep_s', 0.0))} vs {_ms(best.get('exposed_ep_s', 0.0))}"),
         (rc_row - rc_best, f"recompute {row['recompute']} +{rc_row / max(work_row, 1e-30):.0%} compute"),
         (work_row - work_best, f"compute {format_time(work_row)} vs {format_time(work_best)}"),
     ]
@@ -184,16 +186,19 @@ def counts_text(result: SearchResult) -> str:
 def search_text(result: SearchResult) -> str:
     """The top layouts as a terminal table, with the search's own statistics."""
     c = result.counts
-    head = ["#", "tp", "pp", "dp", "vpp", "mb", "zero", "recompute", "schedule", "sp", "prec", "step", "tokens/s",
-            "MFU", "bubble", "peak mem", "why slower than #1"]
+    experts = any("ep" in r for r in result.rows)   # a mixture of experts: ep and etp columns
+    head = ["#", "tp", "pp", "dp", "vpp", "mb", "zero", "recompute", "schedule", "sp", "prec",
+            *(["ep", "etp"] if experts else []), "step", "tokens/s", "MFU", "bubble", "peak mem", "why slower than #1"]
     body = []
     for n, r in enumerate(result.top, start=1):
         body.append([str(n), str(r["tp"]), str(r["pp"]), str(r["dp"]), str(r["vpp"]), str(r["micro_batch"]),
                      str(r["zero"]), r["recompute"], r["schedule"], "yes" if r["sequence_parallel"] else "no",
-                     r["precision"], f"{r['step_time_s']:.3f} s", f"{r['tokens_per_s']:,.0f}", f"{r['mfu']:.1%}",
+                     r["precision"], *([str(r["ep"]), str(r["etp"])] if experts else []),
+                     f"{r['step_time_s']:.3f} s", f"{r['tokens_per_s']:,.0f}", f"{r['mfu']:.1%}",
                      f"{r['bubble_fraction']:.1%}", f"{r['peak_memory_bytes_max'] / 1e9:.1f} GB", r["reason"]])
     widths = [max(len(row[i]) for row in [head, *body]) for i in range(len(head))]
-    lines = ["  ".join(cell.ljust(w) if i in (7, 8, 16) else cell.rjust(w)
+    left = (7, 8, len(head) - 1)
+    lines = ["  ".join(cell.ljust(w) if i in left else cell.rjust(w)
                        for i, (cell, w) in enumerate(zip(row, widths))).rstrip() for row in [head, *body]]
     lines.append(counts_text(result))
     if result.top and tight_note(result.top[0]):

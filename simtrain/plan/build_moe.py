@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from simtrain.plan import costs
-from simtrain.plan.collectives import all_to_all_shape, collective_shape, phase_time_alone
+from simtrain.plan.collectives import all_to_all_shape, collective_shape, phase_time_alone, stage_shape
 from simtrain.plan.costs_moe import MoEShape, allgather_bytes, dispatch_bytes, moe_cost
 from simtrain.plan.memory import layer_params_per_rank
 from simtrain.plan.memory_moe import experts_per_rank, layer_indices, moe_dense_part_per_rank, moe_shape
@@ -43,21 +43,18 @@ def ep_time(scenario: Scenario, placement: Placement, msh: MoEShape, pp_rank: in
     if par.ep == 1:
         return 0.0
     cluster = scenario.cluster
+    offset = pp_rank * placement.tp * placement.dp   # the stage's first GPU: symmetric stages share one shape
+    layout = (placement.dp, placement.tp, placement.pp, placement.ep, placement.expert_tp)
     if par.moe_dispatcher == "allgather":
         nbytes = allgather_bytes(msh, element_bytes)
         total = 0.0
         for kind in ("all_gather", "reduce_scatter"):
-            key = ("ep", kind, placement.dp, placement.tp, placement.pp, placement.ep, placement.expert_tp, pp_rank)
-            shapes = cluster.shapes.get(key)
-            if shapes is None:
-                groups = [placement.expert_block(d, pp_rank) for d in range(placement.edp)]
-                shapes = cluster.shapes[key] = collective_shape(kind, groups, cluster)
+            shapes = stage_shape(cluster, ("ep", kind, *layout), offset, lambda kind=kind: collective_shape(
+                kind, [placement.expert_block(d, pp_rank) for d in range(placement.edp)], cluster))
             total += sum(phase_time_alone(sh.phase(nbytes), cluster) for sh in shapes)
         return total
-    key = ("ep", "all_to_all", placement.dp, placement.tp, placement.pp, placement.ep, placement.expert_tp, pp_rank)
-    shape = cluster.shapes.get(key)
-    if shape is None:
-        shape = cluster.shapes[key] = all_to_all_shape(placement.ep_groups(pp_rank), cluster)
+    shape = stage_shape(cluster, ("ep", "all_to_all", *layout), offset,
+                        lambda: all_to_all_shape(placement.ep_groups(pp_rank), cluster))
     return 2.0 * phase_time_alone(shape.phase(dispatch_bytes(msh, element_bytes)), cluster)
 
 

@@ -252,3 +252,29 @@ def all_to_all_shape(groups: list[list[int]], cluster: Cluster, every: bool = Fa
     crosses = any(cluster._link(link)[2] == "network" for link in own)
     return AllToAllShape(n=n, links=tuple(sorted((link, counts[link]) for link in own)), latency=latency,
                          crosses_network=crosses)
+
+
+def shifted(shape, cluster: Cluster, gpus: int):
+    """``shape`` (a ring or all-to-all shape) of groups moved by ``gpus`` GPU indices, a multiple of the cluster's
+    translation period: the same flows on the moved links, so the same times (symmetric pipeline stages)."""
+    if gpus == 0:
+        return shape
+    links = tuple(sorted((cluster.shift_link(link, gpus), count) for link, count in shape.links))
+    return replace(shape, links=links)
+
+
+def stage_shape(cluster: Cluster, key: tuple, offset: int, build):
+    """The shape ``build()`` makes for the groups of a pipeline stage whose first GPU is ``offset``, cached under
+    ``key``: stages whose offsets differ by a multiple of the cluster's translation period share one computation
+    (the first one asked for), moved onto their own links. ``build`` returns a shape, a list of shapes or None."""
+    period = cluster.translation_period()
+    key = (*key, "at", offset) if period is None else (*key, "mod", offset % period)
+    hit = cluster.shapes.get(key)
+    if hit is None:
+        hit = cluster.shapes[key] = (build(), offset)
+    shape, base = hit
+    if shape is None or offset == base:
+        return shape
+    if isinstance(shape, list):
+        return [shifted(s, cluster, offset - base) for s in shape]
+    return shifted(shape, cluster, offset - base)

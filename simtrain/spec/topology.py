@@ -22,6 +22,7 @@ structural routes equal the graph's shortest paths on the templates.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -166,6 +167,36 @@ class Cluster:
             else:
                 return None
         return domains
+
+    def translation_period(self) -> int | None:
+        """The smallest shift in GPUs that maps the template onto itself: moving every GPU index by a multiple of
+        it keeps each route's links' kinds, bandwidths and latencies (same node-local GPU, same NIC and rail, the
+        same place within a scale-up domain and under a fat-tree leaf). None for explicit topologies."""
+        if self.spec.explicit:
+            return None
+        period = math.lcm(self.gpus_per_node, self.domain_gpus)
+        inter = self.spec.inter_node
+        if inter is not None and inter.topology == "fat-tree":
+            period = math.lcm(period, inter.nodes_per_leaf * self.gpus_per_node)
+        return period
+
+    def shift_link(self, link: Link, gpus: int) -> Link:
+        """The template link ``link`` moved by ``gpus`` GPU indices (a multiple of :meth:`translation_period`)."""
+        return (self._shift_end(link[0], gpus), self._shift_end(link[1], gpus))
+
+    def _shift_end(self, end: str, gpus: int) -> str:
+        if end.startswith("gpu"):
+            return f"gpu{int(end[3:]) + gpus}"
+        if end.startswith("nic"):
+            node, k = end[3:].split(".")
+            return f"nic{int(node) + gpus // self.gpus_per_node}.{k}"
+        if end.startswith("nvsw"):
+            return f"nvsw{int(end[4:]) + gpus // self.domain_gpus}"
+        if end.startswith("host"):
+            return f"host{int(end[4:]) + gpus // self.gpus_per_node}"
+        if end.startswith("leaf"):
+            return f"leaf{int(end[4:]) + gpus // (self.spec.inter_node.nodes_per_leaf * self.gpus_per_node)}"
+        return end   # rails, the spine, the core and a single switch are shared by every node
 
     def route_latency(self, a: int, b: int) -> float:
         """Sum of the latencies of the route's edges."""

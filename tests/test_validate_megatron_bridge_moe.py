@@ -1,0 +1,62 @@
+"""The MoE Megatron-Bridge cases (simtrain/validation/megatron_bridge_moe.yaml): NVIDIA's published Qwen3, DeepSeek-V3
+and GPT-OSS throughput on DGX-H100 and DGX-B200, copied from the shared dev file
+(../shared/validation/modern_dev_cases.yaml) where every key has a simtrain equivalent."""
+
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from simtrain.decide import validate as v
+
+CASES = Path(str(resources.files("simtrain.validation") / "megatron_bridge_moe.yaml"))
+# the expressible MoE rows of the shared file, by hand: the ones that set no ep_overlap, recompute_modules, deepep or
+# hybridep (the file's header lists the others and the key each lacks)
+EXPRESSIBLE = {
+    "mbridge_2509_h100_qwen3_30b_a3b_fp8cs_16gpu", "mbridge_2509_b200_qwen3_30b_a3b_fp8cs_8gpu",
+    "mbridge_2602_b200_qwen3_30b_a3b_mxfp8_8gpu", "mbridge_2509_h100_qwen3_235b_a22b_fp8cs_256gpu",
+    "mbridge_2509_b200_qwen3_235b_a22b_fp8cs_64gpu", "mbridge_2509_b200_qwen3_235b_a22b_mxfp8_64gpu",
+    "mbridge_260401_b200_qwen3_235b_a22b_mxfp8_256gpu", "mbridge_2509_b200_deepseek_v3_fp8cs_256gpu",
+    "mbridge_2509_b200_deepseek_v3_mxfp8_256gpu", "mbridge_2511_h100_gpt_oss_120b_bf16_64gpu",
+    "mbridge_2511_b200_gpt_oss_120b_bf16_64gpu"}
+GATED = {"mbridge_2509_h100_qwen3_30b_a3b_fp8cs_16gpu", "mbridge_2602_b200_qwen3_30b_a3b_mxfp8_8gpu",
+         "mbridge_2509_h100_qwen3_235b_a22b_fp8cs_256gpu", "mbridge_260401_b200_qwen3_235b_a22b_mxfp8_256gpu"}
+
+
+@pytest.fixture(scope="module")
+def results():
+    return v.validate(CASES)
+
+
+def test_the_expressible_moe_rows_are_bundled():
+    """Every MoE row simtrain can express is a case, with its gate as the shared file has it, and nothing else."""
+    cases = v.load_cases(CASES)[0]
+    assert {c["id"] for c in cases} == EXPRESSIBLE
+    assert {c["id"] for c in cases if c["gate"]} == GATED
+
+
+def test_no_rack_scale_rows():
+    """Only DGX-H100 and DGX-B200 rows: the GB200/GB300 rows are reserved for an independent check."""
+    assert {c["scenario"]["hardware"] for c in v.load_cases(CASES)[0]} == {"dgx-h100", "dgx-b200"}
+
+
+def test_targets_are_the_published_throughput():
+    """Each target is global_batch x seq_len / (GPUs x measured tokens/s/GPU), as the source states it."""
+    for case in v.load_cases(CASES)[0]:
+        sc = case["scenario"]
+        gpus = sc["nodes"] * 8
+        implied = sc["training"]["global_batch"] * sc["training"]["seq_len"] / (
+            gpus * case["measured"]["tokens_per_s_per_gpu"])
+        assert case["target_step_time_s"] == pytest.approx(implied, rel=2e-3)
+
+
+# Today's state (not the issue's target, mean <= 10% and worst <= 20%): every case predicts too fast; gated mean
+# |error| 32.1%, worst -63.6% (Qwen3-30B-A3B MXFP8 dropless on 8 B200, measured at half the 25.09 token-drop row's
+# speed on the same GPUs). Guards are today's figures rounded up: a change that makes them worse fails here.
+def test_gated_error_does_not_regress(results):
+    """The gated MoE cases' mean |error| stays at or below 33% and the worst at or below 64%."""
+    gated = [r for r in results if r.gate]
+    assert len(gated) == 4
+    s = v.summarize(gated)
+    assert s.mean_abs_error <= 0.33
+    assert s.worst_abs_error <= 0.64
