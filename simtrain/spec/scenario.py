@@ -57,7 +57,13 @@ class Scenario:
 
     @property
     def gpus(self) -> int:
-        return self.parallel.dp * self.parallel.tp * self.parallel.pp
+        return self.parallel.dp * self.parallel.tp * self.parallel.pp * self.parallel.cp
+
+    @property
+    def dp_cp(self) -> int:
+        """Ranks of a stage that hold the same weights: gradients are reduced and ZeRO shards over dp x cp
+        (Megatron-Core distributed_data_parallel.py, the dp_cp group)."""
+        return self.parallel.dp * self.parallel.cp
 
     @property
     def microbatches(self) -> int:
