@@ -39,6 +39,8 @@ CASES = {
     "g": ("Llama 3 405B, 1,024 H100, TP8 PP16 DP8 (memory reference)", SCEN / "llama3_405b_1k_h100.yaml", "folded"),
     "h": ("DeepSeek-V3, 2,048 H100, TP1 PP16 EP64 1F1B", SCEN / "deepseek_v3_2048_h100.yaml", "folded"),
     "i": ("DeepSeek-V3, 256 H100, PP16 EP16, full fidelity", SCEN / "deepseek_v3_256_h100_full.yaml", "full"),
+    "j": ("Llama 3 405B, 131,072 tokens, 16,384 H100, TP8 CP16 PP16 DP8", SCEN / "llama3_405b_128k_cp16_h100.yaml",
+          "folded"),
 }
 
 TARGETS = {   # id -> (what, seconds)

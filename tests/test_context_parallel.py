@@ -150,3 +150,30 @@ def test_memory_report_lists_cp_buffers(tmp_path):
     """simtrain memory names the CP buffers among 'other' of a CP run."""
     result = memory(_cp(tmp_path, cp=2)).to_dict()
     assert "cp_buffers" in result["stages"][0]["other_detail"]
+
+
+def test_search_enumerates_cp_for_long_sequences():
+    """search lists cp sizes where each CP rank keeps >= 8,192 tokens: a 131,072-token run on 128 GPUs gets cp up to
+    16, and GPUs = dp x tp x pp x cp in every layout; an 8,192-token run gets no cp key."""
+    from simtrain.decide.search import enumerate_layouts
+
+    long = make_scenario(hardware="dgx-h100", nodes=16, model="llama3-70b",
+                         training={"seq_len": 131072, "global_batch": 32},
+                         parallel={"tp": 8, "pp": 4, "dp": 4})
+    layouts = enumerate_layouts(long)
+    assert {x["cp"] for x in layouts} == {1, 2, 4, 8, 16}
+    assert all(x["dp"] * x["tp"] * x["pp"] * x["cp"] == 128 for x in layouts)
+    short = long.with_overrides({"training.seq_len": 8192})
+    assert all("cp" not in x for x in enumerate_layouts(short))
+
+
+def test_memory_advice_names_cp_with_its_saving(tmp_path):
+    """A run that does not fit for its activations is told to raise parallel.cp, with the activations it saves:
+    half of the fullest stage's activations for cp 1 -> 2."""
+    sc = make_scenario(hardware=hardware_variant(tmp_path, {"gpu.memory": "1 GB"}), nodes=1, gpus_per_node=1,
+                       model=gpt_model(layers=4, hidden=H, heads=HEADS),
+                       training={"seq_len": S, "global_batch": 2})
+    result = memory(sc)
+    acts = max(st.memory["activations"] for st in result.stages)
+    tip = next(t for t in result.advice if "parallel.cp: 2" in t)
+    assert f"{acts / 2 / 1e9:.1f} GB" in tip

@@ -38,8 +38,11 @@ from simtrain.spec.units import as_whole, format_count, format_time
 LAYOUT_KEYS = {"tp": "parallel.tp", "pp": "parallel.pp", "dp": "parallel.dp", "vpp": "parallel.vpp",
                "micro_batch": "training.micro_batch", "zero": "parallel.zero", "recompute": "training.recompute",
                "schedule": "parallel.schedule", "sequence_parallel": "parallel.sequence_parallel",
-               "precision": "training.precision"}
+               "precision": "training.precision", "cp": "parallel.cp"}
 RECOMPUTE = ("none", "selective", "selective_op", "full")
+#: context parallelism is enumerated where every CP rank still holds at least this many tokens of a sequence (Llama 3's
+#: long-context stage: 131,072 tokens over cp 16, Dubey et al. 2024 Table 4); shorter sequences search cp 1 only
+CP_MIN_TOKENS = 8192
 
 
 def _divisors(n: int) -> list[int]:
@@ -81,29 +84,32 @@ def enumerate_layouts(scenario: Scenario, gpus: int | None = None) -> list[dict[
     peaks = hw.gpu.peak_flops
     has_fp8 = "fp8" in peaks or ("mxfp8" in peaks and tr.fp8_recipe == "mxfp8")
     precisions = ("bf16", "fp8") if tr.precision in ("bf16", "fp8") and has_fp8 else (tr.precision,)
+    cps = [c for c in _divisors(total) if tr.seq_len % (2 * c) == 0 and tr.seq_len // c >= CP_MIN_TOKENS]
+    cps = cps if len(cps) > 1 else [None]     # None: the layouts carry no cp key (short sequences)
     out = []
-    for tp in _divisors(min(domain, total)):
+    grid = [(t, p, c) for t in _divisors(min(domain, total)) for p in _divisors(total // t) for c in cps]
+    for tp, pp, cp in grid:
         if total % tp or m.heads % tp or m.num_kv_heads % tp or m.ffn_hidden % tp:
             continue
-        for pp in _divisors(total // tp):
-            if m.layers % pp:
-                continue
-            dp = total // (tp * pp)
-            if tr.global_batch % dp:
-                continue
-            for mb in _divisors(tr.global_batch // dp):
-                micro = tr.global_batch // (mb * dp)
-                shapes = [("1f1b", 1)] if pp == 1 else [("gpipe", 1), ("1f1b", 1)]
-                if pp > 1 and micro % pp == 0:
-                    shapes += [("interleaved-1f1b", v) for v in _divisors(m.layers // pp) if v >= 2]
-                for schedule, vpp in shapes:
-                    for zero in ((0, 1, 2, 3) if dp > 1 else (0,)):
-                        for recompute in RECOMPUTE:
-                            for sp in ((False, True) if tp > 1 else (False,)):
-                                out.extend({"tp": tp, "pp": pp, "dp": dp, "vpp": vpp, "micro_batch": mb,
-                                            "zero": zero, "recompute": recompute, "schedule": schedule,
-                                            "sequence_parallel": sp, "precision": precision}
-                                           for precision in precisions)
+        if m.layers % pp or (total // (tp * pp)) % (cp or 1):
+            continue
+        dp = total // (tp * pp * (cp or 1))
+        if tr.global_batch % dp:
+            continue
+        for mb in _divisors(tr.global_batch // dp):
+            micro = tr.global_batch // (mb * dp)
+            shapes = [("1f1b", 1)] if pp == 1 else [("gpipe", 1), ("1f1b", 1)]
+            if pp > 1 and micro % pp == 0:
+                shapes += [("interleaved-1f1b", v) for v in _divisors(m.layers // pp) if v >= 2]
+            for schedule, vpp in shapes:
+                for zero in ((0, 1, 2, 3) if dp * (cp or 1) > 1 else (0,)):
+                    for recompute in RECOMPUTE:
+                        for sp in ((False, True) if tp > 1 else (False,)):
+                            out.extend({"tp": tp, "pp": pp, "dp": dp, "vpp": vpp, "micro_batch": mb,
+                                        "zero": zero, "recompute": recompute, "schedule": schedule,
+                                        "sequence_parallel": sp, "precision": precision,
+                                        **({"cp": cp} if cp else {})}
+                                       for precision in precisions)
     return out
 
 
@@ -318,8 +324,12 @@ def search_text(result: SearchResult) -> str:
     head = ["#", "tp", "pp", "dp", "vpp", "mb", "zero", "recompute", "schedule", "sp", "prec", "step", "tokens/s",
             "MFU", "bubble", "peak mem", "why slower than #1"]
     body = []
+    with_cp = any("cp" in r for r in result.top)
+    if with_cp:
+        head[3] = "dp x cp"
     for n, r in enumerate(result.top, start=1):
-        body.append([str(n), str(r["tp"]), str(r["pp"]), str(r["dp"]), str(r["vpp"]), str(r["micro_batch"]),
+        dp = f"{r['dp']} x {r['cp']}" if with_cp else str(r["dp"])
+        body.append([str(n), str(r["tp"]), str(r["pp"]), dp, str(r["vpp"]), str(r["micro_batch"]),
                      str(r["zero"]), r["recompute"], r["schedule"], "yes" if r["sequence_parallel"] else "no",
                      r["precision"], f"{r['step_time_s']:.3f} s", f"{r['tokens_per_s']:,.0f}", f"{r['mfu']:.1%}",
                      f"{r['bubble_fraction']:.1%}", f"{r['peak_memory_bytes_max'] / 1e9:.1f} GB", r["reason"]])

@@ -8,8 +8,9 @@ from __future__ import annotations
 import statistics
 
 from simtrain.engine.core import Engine
+from simtrain.plan.advice import advice
 from simtrain.plan.build import build_plan
-from simtrain.plan.memory import EDGE_OF_MEMORY, StageMemory, advice, memory_report
+from simtrain.plan.memory import EDGE_OF_MEMORY, StageMemory, memory_report
 from simtrain.report.bands import band, gpu_family, no_band_text, stack_of
 from simtrain.report.result import DEVICE_LIST_LIMIT, DeviceResult, Result, StageSummary
 from simtrain.spec.errors import InputError

@@ -425,33 +425,3 @@ def memory_report(scenario: Scenario) -> MemoryReport:
     stages = tuple(stage_memory(scenario, p) for p in range(scenario.parallel.pp))
     return MemoryReport(stages=stages, capacity=scenario.hardware.gpu.memory,
                         params_total=scenario.model.params_total)
-
-
-def advice(scenario: Scenario, report: MemoryReport) -> list[str]:
-    """What would relieve memory, in the reference article's order (rule 18, 17)."""
-    tips = []
-    tr, par = scenario.training, scenario.parallel
-    dom = report.dominant()
-    m = scenario.microbatches
-    if par.pp > 1 and par.schedule == "gpipe" and m > par.pp:
-        tips.append(f"switch to 1F1B (parallel.schedule: 1f1b): GPipe keeps the activations of all {m} micro-batches "
-                    f"until the backward, 1F1B at most {par.pp} on the first stage (Narayanan et al. 2021, §2.2.1)")
-    if dom == "activations" or tr.recompute == "none":
-        if tr.recompute == "none":
-            tips.append("turn on activation recompute (training.recompute: selective_op, selective or full)")
-        elif tr.recompute != "full":
-            tips.append("recompute whole layers (training.recompute: full): only each layer's input is kept")
-        if not tr.flash_attention:
-            tips.append("use flash attention (training.flash_attention: true): no s x s score matrix")
-        if tr.micro_batch > 1:
-            tips.append("use a smaller micro_batch")
-    if tr.precision == "fp32":
-        tips.append("train in bf16 mixed precision (training.precision: bf16)")
-    if tr.precision == "fp8" and tr.fp8_recipe != "tensorwise" and dom == "params":
-        tips.append("tensorwise FP8 (training.fp8_recipe: tensorwise) keeps fewer FP8 weight copies")
-    if tr.optimizer == "adam" and dom in ("optimizer", "params", "grads"):
-        tips.append("a leaner optimizer (training.optimizer: adafactor) drops Adam's 8 bytes/parameter of moments")
-    if par.zero < 3 and par.dp > 1:
-        tips.append(f"shard states over the {par.dp} DP ranks (parallel.zero: {par.zero + 1})")
-    tips.append("split the model further: raise parallel.pp (layers) or parallel.tp (within a node)")
-    return tips
