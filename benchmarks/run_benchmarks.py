@@ -40,6 +40,8 @@ CASES = {
     "h": ("DeepSeek-V3, 2,048 H100, TP1 PP16 EP64 1F1B", SCEN / "deepseek_v3_2048_h100.yaml", "folded"),
     "i": ("DeepSeek-V3, 256 H100, PP16 EP16, full fidelity", SCEN / "deepseek_v3_256_h100_full.yaml", "full"),
     "j": ("search: Qwen3-235B-A22B on 256 H100", SCEN / "qwen3_235b_256_h100.yaml", "search"),
+    "k": ("Llama 3 405B, 131,072 tokens, 16,384 H100, TP8 CP16 PP16 DP8", SCEN / "llama3_405b_128k_cp16_h100.yaml",
+          "folded"),
 }
 SEARCHES = ("e", "j")
 

@@ -251,7 +251,7 @@ def test_dp_auto_follows_the_node_count():
     sc = simtrain.load_scenario("pp4_dp4", {"parallel.dp": "auto", "training.global_batch": 64})
     assert sc.parallel.dp == 4
     assert sc.with_overrides({"nodes": 4}).parallel.dp == 8
-    with pytest.raises(InputError, match="not a whole number of replicas of tp x pp = 1 x 3"):
+    with pytest.raises(InputError, match="not a whole number of replicas of tp x pp x cp = 1 x 3 x 1"):
         sc.with_overrides({"parallel.pp": 3})
 
 

@@ -72,7 +72,7 @@ def _full(s: Scenario) -> bool:
     """The engine's fidelity for this scenario (simulate() switches to full for asymmetric runs)."""
     from simtrain.engine.simulation import needs_full
 
-    return s.simulation.fidelity == "full" or (needs_full(s) and s.parallel.dp > 1)
+    return s.simulation.fidelity == "full" or (needs_full(s) and s.dp_cp > 1)
 
 
 def _dp_crosses_nodes(plan: Plan, pp_rank: int) -> bool:
@@ -114,11 +114,12 @@ def _bucketed_backward(c: ChunkPlan, bucket: float, comm, slowdown: float) -> tu
     if c.has_head:
         seg(c.head_bwd)
         pending += c.grad_bytes_edge if not c.has_embedding else 0.0
-    for _ in range(c.layers):
-        if c.recompute_layer > 0:
+    for i in range(c.layers):
+        if c.recompute_layer > 0 and c.recomputes(i):
             seg(c.recompute_layer)
         seg(c.bwd_layer)
-        seg(c.tp_bwd_layer, compute=False)
+        tp_bwd, cp_bwd, _hidden = c.bwd_comm(i)
+        seg(tp_bwd + cp_bwd, compute=False)
         pending += c.grad_bytes_layer
         if pending >= bucket:
             launch(pending)
@@ -148,9 +149,10 @@ def _zero3_op(c: ChunkPlan, forward: bool, gather: float, scatter: float, slowdo
         t = max(t, done)
         if ahead and i + 1 < c.layers:
             q = done = max(t, q) + gather          # prefetch the next layer
-        for work in ((c.fwd_layer,) if forward else (c.recompute_layer, c.bwd_layer)):
+        rec = c.recompute_layer if c.recomputes(i) else 0.0
+        for work in ((c.fwd_layer,) if forward else (rec, c.bwd_layer)):
             t = _slowed(t, work, q, slowdown)      # slower while a collective is in flight
-        t += c.tp_fwd_layer if forward else c.tp_bwd_layer
+        t += c.tp_fwd_layer + c.cp_fwd_layer if forward else sum(c.bwd_comm(i)[:2])
         if not ahead and i + 1 < c.layers:
             q = done = max(t, q) + gather          # the next layer's weights, after this layer's gradients
         if not forward:
@@ -166,7 +168,7 @@ def estimate(scenario: Scenario, plan: Plan | None = None) -> EstimateResult:
     p, vpp, m = par.pp, par.vpp, plan.microbatches
     V = p * vpp
     full = _full(s)
-    dp_sync = par.dp > 1
+    dp_sync = s.dp_cp > 1     # gradients are reduced over dp x cp
     zero = par.zero if dp_sync else 0
     hw = s.hardware
     # compute slows while a DP collective is queued or running, by the fabric it uses

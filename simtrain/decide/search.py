@@ -55,6 +55,9 @@ DEFAULT_MAX_MEMORY = math.floor((1.0 - LEDGER_ERROR) * 100) / 100
 #: screened rows of the last few searches, by what they depend on (scenario, hardware, cluster size, layouts)
 _SCREENED: OrderedDict[str, dict[str, dict[str, Any]]] = OrderedDict()
 _SCREENED_KEEP = 4
+#: context parallelism is enumerated where every CP rank still holds at least this many tokens of a sequence (Llama 3's
+#: long-context stage: 131,072 tokens over cp 16, Dubey et al. 2024 Table 4); shorter sequences search cp 1 only
+CP_MIN_TOKENS = 8192
 
 
 def _divisors(n: int) -> list[int]:
@@ -132,32 +135,34 @@ def enumerate_layouts(scenario: Scenario, gpus: int | None = None,
     # for MoE layers), so they are not listed
     zeros = (0, 1, 2) if m.moe is not None else (0, 1, 2, 3)
     recomputes = tuple(r for r in RECOMPUTE if m.moe is None or r != "selective_op")
+    cps = [c for c in _divisors(total) if tr.seq_len % (2 * c) == 0 and tr.seq_len // c >= CP_MIN_TOKENS]
+    cps = cps if len(cps) > 1 else [None]     # None: the layouts carry no cp key (short sequences)
     out = []
-    for tp in _divisors(min(domain, total)):
+    grid = [(t, p, c) for t in _divisors(min(domain, total)) for p in _divisors(total // t) for c in cps]
+    for tp, pp, cp in grid:
         if total % tp or m.heads % tp or m.num_kv_heads % tp or m.ffn_hidden % tp or not ok("tp", tp):
             continue
-        for pp in _divisors(total // tp):
-            if m.layers % pp or not ok("pp", pp):
-                continue
-            dp = total // (tp * pp)
-            if tr.global_batch % dp or not ok("dp", dp):
-                continue
-            for mb in (d for d in _divisors(tr.global_batch // dp) if ok("micro_batch", d)):
-                micro = tr.global_batch // (mb * dp)
-                shapes = [("1f1b", 1)] if pp == 1 else [("gpipe", 1), ("1f1b", 1)]
-                if pp > 1 and micro % pp == 0:
-                    shapes += [("interleaved-1f1b", v) for v in _divisors(m.layers // pp) if v >= 2]
-                for schedule, vpp in ((sc, v) for sc, v in shapes if ok("schedule", sc) and ok("vpp", v)):
-                    for zero in (z for z in (zeros if dp > 1 else (0,)) if ok("zero", z)):
-                        for recompute in (r for r in recomputes if ok("recompute", r)):
-                            for sp in (b for b in ((False, True) if tp > 1 else (False,))
-                                       if ok("sequence_parallel", b)):
-                                out.extend({"tp": tp, "pp": pp, "dp": dp, "vpp": vpp, "micro_batch": mb,
-                                            "zero": zero, "recompute": recompute, "schedule": schedule,
-                                            "sequence_parallel": sp, "precision": precision, **experts}
-                                           for precision in precisions if ok("precision", precision)
-                                           for experts in _expert_layouts(m, tp, dp)
-                                           if all(ok(k, v) for k, v in experts.items()))
+        if m.layers % pp or (total // (tp * pp)) % (cp or 1) or not ok("pp", pp) or (cp and not ok("cp", cp)):
+            continue
+        dp = total // (tp * pp * (cp or 1))
+        if tr.global_batch % dp or not ok("dp", dp):
+            continue
+        for mb in (d for d in _divisors(tr.global_batch // dp) if ok("micro_batch", d)):
+            micro = tr.global_batch // (mb * dp)
+            shapes = [("1f1b", 1)] if pp == 1 else [("gpipe", 1), ("1f1b", 1)]
+            if pp > 1 and micro % pp == 0:
+                shapes += [("interleaved-1f1b", v) for v in _divisors(m.layers // pp) if v >= 2]
+            for schedule, vpp in ((sc, v) for sc, v in shapes if ok("schedule", sc) and ok("vpp", v)):
+                for zero in (z for z in (zeros if dp * (cp or 1) > 1 else (0,)) if ok("zero", z)):
+                    for recompute in (r for r in recomputes if ok("recompute", r)):
+                        for sp in (b for b in ((False, True) if tp > 1 else (False,)) if ok("sequence_parallel", b)):
+                            out.extend({"tp": tp, "pp": pp, "dp": dp, "vpp": vpp, "micro_batch": mb,
+                                        "zero": zero, "recompute": recompute, "schedule": schedule,
+                                        "sequence_parallel": sp, "precision": precision,
+                                        **({"cp": cp} if cp else {}), **experts}
+                                       for precision in precisions if ok("precision", precision)
+                                       for experts in _expert_layouts(m, tp, dp * (cp or 1))
+                                       if all(ok(k, v) for k, v in experts.items()))
     return out
 
 

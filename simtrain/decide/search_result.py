@@ -19,7 +19,8 @@ from simtrain.spec.units import format_count, format_time
 LAYOUT_KEYS = {"tp": "parallel.tp", "pp": "parallel.pp", "dp": "parallel.dp", "vpp": "parallel.vpp",
                "micro_batch": "training.micro_batch", "zero": "parallel.zero", "recompute": "training.recompute",
                "schedule": "parallel.schedule", "sequence_parallel": "parallel.sequence_parallel",
-               "precision": "training.precision", "ep": "parallel.ep", "etp": "parallel.etp"}
+               "precision": "training.precision", "ep": "parallel.ep", "etp": "parallel.etp",
+               "cp": "parallel.cp"}
 
 
 def layout_overrides(layout: dict[str, Any]) -> dict[str, Any]:
@@ -190,8 +191,12 @@ def search_text(result: SearchResult) -> str:
     head = ["#", "tp", "pp", "dp", "vpp", "mb", "zero", "recompute", "schedule", "sp", "prec",
             *(["ep", "etp"] if experts else []), "step", "tokens/s", "MFU", "bubble", "peak mem", "why slower than #1"]
     body = []
+    with_cp = any("cp" in r for r in result.top)
+    if with_cp:
+        head[3] = "dp x cp"
     for n, r in enumerate(result.top, start=1):
-        body.append([str(n), str(r["tp"]), str(r["pp"]), str(r["dp"]), str(r["vpp"]), str(r["micro_batch"]),
+        dp = f"{r['dp']} x {r['cp']}" if with_cp else str(r["dp"])
+        body.append([str(n), str(r["tp"]), str(r["pp"]), dp, str(r["vpp"]), str(r["micro_batch"]),
                      str(r["zero"]), r["recompute"], r["schedule"], "yes" if r["sequence_parallel"] else "no",
                      r["precision"], *([str(r["ep"]), str(r["etp"])] if experts else []),
                      f"{r['step_time_s']:.3f} s", f"{r['tokens_per_s']:,.0f}", f"{r['mfu']:.1%}",

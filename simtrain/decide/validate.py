@@ -185,6 +185,7 @@ def _config(sc: dict) -> str:
     model = m if isinstance(m, str) else f"L{m.get('layers')} h{m.get('hidden')}"
     return (f"{sc.get('hardware')} x{sc.get('nodes', 1)} {model} s{t.get('seq_len')} gb{t.get('global_batch')} "
             f"mb{t.get('micro_batch', 1)} dp{p.get('dp', 1)} tp{p.get('tp', 1)} pp{p.get('pp', 1)}"
+            f"{' cp' + str(p['cp']) if p.get('cp', 1) > 1 else ''}"
             f"{'v' + str(p.get('vpp')) if p.get('vpp', 1) > 1 else ''} z{p.get('zero', 0)}"
             f"{'/' + p['backward_prefetch'] if p.get('backward_prefetch', 'pre') != 'pre' else ''}"
             f"{'/' + p['zero_impl'] if p.get('zero_impl', 'generic') != 'generic' else ''}"

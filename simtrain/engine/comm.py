@@ -193,6 +193,9 @@ class CommMixin:
                 lane.exposed["dp"] += self.env.now - t0
             yield from self._segment(lane, "compute", "forward", c.fwd_layer, mb, v, layer)
             yield from self._segment(lane, "tp", "tp_comm", c.tp_fwd_layer, mb, v, layer)
+            if c.cp_fwd_layer or c.cp_fwd_hidden:
+                yield from self._segment(lane, "cp_hidden", "cp_comm", c.cp_fwd_hidden, mb, v, layer)
+                yield from self._segment(lane, "cp", "cp_comm", c.cp_fwd_layer, mb, v, layer)
             self._buffer(lane, -c.zero3_layer_bytes)   # resharded after its forward
         if c.has_head:
             yield from self._segment(lane, "compute", "forward", c.head_fwd, mb, v, None)

@@ -52,9 +52,11 @@ class Engine(CommMixin):
         self.full = full
         self.sc = plan.scenario
         par = self.sc.parallel
-        self.pp, self.dp, self.vpp = par.pp, par.dp, par.vpp
+        # dp counts the replicas holding the same weights, dp x cp: gradients are reduced over them (Megatron-Core's
+        # dp_cp group) and, at full fidelity, each is a lane of its own
+        self.pp, self.dp, self.vpp = par.pp, plan.placement.dp, par.vpp
         self.V = self.pp * self.vpp
-        self.zero = par.zero if par.dp > 1 else 0
+        self.zero = par.zero if self.dp > 1 else 0
         self.sim = self.sc.simulation
         self.jitter = jitter
         self.seed = seed
@@ -101,6 +103,9 @@ class Engine(CommMixin):
                 if self.plan.has_experts:   # an EP key only where there are experts (dense reports keep theirs)
                     lane.busy["ep"] = 0.0
                     lane.exposed["ep"] = 0.0
+                if self.plan.has_cp:       # a CP key only with context parallelism (other reports keep theirs)
+                    lane.busy["cp"] = 0.0
+                    lane.exposed["cp"] = 0.0
                 lanes.append(lane)
         return lanes
 
@@ -177,6 +182,9 @@ class Engine(CommMixin):
             for stream, kind, sec, layer in segments:
                 sec = sec * stretch if stream == "compute" else sec * lane.tp_scale if stream == "tp" else sec
                 lo, hi = (layer, layer + 1) if layer is not None else (-1, -1)
+                if stream == "cp_hidden":   # under the compute just played: busy, not on the critical path
+                    self._record(lane, "cp", kind, t + total - sec, t + total, mb, v, lo, hi)
+                    continue
                 self._record(lane, stream, kind, t + total, t + total + sec, mb, v, lo, hi)
                 if stream != "compute":
                     lane.exposed[stream] += sec
@@ -187,6 +195,9 @@ class Engine(CommMixin):
                 sec = sec * stretch if stream == "compute" else sec * lane.tp_scale if stream == "tp" else sec
                 sums[(stream, kind)] = sums.get((stream, kind), 0.0) + sec
             for (stream, kind), sec in sums.items():
+                if stream == "cp_hidden":
+                    self._record(lane, "cp", kind, t + total - sec, t + total, mb, v)
+                    continue
                 self._record(lane, stream, kind, t + total, t + total + sec, mb, v)
                 if stream != "compute":
                     lane.exposed[stream] += sec
@@ -197,12 +208,16 @@ class Engine(CommMixin):
 
     def _segment(self, lane: Lane, stream: str, kind: str, sec: float, mb: int, v: int, layer):
         start = self.env.now
+        if stream == "cp_hidden":
+            lo, hi = (layer, layer + 1) if layer is not None else (-1, -1)
+            self._record(lane, "cp", kind, start - sec, start, mb, v, lo, hi)
+            return
         if stream == "compute":
             yield from self._compute(lane, sec * self._factor(lane))
         else:
             if stream == "tp":
                 sec *= lane.tp_scale
-            if stream in ("tp", "ep"):
+            if stream in ("tp", "ep", "cp"):
                 lane.exposed[stream] += sec
             if sec <= 0:
                 return
@@ -229,6 +244,10 @@ class Engine(CommMixin):
             fwd, _bwd, _rec, ep_fwd, _ep_bwd, _grads = c.layer_costs(i)
             segs.append(("compute", "forward", fwd, c.layer_lo + i))
             segs.append(("tp", "tp_comm", c.tp_fwd_layer, c.layer_lo + i))
+            if c.cp_fwd_hidden > 0:
+                segs.append(("cp_hidden", "cp_comm", c.cp_fwd_hidden, c.layer_lo + i))
+            if c.cp_fwd_layer > 0:
+                segs.append(("cp", "cp_comm", c.cp_fwd_layer, c.layer_lo + i))
             if ep_fwd > 0:
                 segs.append(("ep", "ep_comm", ep_fwd, c.layer_lo + i))
         if c.has_head:
@@ -248,7 +267,12 @@ class Engine(CommMixin):
             if rec > 0:
                 segs.append(("compute", "recompute", rec, layer))
             segs.append(("compute", "backward", bwd, layer))
-            segs.append(("tp", "tp_comm", c.tp_bwd_layer, layer))
+            tp_bwd, cp_bwd, cp_hidden = c.bwd_comm(i)
+            segs.append(("tp", "tp_comm", tp_bwd, layer))
+            if cp_hidden > 0:
+                segs.append(("cp_hidden", "cp_comm", cp_hidden, layer))
+            if cp_bwd > 0:
+                segs.append(("cp", "cp_comm", cp_bwd, layer))
             if ep_bwd > 0:
                 segs.append(("ep", "ep_comm", ep_bwd, layer))
             out.append((layer, segs))

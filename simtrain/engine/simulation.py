@@ -8,8 +8,9 @@ from __future__ import annotations
 import statistics
 
 from simtrain.engine.core import Engine
+from simtrain.plan.advice import advice
 from simtrain.plan.build import build_plan
-from simtrain.plan.memory import EDGE_OF_MEMORY, StageMemory, advice, memory_report
+from simtrain.plan.memory import EDGE_OF_MEMORY, StageMemory, memory_report
 from simtrain.report.bands import band, gpu_family, no_band_text, stack_of
 from simtrain.report.result import DEVICE_LIST_LIMIT, DeviceResult, Result, StageSummary
 from simtrain.spec.errors import InputError
@@ -23,14 +24,15 @@ MFU_DEFINITION = ("MFU = (6 N + 12 L h s) x tokens / (step time x GPUs x peak FL
 
 #: keys a report's config lists only when they differ from their default, so that the reports of runs that do not
 #: use them read as before the keys existed (fp8_recipe only with precision fp8)
-_SHOWN_WHEN_SET = {"training": {"fp8_recipe": "tensorwise", "cuda_graphs": "none"},
-                   "parallel": {"tp_comm_overlap": False}}
+_SHOWN_WHEN_SET = {"training": {"fp8_recipe": "tensorwise", "cuda_graphs": "none", "recompute_layers": None,
+                                "recompute_modules": None, "activation_offload_layers": 0},
+                   "parallel": {"tp_comm_overlap": False, "cp": 1, "cp_comm": "p2p", "offload_optimizer": False}}
 
 
 def _dump(section: str, value, s: Scenario) -> dict:
     out = value.model_dump()
     for key, default in _SHOWN_WHEN_SET[section].items():
-        keep = key == "fp8_recipe" and s.training.precision == "fp8"
+        keep = (key == "fp8_recipe" and s.training.precision == "fp8") or (key == "cp_comm" and s.parallel.cp > 1)
         if out.get(key) == default and not keep:
             out.pop(key, None)
     return out
@@ -90,7 +92,7 @@ def _devices(s: Scenario, per_stage: list[dict], busy: dict | None = None) -> tu
             else [(None, p) for p in range(s.parallel.pp)])
     for key in keys:
         d, p = key
-        dps = range(s.parallel.dp) if d is None else [d]
+        dps = range(pl.dp) if d is None else [d]
         ranks = tuple(sorted(pl.rank(dd, t, p) for dd in dps for t in range(s.parallel.tp)))
         extra = busy.get(key) if busy else None
         mem = extra[3] if extra else per_stage[p]
@@ -176,7 +178,7 @@ def simulate(scenario: Scenario, *, fidelity: str | None = None, seed: int | Non
     sim = s.simulation
     mode = fidelity or sim.fidelity
     warnings = list(s.warnings)
-    if mode == "folded" and needs_full(s) and s.parallel.dp > 1:
+    if mode == "folded" and needs_full(s) and s.dp_cp > 1:
         mode = "full"
         warnings.append("stragglers, jitter or degraded links break the symmetry between DP replicas: "
                         "simulated every rank (fidelity: full)")

@@ -20,6 +20,7 @@ from simtrain.plan.collectives import (
     p2p_phase,
     phase_time_alone,
 )
+from simtrain.plan.context import CPFigures, cp_figures, local_shape
 from simtrain.plan.memory import (
     StageMemory,
     edge_params,
@@ -28,6 +29,7 @@ from simtrain.plan.memory import (
     state_bytes_per_param,
 )
 from simtrain.plan.memory_moe import expert_params_local
+from simtrain.plan.recompute import modules_of, selective_extra, selective_tp_factor
 from simtrain.plan.schedules import Op, build_schedule
 from simtrain.plan.tp_overlap import exposed_tp
 from simtrain.spec.placement import Placement, placement_of
@@ -71,10 +73,32 @@ class ChunkPlan:
     lead_bwd: float = 0.0
     lead_recompute: float = 0.0
     lead_grad_bytes: float = 0.0
+    # context parallelism: the CP communication of one layer (its attention's compute is in fwd/bwd_layer)
+    cp_fwd_layer: float = 0.0     # s, exposed: where KV transfers outlast the blocks' attention, or a2a/all-gathers
+    cp_bwd_layer: float = 0.0     # s, exposed, backward (+ a recomputed attention's)
+    cp_fwd_hidden: float = 0.0    # s, CP transfers under the blocks' attention (busy, not on the critical path)
+    cp_bwd_hidden: float = 0.0
+    # recompute: full of the first ``recompute_count`` layers only (Megatron's block method; -1: every layer); the
+    # others run their backward without recompute and its communication (the *_plain figures)
+    recompute_count: int = -1
+    tp_bwd_plain: float = 0.0
+    cp_bwd_plain: float = 0.0
+    cp_bwd_hidden_plain: float = 0.0
+
+    def recomputes(self, i: int) -> bool:
+        return self.recompute_count < 0 or i < self.recompute_count
+
+    def bwd_comm(self, i: int) -> tuple[float, float, float]:
+        """(TP, exposed CP, hidden CP) seconds of the backward of the chunk's i-th layer."""
+        if self.recomputes(i):
+            return self.tp_bwd_layer, self.cp_bwd_layer, self.cp_bwd_hidden
+        return self.tp_bwd_plain, self.cp_bwd_plain, self.cp_bwd_hidden_plain
 
     def layer_costs(self, i: int) -> tuple[float, float, float, float, float, float]:
         """(forward, backward, recompute, EP forward, EP backward, gradient bytes) of the chunk's i-th layer
         (counted from the chunk's first); the TP figures are the same for every layer."""
+        if not self.recomputes(i):
+            return self.fwd_layer, self.bwd_layer, 0.0, self.ep_fwd_layer, self.ep_bwd_layer, self.grad_bytes_layer
         if i < self.lead_layers:
             return self.lead_fwd, self.lead_bwd, self.lead_recompute, 0.0, 0.0, self.lead_grad_bytes
         return self.fwd_layer, self.bwd_layer, self.recompute_layer, self.ep_fwd_layer, self.ep_bwd_layer, \
@@ -82,11 +106,12 @@ class ChunkPlan:
 
     @property
     def forward_time(self) -> float:
+        cp = self.layers * self.cp_fwd_layer
         if self.lead_layers or self.ep_fwd_layer:
             main = self.layers - self.lead_layers
             return self.embed_fwd + self.lead_layers * (self.lead_fwd + self.tp_fwd_layer) + \
-                main * (self.fwd_layer + self.tp_fwd_layer + self.ep_fwd_layer) + self.head_fwd
-        return self.embed_fwd + self.layers * (self.fwd_layer + self.tp_fwd_layer) + self.head_fwd
+                main * (self.fwd_layer + self.tp_fwd_layer + self.ep_fwd_layer) + self.head_fwd + cp
+        return self.embed_fwd + self.layers * (self.fwd_layer + self.tp_fwd_layer) + self.head_fwd + cp
 
     @property
     def backward_time(self) -> float:
@@ -94,8 +119,13 @@ class ChunkPlan:
             main = self.layers - self.lead_layers
             lead = self.lead_layers * (self.lead_recompute + self.lead_bwd + self.tp_bwd_layer)
             per = self.recompute_layer + self.bwd_layer + self.tp_bwd_layer + self.ep_bwd_layer
-            return self.head_bwd + lead + main * per + self.embed_bwd + self.metrics_bwd
-        per = self.recompute_layer + self.bwd_layer + self.tp_bwd_layer
+            return self.head_bwd + lead + main * per + self.embed_bwd + self.metrics_bwd + \
+                self.layers * self.cp_bwd_layer
+        per = self.recompute_layer + self.bwd_layer + self.tp_bwd_layer + self.cp_bwd_layer
+        if 0 <= self.recompute_count < self.layers:
+            plain = self.bwd_layer + self.tp_bwd_plain + self.cp_bwd_plain
+            return self.head_bwd + self.recompute_count * per + (self.layers - self.recompute_count) * plain + \
+                self.embed_bwd + self.metrics_bwd
         return self.head_bwd + self.layers * per + self.embed_bwd + self.metrics_bwd
 
 
@@ -114,6 +144,7 @@ class Plan:
     framework_overhead_layer: float = 0.0    # s per layer and micro-batch charged for the framework (FSDP1 hooks)
     phases: dict = field(default_factory=dict, repr=False)
     has_experts: bool = False                # a mixture-of-experts model: EP keys in the report
+    has_cp: bool = False                     # context parallelism: CP keys in the report
     expert_grad_bytes: tuple[float, ...] = ()     # per pipeline rank: routed-expert gradient bytes of one GPU
     expert_params_local: tuple[int, ...] = ()     # per pipeline rank: routed-expert weights on one GPU
 
@@ -169,7 +200,7 @@ class Plan:
         if dp_index is None or self.placement.tp == 1 or not self.scenario.simulation.degraded_links:
             return 1.0
         tr, m = self.scenario.training, self.scenario.model
-        nbytes = tr.micro_batch * tr.seq_len * m.hidden * self.dtype_bytes
+        nbytes = tr.micro_batch * tr.seq_len // self.placement.cp * m.hidden * self.dtype_bytes
         base = _tp_time(self.scenario, self.placement, nbytes, pp_rank)
         own = _tp_time(self.scenario, self.placement, nbytes, pp_rank, dp_index)
         return own / base if base > 0 else 1.0
@@ -178,7 +209,7 @@ class Plan:
     def pp_bytes(self) -> float:
         """b x s x h activations in 16-bit, split over the TP ranks (Megatron scatter/gather)."""
         tr, m = self.scenario.training, self.scenario.model
-        return tr.micro_batch * tr.seq_len * m.hidden * self.dtype_bytes / self.placement.tp
+        return tr.micro_batch * tr.seq_len * m.hidden * self.dtype_bytes / self.placement.tp / self.placement.cp
 
 
 def _tp_time(scenario: Scenario, placement: Placement, nbytes: float, pp_rank: int,
@@ -231,23 +262,39 @@ def build_plan(scenario: Scenario) -> Plan:
     eager_dev = replace(dev, graph_gap=None)
     placement = placement_of(scenario)
     mb = scenario.microbatches
-    tokens = tr.micro_batch * tr.seq_len
+    cp = par.cp
+    tokens = tr.micro_batch * tr.seq_len // cp     # each CP rank holds s / cp of every sequence
     at = m.attention
     mla = (at.q_lora_rank or 0, at.kv_lora_rank, at.qk_nope_head_dim, at.qk_rope_head_dim, at.v_head_dim) \
         if at.kind == "mla" else None
-    shape = costs.LayerShape(tokens=tokens, seq=tr.seq_len, batch=tr.micro_batch, hidden=m.hidden,
+    full_shape = costs.LayerShape(tokens=tokens * cp, seq=tr.seq_len, batch=tr.micro_batch, hidden=m.hidden,
                              ffn=m.ffn_hidden, heads=m.heads, kv_width=m.kv_width, mlp_matrices=m.mlp_matrices,
                              tp=par.tp, sequence_parallel=par.sequence_parallel and par.tp > 1,
                              flash=tr.attention_kernel != "none", dropout=tr.dropout,
-                             q_width=m.q_width if m.q_width != m.hidden else 0, mla=mla)
+                                  q_width=m.q_width if m.q_width != m.hidden else 0, mla=mla)
+    shape = local_shape(full_shape, cp)
     lc = costs.layer_cost(shape, dev, tr.recompute)
+    modules = modules_of(tr)
+    if modules and modules != ("core_attn",):   # Megatron's --recompute-modules beyond the default
+        extra, extra_flops = selective_extra(shape, dev, modules)
+        lc = replace(costs.layer_cost(shape, dev, "none"), recompute=extra)
+        lc = replace(lc, hardware_flops=lc.hardware_flops + extra_flops)
+    partial = tr.recompute == "full" and tr.recompute_layers is not None
+    attention_recomputed = tr.recompute == "full" or \
+        (tr.recompute == "selective" and "core_attn" in (tr.recompute_modules or ["core_attn"]))
+    cpf = [cp_figures(scenario, placement, full_shape, dev, r, attention_recomputed) if cp > 1 else CPFigures()
+           for r in range(par.pp)]
+    cpf_plain = [cp_figures(scenario, placement, full_shape, dev, r, False) if cp > 1 and partial else cpf[r]
+                 for r in range(par.pp)]
     edge = costs.edge_cost(tokens, m.hidden, m.vocab, par.tp, edge_dev, tr.cross_entropy)
     metrics = costs.train_metrics_time(tokens, m.vocab, par.tp, edge_dev, tr.train_metrics)
     state = state_bytes_per_param(tr.precision, tr.optimizer, tr.grad_dtype)
     act_full = tokens * m.hidden * dev.element_bytes
     mems = tuple(stage_memory(scenario, r) for r in range(par.pp))
     tp_cost = [_tp_time(scenario, placement, act_full, r) for r in range(par.pp)]
-    tp_bwd_cost = [t * _TP_RECOMPUTE.get(tr.recompute, 1.0) for t in tp_cost]
+    tp_factor = selective_tp_factor(modules) if modules else _TP_RECOMPUTE.get(tr.recompute, 1.0)
+    tp_bwd_cost = [t * tp_factor for t in tp_cost]
+    tp_bwd_plain = list(tp_cost)
     if par.tp_comm_overlap and par.sequence_parallel and par.tp > 1:
         gemm_times = [(dev.linear_gemm_time(mm, n, k), dev.linear_gemm_time(mm, k, n), dev.linear_gemm_time(k, n, mm))
                       for mm, n, k in costs.gemm_shapes(shape)]
@@ -257,8 +304,9 @@ def build_plan(scenario: Scenario) -> Plan:
             parts = _tp_collectives(scenario, placement, act_full, r)
             fwd, bwd = exposed_tp(parts["all_gather"], parts["reduce_scatter"], gemm_times, par.tp, slowdown)
             tp_cost.append(fwd)
+            tp_bwd_plain[r] = bwd
             # a recomputed forward's collectives (full: all of them; selective_op: half) overlap as the forward's
-            tp_bwd_cost.append(bwd + (_TP_RECOMPUTE.get(tr.recompute, 1.0) - 1.0) * fwd)
+            tp_bwd_cost.append(bwd + (tp_factor - 1.0) * fwd)
 
     per_layer_local = layer_params_per_rank(m, par.tp)
     # PyTorch FSDP's flat-parameter gradient handling (parallel.zero_impl: fsdp1), ZeRO-2/3 over 2+ ranks
@@ -295,10 +343,16 @@ def build_plan(scenario: Scenario) -> Plan:
         edge_grad = n_edge * state.grads
         tp_fwd = tp_cost[rank]
         tp_bwd = tp_bwd_cost[rank]
+        cf = cpf[rank]
         chunks.append(ChunkPlan(
             vstage=v, rank=rank, chunk=chunk, layer_lo=lo, layers=n_layers, has_embedding=first, has_head=last,
-            fwd_layer=lc.forward + unit_overhead / 3.0,
-            bwd_layer=lc.backward + cat_time(per_layer_local) + 2.0 * unit_overhead / 3.0, recompute_layer=lc.recompute,
+            fwd_layer=lc.forward + cf.forward + unit_overhead / 3.0,
+            bwd_layer=lc.backward + cf.backward + cat_time(per_layer_local) + 2.0 * unit_overhead / 3.0,
+            recompute_layer=lc.recompute + cf.recompute,
+            cp_fwd_layer=cf.fwd_exposed, cp_bwd_layer=cf.bwd_exposed, cp_fwd_hidden=cf.fwd_hidden,
+            cp_bwd_hidden=cf.bwd_hidden, recompute_count=tr.recompute_layers if partial else -1,
+            tp_bwd_plain=tp_bwd_plain[rank], cp_bwd_plain=cpf_plain[rank].bwd_exposed,
+            cp_bwd_hidden_plain=cpf_plain[rank].bwd_hidden,
             tp_fwd_layer=tp_fwd, tp_bwd_layer=tp_bwd,
             embed_fwd=edge.embed_forward if first else 0.0,
             embed_bwd=edge.embed_backward + cat_time(n_edge) if first else 0.0,
@@ -309,32 +363,44 @@ def build_plan(scenario: Scenario) -> Plan:
             metrics_bwd=metrics if last else 0.0, grad_prep_per_byte=prep_per_byte))
         if varied:
             fields = chunk_fields(figures[rank], lo, n_layers)
-            fields["fwd_layer"] += unit_overhead / 3.0
-            fields["bwd_layer"] += cat_time(per_layer_local) + 2.0 * unit_overhead / 3.0
+            fields["fwd_layer"] += unit_overhead / 3.0 + cf.forward
+            fields["bwd_layer"] += cat_time(per_layer_local) + 2.0 * unit_overhead / 3.0 + cf.backward
+            fields["recompute_layer"] += cf.recompute
+            if fields["lead_layers"]:
+                fields.update(lead_fwd=fields["lead_fwd"] + cf.forward, lead_bwd=fields["lead_bwd"] + cf.backward,
+                              lead_recompute=fields["lead_recompute"] + cf.recompute)
             if last:
                 fields.update(head_fwd=chunks[-1].head_fwd + mtp_fwd, head_bwd=chunks[-1].head_bwd + mtp_bwd)
             chunks[-1] = replace(chunks[-1], **fields)
         lo += n_layers
 
-    opt = tuple(costs.optimizer_time(mems[r].params_local / (par.dp if par.zero >= 1 else 1), tr.optimizer, eager_dev,
+    shards = scenario.dp_cp if par.zero >= 1 else 1
+    opt = tuple(costs.optimizer_time(mems[r].params_local / shards, tr.optimizer, eager_dev,
                                      max(0.0, state.grads - state.weights), kernel=tr.optimizer_kernel,
                                      grad_bytes=4.0 if fsdp1 else state.grads)   # FSDP upcasts the shard
                 for r in range(par.pp))
     model_flops = model_flops_per_step(scenario)
-    hw_flops_fwd_layer = lc.hardware_flops * par.tp
-    hardware_flops = (hw_flops_fwd_layer * m.layers + 3.0 * edge.head_model_flops * par.tp) * mb * par.dp
+    # context parallelism's attention beyond the local shape's: 3x (forward, backward) + a recomputed forward
+    cp_flops = cpf[0].flops * (3.0 + (1.0 if attention_recomputed else 0.0))
+    hw_flops_fwd_layer = (lc.hardware_flops + cp_flops) * par.tp
+    replicas = mb * par.dp * cp      # micro-batches of every DP replica, each over cp GPUs
+    hardware_flops = (hw_flops_fwd_layer * m.layers + 3.0 * edge.head_model_flops * par.tp) * replicas
+    if partial:   # only recompute_layers of each virtual stage re-run their forward
+        plain_layers = m.layers - tr.recompute_layers * vstages
+        hardware_flops -= plain_layers * (lc.hardware_flops - 3.0 * lc.model_flops + cpf[0].flops) * par.tp * replicas
     if varied:
         layer_hw = sum(f.hardware_flops for per_rank in figures for f in per_rank if f is not None)
         mtp_hw = m.mtp_layers * (3.0 * edge.head_model_flops + 3 * 2.0 * tokens * m.hidden / par.tp * 2 * m.hidden
                                  + figures[par.pp - 1][-1].hardware_flops) if m.mtp_layers else 0.0
-        hardware_flops = (layer_hw * par.tp + 3.0 * edge.head_model_flops * par.tp + mtp_hw * par.tp) * mb * par.dp
+        layer_hw += cp_flops * m.layers
+        hardware_flops = (layer_hw * par.tp + 3.0 * edge.head_model_flops * par.tp + mtp_hw * par.tp) * replicas
     schedule = tuple(tuple(ops) for ops in build_schedule(par.schedule, par.pp, mb, par.vpp))
     experts = m.moe is not None
     expert_local = tuple(expert_params_local(scenario, r) for r in range(par.pp)) if experts else ()
     return Plan(scenario=scenario, placement=placement, chunks=tuple(chunks), schedule=schedule, microbatches=mb,
                 stage_memory=mems, optimizer_time=opt, model_flops_per_step=model_flops,
                 hardware_flops_per_step=hardware_flops, dtype_bytes=dev.element_bytes,
-                framework_overhead_layer=unit_overhead, has_experts=experts,
+                framework_overhead_layer=unit_overhead, has_experts=experts, has_cp=cp > 1,
                 expert_grad_bytes=tuple(n * state.grads for n in expert_local), expert_params_local=expert_local)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from simtrain.plan.context import cp_buffer_bytes
 from simtrain.plan.costs import DTYPE_BYTES, FP8_COPY_BYTES
 from simtrain.plan.memory_moe import (
     dispatch_buffer_bytes,
@@ -24,6 +25,7 @@ from simtrain.plan.memory_moe import (
     moe_shape,
     mtp_dense_params_local,
 )
+from simtrain.plan.recompute import modules_of, selective_saving
 from simtrain.spec.scenario import Scenario
 
 #: above this fraction of the GPU's memory a run is "at the edge of memory": `run` warns and `search` skips it
@@ -296,7 +298,7 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
     fsdp1 = par.zero_impl == "fsdp1" and par.zero >= 3 and par.dp > 1 and tr.precision != "fp32"
     stored = fsdp1_sharded_state(state) if fsdp1 else state
     n, layers = local_params(scenario, pp_rank)
-    dp = par.dp
+    dp = scenario.dp_cp     # ZeRO shards over the ranks holding the same weights: dp x cp
     n_exp = expert_params_local(scenario, pp_rank)
     experts = {}
     if n_exp:   # expert state is sharded over the expert data-parallel group, the rest over dp
@@ -321,7 +323,8 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
         optim += experts["optimizer"]
         n += n_exp
 
-    s, b, h, a, t = tr.seq_len, tr.micro_batch, m.hidden, m.heads, par.tp
+    # every kept activation is of the s / cp tokens a CP rank holds (Korthikanti's terms with s -> s / cp)
+    s, b, h, a, t = tr.seq_len // par.cp, tr.micro_batch, m.hidden, m.heads, par.tp
     sp = par.sequence_parallel and t > 1
     scale = 2.0 if tr.precision == "fp32" else 1.0   # fp32 training: every term doubled (masks too, conservatively)
     per_layer = activation_bytes_per_layer(
@@ -330,7 +333,18 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
     fp8 = tr.precision == "fp8"
     if fp8 and tr.recompute in ("none", "selective"):
         per_layer -= fp8_activation_saving(s, b, h, m.ffn_hidden, t, sp, tr.fp8_recipe)
+    per_layer -= selective_saving(s, b, h, m.ffn_hidden, m.mlp, t, sp, modules_of(tr)) * scale
     per_mb = per_layer * layers
+    if tr.recompute == "full" and tr.recompute_layers is not None:
+        # Megatron's block method: the first recompute_layers of each (virtual) stage keep only their input
+        kept = activation_bytes_per_layer(
+            s, b, h, a, ffn=m.ffn_hidden, mlp=m.mlp, t=t, sequence_parallel=sp, **_attention_widths(m),
+            attention_scores=not tr.flash_attention, recompute="none", dropout=tr.dropout) * scale
+        if fp8:
+            kept -= fp8_activation_saving(s, b, h, m.ffn_hidden, t, sp, tr.fp8_recipe)
+        recomputed = sum(min(tr.recompute_layers, scenario.layers_per_stage[v]) for v in stage_layers(scenario,
+                                                                                                      pp_rank))
+        per_mb = per_layer * recomputed + kept * (layers - recomputed)
     msh = moe_shape(scenario)
     if msh is not None:
         moe_layers = sum(1 for i in layer_indices(scenario, pp_rank) if m.is_moe_layer(i))
@@ -375,6 +389,8 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
         edge = edge_params(m, par.tp, par.pp, first=pp_rank == 0, last=pp_rank == par.pp - 1)
         detail["zero3_gather_buffers"] = (per_layer_params * (2 * state.weights + state.grads) if layers else 0.0) \
             + edge * state.weights
+    if par.cp > 1:   # the KV blocks in flight (p2p), gathered K and V (allgather) or head-split copies (a2a)
+        detail["cp_buffers"] = cp_buffer_bytes(scenario, 4 if tr.precision == "fp32" else 2)
     if msh is not None:   # the dispatcher's send and receive buffers while a MoE block runs
         detail["dispatch_buffers"] = dispatch_buffer_bytes(msh, 2) * scale
     ov = hw.memory_overheads
@@ -409,33 +425,3 @@ def memory_report(scenario: Scenario) -> MemoryReport:
     stages = tuple(stage_memory(scenario, p) for p in range(scenario.parallel.pp))
     return MemoryReport(stages=stages, capacity=scenario.hardware.gpu.memory,
                         params_total=scenario.model.params_total)
-
-
-def advice(scenario: Scenario, report: MemoryReport) -> list[str]:
-    """What would relieve memory, in the reference article's order (rule 18, 17)."""
-    tips = []
-    tr, par = scenario.training, scenario.parallel
-    dom = report.dominant()
-    m = scenario.microbatches
-    if par.pp > 1 and par.schedule == "gpipe" and m > par.pp:
-        tips.append(f"switch to 1F1B (parallel.schedule: 1f1b): GPipe keeps the activations of all {m} micro-batches "
-                    f"until the backward, 1F1B at most {par.pp} on the first stage (Narayanan et al. 2021, §2.2.1)")
-    if dom == "activations" or tr.recompute == "none":
-        if tr.recompute == "none":
-            tips.append("turn on activation recompute (training.recompute: selective_op, selective or full)")
-        elif tr.recompute != "full":
-            tips.append("recompute whole layers (training.recompute: full): only each layer's input is kept")
-        if not tr.flash_attention:
-            tips.append("use flash attention (training.flash_attention: true): no s x s score matrix")
-        if tr.micro_batch > 1:
-            tips.append("use a smaller micro_batch")
-    if tr.precision == "fp32":
-        tips.append("train in bf16 mixed precision (training.precision: bf16)")
-    if tr.precision == "fp8" and tr.fp8_recipe != "tensorwise" and dom == "params":
-        tips.append("tensorwise FP8 (training.fp8_recipe: tensorwise) keeps fewer FP8 weight copies")
-    if tr.optimizer == "adam" and dom in ("optimizer", "params", "grads"):
-        tips.append("a leaner optimizer (training.optimizer: adafactor) drops Adam's 8 bytes/parameter of moments")
-    if par.zero < 3 and par.dp > 1:
-        tips.append(f"shard states over the {par.dp} DP ranks (parallel.zero: {par.zero + 1})")
-    tips.append("split the model further: raise parallel.pp (layers) or parallel.tp (within a node)")
-    return tips

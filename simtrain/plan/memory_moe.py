@@ -19,7 +19,7 @@ def moe_shape(scenario: Scenario) -> MoEShape | None:
     if m.moe is None:
         return None
     moe = m.moe
-    return MoEShape(tokens=tr.micro_batch * tr.seq_len, hidden=m.hidden, experts=moe.experts, top_k=moe.top_k,
+    return MoEShape(tokens=tr.micro_batch * tr.seq_len // par.cp, hidden=m.hidden, experts=moe.experts, top_k=moe.top_k,
                     expert_ffn=moe.expert_ffn_hidden, shared_ffn=moe.shared_experts * moe.shared_width,
                     mlp_matrices=m.mlp_matrices, tp=par.tp, ep=par.ep, etp=par.etp or par.tp,
                     capacity_factor=moe.capacity_factor, imbalance=moe.imbalance)

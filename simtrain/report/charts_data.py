@@ -26,8 +26,9 @@ from simtrain.spec.errors import InputError
 from simtrain.spec.units import is_number
 
 #: streams in display order (the engine's names)
-STREAMS = ("compute", "tp", "pp", "dp", "ep")
-STREAM_LABELS = {"compute": "compute", "tp": "TP comm", "pp": "PP send", "dp": "DP/ZeRO", "ep": "EP all-to-all"}
+STREAMS = ("compute", "tp", "pp", "dp", "ep", "cp")
+STREAM_LABELS = {"compute": "compute", "tp": "TP comm", "cp": "CP KV exchange", "pp": "PP send", "dp": "DP/ZeRO",
+                 "ep": "EP all-to-all"}
 
 
 class Rec(NamedTuple):
@@ -349,8 +350,9 @@ def gpu_ranks(report: dict, lane: LaneInfo) -> tuple[int, int]:
     from simtrain.spec.placement import Placement
 
     par = report.get("config", {}).get("parallel", {})
-    pl = Placement(par.get("dp", 1), par.get("tp", 1), par.get("pp", 1),
-                   report.get("config", {}).get("gpus_per_node", 1) or 1)
+    cp = par.get("cp", 1)
+    pl = Placement(par.get("dp", 1) * cp, par.get("tp", 1), par.get("pp", 1),
+                   report.get("config", {}).get("gpus_per_node", 1) or 1, cp=cp)
     if lane.dp is None:
         ranks = [pl.rank(d, t, lane.pp) for d in range(pl.dp) for t in range(pl.tp)]
     else:

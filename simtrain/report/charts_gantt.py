@@ -48,6 +48,7 @@ KIND_STYLE = {
     "zero3_all_gather": ("#D6A5C9", "ZeRO-3 all-gather"),
     "zero3_reduce_scatter": ("#8C6D8C", "ZeRO-3 reduce-scatter"),
     "ep_comm": ("#EECA3B", "EP dispatch + combine"),
+    "cp_comm": ("#4C9F70", "CP KV exchange"),
     "edp_all_reduce": ("#B6992D", "expert-DP all-reduce"),
     "edp_reduce_scatter": ("#D4B84A", "expert-DP reduce-scatter"),
     "edp_all_gather": ("#8F7A24", "expert-DP all-gather (params)"),
@@ -101,7 +102,7 @@ def gantt_rows(report: dict, max_bars: int = 5000) -> tuple[list[GanttRow], str]
             pieces = row.bars
             row.bars = merge_ops(pieces)
             row.overlay = [b for b in pieces if b.kind == "recompute"]
-            inside = by_lane[lane].get("tp", []) + by_lane[lane].get("ep", [])
+            inside = by_lane[lane].get("tp", []) + by_lane[lane].get("ep", []) + by_lane[lane].get("cp", [])
             _close_with_tp(row.bars, inside, tol)
             # idle = neither computing nor in a TP or EP collective: the engine runs them synchronously
             # inside each layer, so they are part of the operation, not a bubble

@@ -55,7 +55,9 @@ def trace_events(result_or_report) -> dict:
     for ln in all_lanes:
         lo, hi = gpu_ranks(report, ln)
         gpus = f"GPU {lo}" if lo == hi else f"GPUs {lo}-{hi}"
-        who = f"all {dp} DP replicas" if ln.dp is None else f"DP replica {ln.dp}"
+        cp = par.get("cp", 1)
+        replicas = f"{dp} DP replicas" if cp == 1 else f"{dp} DP x {cp} CP ranks"
+        who = f"all {replicas}" if ln.dp is None else f"{'DP replica' if cp == 1 else 'DP x CP rank'} {ln.dp}"
         events.append({"ph": "M", "name": "process_name", "pid": ln.index + 1, "tid": 0,
                        "args": {"name": f"stage {ln.pp} ({who}; {gpus})"}})
         events.append({"ph": "M", "name": "process_sort_index", "pid": ln.index + 1, "tid": 0,

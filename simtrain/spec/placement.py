@@ -12,6 +12,11 @@ Expert parallelism folds onto the same GPUs as Megatron-Core does (parallel_stat
 its expert RankGenerator, order tp-ep-dp-pp): within a pipeline stage, local index ``j = tp + TP x dp`` is expert
 TP rank ``j % ETP``, EP rank ``(j // ETP) % EP`` and expert-DP rank ``j // (ETP x EP)``. An EP group therefore spans
 ETP x EP consecutive GPUs and stays inside a node (the NVLink domain) whenever that block fits in one.
+
+Context parallelism sits between TP and DP (Megatron-Core's order tp-cp-dp-pp): a placement built for cp > 1 has
+``dp`` = the scenario's dp x cp, the ranks of a stage that hold the same weights (gradients are reduced and ZeRO
+shards over them, and EP folds over tp x cp x dp), and replica index ``d = c + CP x dp``; the CP group of
+(tp, dp, pp) is the CP consecutive replicas ``d = CP x dp .. CP x dp + CP - 1`` (ranks TP apart).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ class Placement:
     domain_gpus: int = 0      # GPUs of one scale-up domain; 0 = one node
     ep: int = 1
     etp: int = 0          # 0: = tp
+    cp: int = 1           # context-parallel size; ``dp`` then counts dp x cp replicas
 
     @property
     def expert_tp(self) -> int:
@@ -69,6 +75,13 @@ class Placement:
 
     def edp_groups(self, pp: int) -> list[list[int]]:
         return [self.edp_group(x, e, pp) for e in range(self.ep) for x in range(self.expert_tp)]
+
+    def cp_group(self, dp: int, tp: int, pp: int) -> list[int]:
+        """The CP ranks of one sequence (``dp``: the scenario's DP index), in ring order."""
+        return [self.rank(self.cp * dp + c, tp, pp) for c in range(self.cp)]
+
+    def cp_groups(self, pp: int) -> list[list[int]]:
+        return [self.cp_group(d, t, pp) for d in range(self.dp // self.cp) for t in range(self.tp)]
 
     def rank(self, dp: int, tp: int, pp: int) -> int:
         return tp + self.tp * (dp + self.dp * pp)
@@ -104,6 +117,8 @@ class Placement:
             "dp": any(self._spans(self.dp_group(t, p), where) for t in range(self.tp) for p in range(self.pp)),
             "pp": any(self._spans(self.pp_group(d, t), where) for d in range(self.dp) for t in range(self.tp)),
         }
+        if self.cp > 1:   # reported only where there are CP groups (reports without CP keep their keys)
+            out["cp"] = any(self._spans(g, where) for p in range(self.pp) for g in self.cp_groups(p))
         if self.ep > 1:   # reported only where there are EP groups (dense reports keep their keys)
             out["ep"] = any(self._spans(g, where) for p in range(self.pp) for g in self.ep_groups(p))
         return out
@@ -124,7 +139,8 @@ class Placement:
 def placement_of(scenario) -> Placement:
     par = scenario.parallel
     cluster = scenario.cluster
+    dp = par.dp * par.cp
     if scenario.model.moe is not None:
-        return Placement(par.dp, par.tp, par.pp, cluster.gpus_per_node, cluster.domain_gpus, ep=par.ep,
-                         etp=par.etp or par.tp)
-    return Placement(par.dp, par.tp, par.pp, cluster.gpus_per_node, cluster.domain_gpus)
+        return Placement(dp, par.tp, par.pp, cluster.gpus_per_node, cluster.domain_gpus, ep=par.ep,
+                         etp=par.etp or par.tp, cp=par.cp)
+    return Placement(dp, par.tp, par.pp, cluster.gpus_per_node, cluster.domain_gpus, cp=par.cp)

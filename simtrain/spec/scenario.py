@@ -67,7 +67,13 @@ class Scenario:
 
     @property
     def gpus(self) -> int:
-        return self.parallel.dp * self.parallel.tp * self.parallel.pp
+        return self.parallel.dp * self.parallel.tp * self.parallel.pp * self.parallel.cp
+
+    @property
+    def dp_cp(self) -> int:
+        """Ranks of a stage that hold the same weights: gradients are reduced and ZeRO shards over dp x cp
+        (Megatron-Core distributed_data_parallel.py, the dp_cp group)."""
+        return self.parallel.dp * self.parallel.cp
 
     @property
     def microbatches(self) -> int:
@@ -246,11 +252,11 @@ def _family_defaults(training: Training, model: ModelSpec, raw: dict) -> tuple[T
 
 
 def _auto_dp(parallel: Parallel, gpus: int, raw: dict, file: str | None) -> int:
-    """``parallel.dp: auto``: the GPUs the cluster has over tp x pp (each replica is tp x pp GPUs)."""
-    per_replica = parallel.tp * parallel.pp
+    """``parallel.dp: auto``: the GPUs the cluster has over tp x pp x cp (each replica is tp x pp x cp GPUs)."""
+    per_replica = parallel.tp * parallel.pp * parallel.cp
     if gpus % per_replica:
-        raise InputError(f"auto: the cluster's {gpus} GPUs are not a whole number of replicas of tp x pp = "
-                         f"{parallel.tp} x {parallel.pp} = {per_replica} GPUs", file=file,
+        raise InputError(f"auto: the cluster's {gpus} GPUs are not a whole number of replicas of tp x pp x cp = "
+                         f"{parallel.tp} x {parallel.pp} x {parallel.cp} = {per_replica} GPUs", file=file,
                          line=line_of(raw, "parallel.dp"), field="parallel.dp")
     return gpus // per_replica
 

@@ -10,6 +10,7 @@ from simtrain.spec.errors import (
     display_path,
     suggest,
 )
+from simtrain.spec.scenario_rules_long import check_long_sequence_rules
 from simtrain.spec.yamlio import OVERRIDE_LINE, line_of, locate
 
 
@@ -34,7 +35,11 @@ def check_rules(s, raw: dict) -> list[str]:
         raise error(message + note, file=s.file, line=line, field=field_)
 
     gpus = s.cluster.gpus if s.hardware.explicit else s.nodes * s.gpus_per_node
-    if par.dp * par.tp * par.pp != gpus:
+    if s.gpus != gpus and par.cp > 1:
+        fail("parallel", f"dp x tp x pp x cp = {par.dp} x {par.tp} x {par.pp} x {par.cp} = {s.gpus:,} "
+             f"does not equal the {gpus:,} GPUs of the cluster ({_count(s.nodes, 'node')} x "
+             f"{_count(s.gpus_per_node, 'GPU')})")
+    if s.gpus != gpus:
         fail("parallel", f"dp x tp x pp = {par.dp} x {par.tp} x {par.pp} = {par.dp * par.tp * par.pp} "
              f"does not equal the {gpus} GPUs of the cluster ({_count(s.nodes, 'node')} x "
              f"{_count(s.gpus_per_node, 'GPU')})")
@@ -43,6 +48,7 @@ def check_rules(s, raw: dict) -> list[str]:
              f"{s.simulation.max_gpus:,}: building the network graph and plan takes time and memory in "
              "proportion to the GPU count; raise simulation.max_gpus if you mean it", SimulationLimitError)
     _check_domain(s, raw, fail, gpus)
+    check_long_sequence_rules(s, raw, fail)
     check_moe_rules(s, raw, fail)
     if m.heads % par.tp:
         fail("parallel.tp", f"{par.tp} does not divide heads={m.heads} (allowed: {_divisors(m.heads)})")
@@ -189,10 +195,11 @@ def check_moe_rules(s, raw: dict, fail) -> None:
     if experts % par.ep:
         fail("parallel.ep", f"{par.ep} does not divide experts={experts} (allowed: {_divisors(experts)})")
     etp = par.etp or par.tp
-    if (par.tp * par.dp) % (etp * par.ep):
+    if (par.tp * s.dp_cp) % (etp * par.ep):
         key = "parallel.etp" if par.etp is not None else "parallel.ep"
-        fail(key, f"etp x ep = {etp} x {par.ep} = {etp * par.ep} does not divide tp x dp = {par.tp} x {par.dp} = "
-             f"{par.tp * par.dp}: the expert groups fold onto the GPUs of a pipeline stage (Megatron-Core: "
+        fold = f"tp x dp = {par.tp} x {par.dp}" if par.cp == 1 else f"tp x cp x dp = {par.tp} x {par.cp} x {par.dp}"
+        fail(key, f"etp x ep = {etp} x {par.ep} = {etp * par.ep} does not divide {fold} = "
+             f"{par.tp * s.dp_cp}: the expert groups fold onto the GPUs of a pipeline stage (Megatron-Core: "
              "etp x ep x edp = tp x cp x dp)")
     if m.moe.expert_ffn_hidden % etp:
         fail("parallel.etp" if par.etp is not None else "parallel.tp",

@@ -52,6 +52,18 @@ class Training(Closed):
         "none", description="activation recompute: selective = Megatron-LM's (the attention core), "
                             "selective_op = torchtitan's op-level policy (matmul and attention outputs kept, "
                             "every second matmul and all other ops recomputed), full = the whole layer")
+    recompute_layers: PositiveInt | None = Field(
+        None, description="recompute: full only: recompute only the first N layers of every (virtual) stage, one "
+                          "layer at a time; the others keep all their activations (Megatron-Core's "
+                          "--recompute-method block --recompute-num-layers N); default: every layer")
+    recompute_modules: list[Literal["core_attn", "mlp", "moe_act", "moe", "layernorm", "mla_up_proj",
+                                     "shared_experts"]] | None = Field(
+        None, description="recompute: selective only: the modules whose activations are dropped and recomputed "
+                          "before their backward (Megatron-Core's --recompute-modules); default [core_attn]")
+    activation_offload_layers: NonNegativeInt = Field(
+        0, description="activations of this many layers per stage move to host memory after their forward and "
+                       "back before their backward, over the GPU's host (PCIe) link, overlapping compute "
+                       "(Megatron-Core --cpu-offloading --cpu-offloading-num-layers N)")
     flash_attention: FlashAttention = Field(
         True, description="fused attention kernel: true = flash2 (FlashAttention-2, the kernel the hardware file's "
                           "attention figures describe), flash1 (FlashAttention-1 class), flash3 (FlashAttention-3, "
@@ -118,6 +130,16 @@ class Parallel(Closed):
                                 "group; allgather = all-gather of every token over the expert tp x ep group, "
                                 "reduce-scatter back; deepep, hybridep = DeepEP's fused kernels")
     layers_per_stage: list[int] | None = Field(None, description="uneven split, one entry per (virtual) stage")
+    cp: PositiveInt = Field(1, description="context parallelism: each sequence split over cp GPUs (GPUs = dp x tp "
+                                           "x pp x cp; Megatron-Core rank order tp-cp-dp-pp)")
+    cp_comm: Literal["p2p", "a2a", "allgather"] = Field(
+        "p2p", description="how context-parallel attention exchanges keys and values (Megatron --cp-comm-type): "
+                           "p2p = ring attention, KV blocks passed to the ring neighbour under each block's "
+                           "attention; a2a = Ulysses all-to-alls of Q, K, V and the output (heads split over cp); "
+                           "allgather = K and V all-gathered before attention")
+    offload_optimizer: bool = Field(
+        False, description="optimizer state and step on the host CPU (DeepSpeed ZeRO-Offload): the fp32 master and "
+                           "moments live in host memory, gradients go down and weights come back over PCIe")
 
 
 class Straggler(Closed):

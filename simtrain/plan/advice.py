@@ -1,0 +1,49 @@
+"""What would relieve memory when a run does not fit: ``simtrain memory``'s "try:" lines, in the reference article's
+order (rules 17-19), each naming the key to set."""
+
+from __future__ import annotations
+
+from simtrain.plan.memory import MemoryReport
+from simtrain.spec.scenario import Scenario
+
+
+def advice(scenario: Scenario, report: MemoryReport) -> list[str]:
+    """What would relieve memory, in the reference article's order (rule 18, 17)."""
+    tips = []
+    tr, par = scenario.training, scenario.parallel
+    dom = report.dominant()
+    m = scenario.microbatches
+    if par.pp > 1 and par.schedule == "gpipe" and m > par.pp:
+        tips.append(f"switch to 1F1B (parallel.schedule: 1f1b): GPipe keeps the activations of all {m} micro-batches "
+                    f"until the backward, 1F1B at most {par.pp} on the first stage (Narayanan et al. 2021, §2.2.1)")
+    if dom == "activations" or tr.recompute == "none":
+        if tr.recompute == "none":
+            tips.append("turn on activation recompute (training.recompute: selective_op, selective or full)")
+        elif tr.recompute != "full":
+            tips.append("recompute whole layers (training.recompute: full): only each layer's input is kept")
+        if tr.recompute == "selective" and "mlp" not in (tr.recompute_modules or ()):
+            tips.append("recompute the MLP too (training.recompute_modules: [core_attn, mlp]): its internals "
+                        "are the largest share of a layer's activations")
+        if tr.recompute == "full" and tr.recompute_layers is not None:
+            tips.append(f"recompute more layers per stage (training.recompute_layers > {tr.recompute_layers})")
+        if not tr.flash_attention:
+            tips.append("use flash attention (training.flash_attention: true): no s x s score matrix")
+        if tr.seq_len % 4 == 0 and tr.flash_attention:
+            worst = max(report.stages, key=lambda st: st.total)
+            cp = par.cp * 2
+            tips.append(f"split each sequence over more GPUs (parallel.cp: {cp}): activations per GPU fall by "
+                        f"{worst.activations * (1 - par.cp / cp) / 1e9:.1f} GB on the fullest stage (s / cp tokens "
+                        "per GPU; GPUs = dp x tp x pp x cp)")
+        if tr.micro_batch > 1:
+            tips.append("use a smaller micro_batch")
+    if tr.precision == "fp32":
+        tips.append("train in bf16 mixed precision (training.precision: bf16)")
+    if tr.precision == "fp8" and tr.fp8_recipe != "tensorwise" and dom == "params":
+        tips.append("tensorwise FP8 (training.fp8_recipe: tensorwise) keeps fewer FP8 weight copies")
+    if tr.optimizer == "adam" and dom in ("optimizer", "params", "grads"):
+        tips.append("a leaner optimizer (training.optimizer: adafactor) drops Adam's 8 bytes/parameter of moments")
+    if par.zero < 3 and scenario.dp_cp > 1:
+        tips.append(f"shard states over the {scenario.dp_cp} DP{' x CP' if par.cp > 1 else ''} ranks "
+                    f"(parallel.zero: {par.zero + 1})")
+    tips.append("split the model further: raise parallel.pp (layers) or parallel.tp (within a node)")
+    return tips

@@ -1,0 +1,115 @@
+"""The rules of long sequences and tight memory: context parallelism against the sequence, the heads and the
+attention kernel; recompute granularity against the model and its stages; offloading against the hardware.
+Each rule names the key it blames (``fail`` is the caller's, which locates the key in the file).
+"""
+
+from __future__ import annotations
+
+#: Megatron-Core's --recompute-modules that belong to a part of the model (transformer_config.py, the
+#: recompute_modules docstring): the module, the condition on the model, and what the model must have
+_MODULE_NEEDS = {
+    "moe_act": (lambda m: m.moe is not None, "mixture-of-experts layers (model.moe)"),
+    "moe": (lambda m: m.moe is not None, "mixture-of-experts layers (model.moe)"),
+    "shared_experts": (lambda m: m.moe is not None and m.moe.shared_experts > 0, "shared experts (model.moe)"),
+    "mla_up_proj": (lambda m: m.attention.kind == "mla", "multi-head latent attention (model.attention.kind: mla)"),
+    "mlp": (lambda m: m.dense_layer_count > 0, "dense MLP layers"),
+}
+
+
+def check_long_sequence_rules(s, raw: dict, fail) -> None:   # s: a simtrain.spec.scenario.Scenario
+    """Context parallelism, recompute granularity and offloading (issue 21)."""
+    _check_cp(s, fail)
+    _check_recompute(s, raw, fail)
+    _check_offload(s, fail)
+
+
+def _check_cp(s, fail) -> None:
+    par, tr, m = s.parallel, s.training, s.model
+    cp = par.cp
+    if cp == 1:
+        return
+    seq = tr.seq_len
+    if par.cp_comm in ("p2p", "allgather") and seq % (2 * cp):
+        fail("training.seq_len", f"{seq} is not divisible by 2 x cp = {2 * cp}: cp_comm {par.cp_comm} splits each "
+             f"sequence into 2 x cp chunks and gives CP rank i chunks i and 2cp-1-i, which balances causal work "
+             "(Megatron-Core / Transformer Engine load balancing)")
+    if par.cp_comm == "a2a":
+        if seq % cp:
+            fail("training.seq_len", f"{seq} is not divisible by cp={cp}: context parallelism splits each sequence "
+                 "over the CP ranks")
+        for name, count in (("heads", m.heads), ("kv_heads", m.num_kv_heads)):
+            if (count // par.tp) % cp:
+                fail("parallel.cp", f"{cp} does not divide the {count // par.tp} {name} of a TP rank ({name}="
+                     f"{count} / tp={par.tp}): cp_comm a2a (Ulysses) splits the heads over the CP ranks "
+                     "(Transformer Engine AttnFuncWithCPAndQKVOA2A; use cp_comm p2p or allgather)")
+    if par.sequence_parallel and par.tp > 1 and (seq // cp) % par.tp:
+        fail("training.seq_len", f"{seq} / cp={cp} = {seq // cp} tokens per CP rank is not divisible by tp={par.tp}: "
+             "sequence parallelism splits each CP rank's tokens over the TP ranks")
+    if tr.attention_kernel == "none":
+        fail("parallel.cp", f"{cp}: context parallelism runs inside Transformer Engine's fused attention "
+             "(FlashAttention or cuDNN kernels); set training.flash_attention (allowed with cp > 1: true, "
+             "flash2, flash3, cudnn)")
+    if par.cp_comm == "p2p" and m.attention.sliding_window is not None:
+        fail("parallel.cp_comm", "'p2p' does not run sliding-window attention (Transformer Engine: sliding windows "
+             "need cp_comm a2a or allgather) (allowed here: a2a, allgather)")
+
+
+def _check_recompute(s, raw: dict, fail) -> None:
+    tr, m = s.training, s.model
+    if tr.recompute_layers is not None:
+        if tr.recompute != "full":
+            fail("training.recompute_layers", f"{tr.recompute_layers} applies to recompute: full (Megatron's block "
+                 f"method recomputes whole layers), but recompute is '{tr.recompute}'")
+        fewest = min(s.layers_per_stage)
+        if tr.recompute_layers > fewest:
+            fail("training.recompute_layers", f"{tr.recompute_layers} is more than the {fewest} layers of a "
+                 f"(virtual) stage (allowed: 1 to {fewest})")
+        if _varied(m):
+            fail("training.recompute_layers", f"{tr.recompute_layers}: recomputing some layers only is not simulated "
+                 "yet for models whose layers differ (experts, latent attention, sliding windows); leave it out "
+                 "to recompute every layer")
+    if tr.recompute_modules is not None:
+        if tr.recompute != "selective":
+            fail("training.recompute_modules", f"{tr.recompute_modules} applies to recompute: selective "
+                 f"(Megatron's --recompute-modules), but recompute is '{tr.recompute}'")
+        if not tr.recompute_modules:
+            fail("training.recompute_modules", "is empty: name at least one module, or set recompute: none")
+        for i, module in enumerate(tr.recompute_modules):
+            need = _MODULE_NEEDS.get(module)
+            if need is not None and not need[0](m):
+                fail(f"training.recompute_modules.{i}", f"'{module}' is not a module of {m.name}: it needs "
+                     f"{need[1]} (allowed here: {', '.join(_modules_of(m))})")
+        if len(set(tr.recompute_modules)) != len(tr.recompute_modules):
+            fail("training.recompute_modules", f"{tr.recompute_modules} names a module twice")
+        beyond = [x for x in tr.recompute_modules if x in ("mlp", "layernorm")]
+        if beyond and (_varied(m) or tr.precision == "fp8"):
+            why = "fp8 training (its linears keep FP8 copies of their inputs)" if tr.precision == "fp8" else \
+                "models whose layers differ (experts, latent attention, sliding windows)"
+            fail("training.recompute_modules", f"'{beyond[0]}' is not simulated yet with {why} (allowed here: "
+                 "core_attn)")
+        unsupported = [x for x in tr.recompute_modules if x in ("moe", "moe_act", "shared_experts", "mla_up_proj")]
+        if unsupported:
+            fail("training.recompute_modules", f"'{unsupported[0]}' is not simulated yet (allowed: core_attn, mlp, "
+                 "layernorm)")
+
+
+def _varied(m) -> bool:
+    return m.moe is not None or m.attention.kind == "mla" or m.attention.sliding_window is not None
+
+
+def _modules_of(m) -> list[str]:
+    allowed = ["core_attn", "layernorm"]
+    for name, (has, _what) in _MODULE_NEEDS.items():
+        if has(m):
+            allowed.append(name)
+    order = ["core_attn", "mlp", "moe_act", "moe", "layernorm", "mla_up_proj", "shared_experts"]
+    return [x for x in order if x in allowed]
+
+
+def _check_offload(s, fail) -> None:
+    tr, par = s.training, s.parallel
+    if tr.activation_offload_layers:
+        fail("training.activation_offload_layers", f"{tr.activation_offload_layers}: activation offloading is not "
+             "simulated yet (allowed: 0)")
+    if par.offload_optimizer:
+        fail("parallel.offload_optimizer", "true: optimizer offloading is not simulated yet (allowed: false)")
