@@ -52,6 +52,7 @@ class Lane:
     buf_now: float = 0.0          # ZeRO-3 gathered weights and unsharded gradients awaiting their reduce-scatter
     buf_peak: float = 0.0
     buf_events: list = field(default_factory=list)
+    compute_lock: simpy.Resource | None = None   # made when overlapped pairs ("FB") share the compute stream
 
 
 @dataclass(eq=False)

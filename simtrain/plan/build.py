@@ -25,8 +25,9 @@ from simtrain.plan.memory import (
     layer_params_per_rank,
     stage_memory,
     state_bytes_per_param,
+    weight_grad_fraction,
 )
-from simtrain.plan.schedules import Op, build_schedule
+from simtrain.plan.schedules import Op, StageLayout, build_schedule, stage_layout
 from simtrain.spec.placement import Placement, placement_of
 from simtrain.spec.scenario import Scenario
 
@@ -58,6 +59,10 @@ class ChunkPlan:
     zero3_edge_bytes: float = 0.0  # full embedding / output-layer weights held by this chunk (ZeRO-3 gathers)
     metrics_bwd: float = 0.0  # s, training metrics over the logits after the chunk's backward (output-layer chunk)
     grad_prep_per_byte: float = 0.0  # s per gradient byte spent before its reduce-scatter (zero_impl fsdp1)
+    wgrad_layer: float = 0.0  # s, the weight-gradient part of bwd_layer (a split backward's W per layer)
+    embed_wgrad: float = 0.0  # s, the weight-gradient part of embed_bwd
+    head_wgrad: float = 0.0   # s, the weight-gradient part of head_bwd
+    act_w_bytes: float = 0.0  # of act_bytes, what a split backward keeps from its B until its W
 
     @property
     def forward_time(self) -> float:
@@ -75,6 +80,7 @@ class Plan:
     placement: Placement
     chunks: tuple[ChunkPlan, ...]            # by virtual stage
     schedule: tuple[tuple[Op, ...], ...]     # per pipeline rank
+    layout: StageLayout                      # where each virtual stage runs, which stages it talks to
     microbatches: int
     stage_memory: tuple[StageMemory, ...]
     optimizer_time: tuple[float, ...]        # per pipeline rank
@@ -199,11 +205,15 @@ def build_plan(scenario: Scenario) -> Plan:
     def cat_time(n_params: float) -> float:
         return dev.memory_time(n_params * cat_pp, kernels=1) if cat_pp and n_params else 0.0
     vstages = scenario.virtual_stages
+    layout = stage_layout(par.schedule, par.pp, par.vpp)
+    w_fraction = weight_grad_fraction(scenario)
+    starts = [sum(scenario.layers_per_stage[:s]) for s in range(vstages)]
     chunks = []
-    lo = 0
-    for v, n_layers in enumerate(scenario.layers_per_stage):
-        chunk, rank = divmod(v, par.pp)
-        first, last = v == 0, v == vstages - 1
+    for v, model_stage in enumerate(layout.model_stage):
+        n_layers = scenario.layers_per_stage[model_stage]
+        lo = starts[model_stage]
+        chunk, rank = layout.chunk[v], layout.rank[v]
+        first, last = model_stage == 0, model_stage == vstages - 1
         rank_layers = mems[rank].layers
         share = n_layers / rank_layers if rank_layers else 1.0
         act = mems[rank].activation_per_microbatch * share
@@ -222,8 +232,9 @@ def build_plan(scenario: Scenario) -> Plan:
             head_bwd=edge.head_backward + (cat_time(n_edge) if not first else 0.0) if last else 0.0,
             act_bytes=act, grad_bytes_layer=per_layer_local * state.grads, grad_bytes_edge=edge_grad,
             zero3_layer_bytes=per_layer_local * state.weights, zero3_edge_bytes=n_edge * state.weights,
-            metrics_bwd=metrics if last else 0.0, grad_prep_per_byte=prep_per_byte))
-        lo += n_layers
+            metrics_bwd=metrics if last else 0.0, grad_prep_per_byte=prep_per_byte,
+            wgrad_layer=lc.backward_weight, embed_wgrad=edge.embed_backward_weight if first else 0.0,
+            head_wgrad=edge.head_backward_weight if last else 0.0, act_w_bytes=act * w_fraction))
 
     opt = tuple(costs.optimizer_time(mems[r].params_local / (par.dp if par.zero >= 1 else 1), tr.optimizer, dev,
                                      max(0.0, state.grads - state.weights), kernel=tr.optimizer_kernel,
@@ -233,7 +244,8 @@ def build_plan(scenario: Scenario) -> Plan:
     hw_flops_fwd_layer = lc.hardware_flops * par.tp
     hardware_flops = (hw_flops_fwd_layer * m.layers + 3.0 * edge.head_model_flops * par.tp) * mb * par.dp
     schedule = tuple(tuple(ops) for ops in build_schedule(par.schedule, par.pp, mb, par.vpp))
-    return Plan(scenario=scenario, placement=placement, chunks=tuple(chunks), schedule=schedule, microbatches=mb,
+    return Plan(scenario=scenario, placement=placement, chunks=tuple(chunks), schedule=schedule, layout=layout,
+                microbatches=mb,
                 stage_memory=mems, optimizer_time=opt, model_flops_per_step=model_flops,
                 hardware_flops_per_step=hardware_flops, dtype_bytes=dev.element_bytes,
                 framework_overhead_layer=unit_overhead)

@@ -56,7 +56,13 @@ def check_rules(s, raw: dict) -> list[str]:
         if by_override == {"parallel.schedule"}:
             fail("parallel.schedule", f"'{par.schedule}' needs vpp >= 2 model chunks per rank, but vpp={par.vpp}")
         fail("parallel.vpp", f"{par.vpp}: the interleaved-1f1b schedule needs vpp >= 2 model chunks per rank")
-    if par.vpp > 1 and par.schedule != "interleaved-1f1b":
+    if par.schedule in ("zb-v", "dualpipev") and par.vpp != 2:
+        if by_override == {"parallel.schedule"}:
+            fail("parallel.schedule", f"'{par.schedule}' places two chunks per rank in a V and needs vpp: 2, "
+                 f"but vpp={par.vpp}")
+        fail("parallel.vpp", f"{par.vpp}: the {par.schedule} schedule places two chunks per rank in a V "
+             "(chunk 0 = stage r, chunk 1 = stage 2 pp - 1 - r) and needs vpp: 2")
+    if par.vpp > 1 and par.schedule not in ("interleaved-1f1b", "zb-v", "dualpipev"):
         if by_override == {"parallel.vpp"}:
             fail("parallel.vpp", f"{par.vpp} model chunks per rank need schedule: interleaved-1f1b, but the schedule "
                  f"is '{par.schedule}', which runs one; set both, or vpp: 1")
@@ -94,6 +100,18 @@ def check_rules(s, raw: dict) -> list[str]:
              f"{schedule_ops:,} simulated forward/backward operations, more than simulation.max_events="
              f"{s.simulation.max_events:,}; use a larger micro_batch" + (", fidelity: folded" if copies else "")
              + " or raise simulation.max_events", SimulationLimitError)
+    if par.schedule == "dualpipe" and par.pp % 2:
+        fail("parallel.pp", f"{par.pp}: the dualpipe schedule feeds micro-batches from both ends of the pipeline and "
+             "needs an even pp (deepseek-ai/DualPipe; use dualpipev for any pp)")
+    if par.schedule in ("dualpipe", "dualpipev") and (mb < 2 * par.pp or (par.schedule == "dualpipe" and mb % 2)):
+        even = ", an even number" if par.schedule == "dualpipe" else ""
+        fail("training.global_batch", f"{tr.global_batch} gives {mb} micro-batches per pipeline, but "
+             f"{par.schedule} needs at least 2 x pp = {2 * par.pp}{even} (deepseek-ai/DualPipe asserts "
+             "num_chunks >= 2 x num_ranks)")
+    if par.schedule in ("zb-h1", "zb-v", "dualpipe", "dualpipev") and par.zero >= 2 and par.dp > 1:
+        fail("parallel.zero", f"{par.zero}: {par.schedule} splits each backward into B and W; simtrain runs it with "
+             "zero 0 or 1 (the optimizer state sharded, as Megatron's distributed optimizer), not with gradients "
+             "or weights sharded")
     if par.schedule == "interleaved-1f1b" and mb % par.pp:
         fail("parallel.schedule",
              f"interleaved-1f1b needs the micro-batch count ({mb}) to be a multiple of pp={par.pp}")

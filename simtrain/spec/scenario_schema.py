@@ -75,7 +75,10 @@ class Parallel(Closed):
     tp: PositiveInt = 1
     pp: PositiveInt = 1
     vpp: PositiveInt = Field(1, description="model chunks per pipeline rank (interleaved schedule)")
-    schedule: Literal["gpipe", "1f1b", "interleaved-1f1b"] = "1f1b"
+    schedule: Literal["gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v", "dualpipe", "dualpipev"] = Field(
+        "1f1b", description="pipeline schedule: gpipe, 1f1b, interleaved-1f1b (vpp >= 2), zb-h1 (zero bubble, "
+                            "handcrafted, 1F1B's memory), zb-v (zero bubble in a V, vpp 2), dualpipe (DeepSeek-V3: "
+                            "two directions, two model copies per rank, even pp), dualpipev (DualPipe in a V, vpp 2)")
     zero: Literal[0, 1, 2, 3] = 0
     backward_prefetch: Literal["pre", "post", "none"] = Field(
         "pre", description="ZeRO-3 only: when, on the GPU, the backward gathers the next layer's weights: "
