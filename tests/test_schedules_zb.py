@@ -197,3 +197,21 @@ def test_dualpipe_holds_two_model_copies():
     two = simulate(_pipeline(4, 8, "dualpipe"))
     for a, b in zip(one.stages[1:3], two.stages[1:3], strict=True):
         assert b.memory["params"] == pytest.approx(2 * a.memory["params"])
+
+
+@pytest.mark.parametrize(("p", "m"), [(4, 8), (8, 16)])
+def test_1f1b_bubble_breakdown(p, m):
+    """1F1B stage r idles r t_f + (p-1-r) t_b before its first backward (fill) and (p-1-r) t_f + r t_b after its
+    last forward (drain), nothing in the steady state: the (p - 1)(t_f + t_b) of Narayanan et al. Sec. 2.2.1."""
+    s = _pipeline(p, m, "1f1b")
+    tf, tb, tw, _, _ = _times(s)
+    tb += tw
+    r = simulate(s)
+    for st in r.stages:
+        parts = st.bubble_breakdown_s
+        assert parts["fill"] == pytest.approx(st.pp * tf + (p - 1 - st.pp) * tb, rel=2e-3, abs=1e-3 * tf)
+        assert parts["drain"] == pytest.approx((p - 1 - st.pp) * tf + st.pp * tb, rel=2e-3, abs=1e-3 * tf)
+        assert parts["imbalance"] == pytest.approx(0.0, abs=2e-2 * tf)   # the last stage's head: < 2% of t_f
+        assert parts["fill"] + parts["drain"] + parts["imbalance"] == pytest.approx(st.bubble_s)
+    assert r.to_dict()["bubble_breakdown_s"]["fill"] == pytest.approx(
+        sum(st.bubble_breakdown_s["fill"] for st in r.stages) / p)

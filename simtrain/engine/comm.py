@@ -105,6 +105,7 @@ class CommMixin:
         pp_part = t1 - max(t0, sent)
         lane.exposed["pp"] += pp_part
         lane.bubble += (t1 - t0) - pp_part
+        lane.bubble_parts[lane.phase] += (t1 - t0) - pp_part
 
     def _buffer(self, lane: Lane, nbytes: float) -> None:
         lane.buf_now += nbytes

@@ -328,7 +328,10 @@ class Engine(CommMixin):
         overlap = self.sim.overlap_dp and dp_sync and self.zero < 3
         self._grad_kind = grad_kind = "all_reduce" if self.zero == 0 else "reduce_scatter"
 
+        first_b = next((i for i, op in enumerate(ops) if op.kind in ("B", "FB")), len(ops))
+        last_f = max((i for i, op in enumerate(ops) if op.kind in ("F", "FB")), default=-1)
         for i, op in enumerate(ops):
+            lane.phase = "fill" if i <= first_b else ("drain" if i > last_f else "imbalance")
             # ZeRO-2 keeps only its shard of the gradients, so it reduce-scatters after every micro-batch's
             # backward (DeepSpeed does the same); DDP/ZeRO-1 sync once per step, after a chunk's last gradients
             chunk = op.chunk2 if op.kind == "FB" else op.chunk

@@ -45,6 +45,10 @@ class Lane:
     busy: dict = field(default_factory=lambda: {"compute": 0.0, "tp": 0.0, "pp": 0.0, "dp": 0.0})
     exposed: dict = field(default_factory=lambda: {"tp": 0.0, "pp": 0.0, "dp": 0.0})
     bubble: float = 0.0
+    # the bubble by where it falls: before the lane's first backward (fill), after its last forward (drain), between
+    # them (imbalance: waiting for a slower stage in the steady state); set by the lane's schedule position
+    bubble_parts: dict = field(default_factory=lambda: {"fill": 0.0, "drain": 0.0, "imbalance": 0.0})
+    phase: str = "fill"
     end: float = 0.0
     act_now: float = 0.0
     act_peak: float = 0.0

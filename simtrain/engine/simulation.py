@@ -10,7 +10,7 @@ import statistics
 from simtrain.engine.core import Engine
 from simtrain.plan.build import build_plan
 from simtrain.plan.memory import EDGE_OF_MEMORY, StageMemory, advice, memory_report
-from simtrain.report.result import DEVICE_LIST_LIMIT, DeviceResult, Result, StageSummary
+from simtrain.report.result import BUBBLE_PARTS, DEVICE_LIST_LIMIT, DeviceResult, Result, StageSummary
 from simtrain.spec.errors import InputError
 from simtrain.spec.placement import placement_of
 from simtrain.spec.scenario import Scenario
@@ -186,9 +186,12 @@ def simulate(scenario: Scenario, *, fidelity: str | None = None, seed: int | Non
         per_stage_mem.append(mem)
         # one replica's times (the slowest), so that compute + exposed comm + bubble = the step
         slow = max(lanes, key=lambda ln: (ln.busy["compute"], -ln.index))
+        parts = dict(slow.bubble_parts)
+        parts["drain"] += step - slow.end   # the idle tail while later stages drain
+        parts["communication"] = slow.exposed["pp"]
         stages.append(StageSummary(pp=p, layers=rep.stages[p].layers, compute_s=slow.busy["compute"],
                                    bubble_s=slow.bubble + (step - slow.end), exposed_comm_s=dict(slow.exposed),
-                                   peak_memory_bytes=sum(mem.values()), memory=mem))
+                                   peak_memory_bytes=sum(mem.values()), memory=mem, bubble_breakdown_s=parts))
     peak = max(st.peak_memory_bytes for st in stages)
     fits = peak <= rep.capacity
     if not fits:
@@ -210,6 +213,7 @@ def simulate(scenario: Scenario, *, fidelity: str | None = None, seed: int | Non
         mfu=plan.model_flops_per_step / (step * s.gpus * gpu_peak),
         hfu=plan.hardware_flops_per_step / (step * s.gpus * gpu_peak),
         bubble_fraction=statistics.fmean(bubbles), exposed_comm_s=dict(critical.exposed),
+        bubble_breakdown_s={k: statistics.fmean(st.bubble_breakdown_s[k] for st in stages) for k in BUBBLE_PARTS},
         framework_overhead_s=plan.framework_overhead_layer * plan.microbatches
         * sum(c.layers for c in plan.chunks if c.rank == critical.rank),
         events=tl.events, fidelity=mode, config=_config(s), timeline=tl)

@@ -14,6 +14,9 @@ from typing import Any
 from simtrain.spec.units import report_float
 
 DEVICE_LIST_LIMIT = 512
+#: the parts of a stage's pipeline bubble: idle before its first backward (fill), after its last forward (drain),
+#: in between (imbalance), and the wait for pipeline sends in flight (communication, = exposed_comm_s.pp)
+BUBBLE_PARTS = ("fill", "drain", "imbalance", "communication")
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,7 @@ class StageSummary:
     memory: dict[str, float]
     exposed_comm_s: dict[str, float] | None = None
     other_detail: dict[str, float] | None = None   # what "other" memory holds (the ledger's parts), when known
+    bubble_breakdown_s: dict[str, float] | None = None   # BUBBLE_PARTS; fill + drain + imbalance = bubble_s
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,7 @@ class Result:
     hfu: float | None = None
     bubble_fraction: float | None = None
     exposed_comm_s: dict[str, float] | None = None
+    bubble_breakdown_s: dict[str, float] | None = None   # BUBBLE_PARTS, mean over the stages
     framework_overhead_s: float = 0.0   # inside compute: FSDP1's fixed cost per layer and micro-batch, critical GPU
     events: int | None = None
     fidelity: str | None = None
@@ -105,6 +110,7 @@ class Result:
                 "mfu": report_float(self.mfu),
                 "hfu": report_float(self.hfu), "bubble_fraction": report_float(self.bubble_fraction),
                 "exposed_comm_s": {k: report_float(v) for k, v in self.exposed_comm_s.items()},
+                "bubble_breakdown_s": {k: report_float(v) for k, v in (self.bubble_breakdown_s or {}).items()},
                 "framework_overhead_s": report_float(self.framework_overhead_s),
                 "fidelity": self.fidelity, "events": self.events})
         out.update({
@@ -127,6 +133,8 @@ def _stage_dict(s: StageSummary) -> dict[str, Any]:
         out.update(compute_s=report_float(s.compute_s), bubble_s=report_float(s.bubble_s))
     if s.exposed_comm_s is not None:
         out["exposed_comm_s"] = {k: report_float(v) for k, v in s.exposed_comm_s.items()}
+    if s.bubble_breakdown_s is not None:
+        out["bubble_breakdown_s"] = {k: report_float(v) for k, v in s.bubble_breakdown_s.items()}
     out.update({"peak_memory_bytes": round(s.peak_memory_bytes), "memory": {k: round(v) for k, v in s.memory.items()}})
     if s.other_detail is not None:
         out["other_detail"] = {k: round(v) for k, v in s.other_detail.items()}
