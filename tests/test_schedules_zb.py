@@ -215,3 +215,23 @@ def test_1f1b_bubble_breakdown(p, m):
         assert parts["fill"] + parts["drain"] + parts["imbalance"] == pytest.approx(st.bubble_s)
     assert r.to_dict()["bubble_breakdown_s"]["fill"] == pytest.approx(
         sum(st.bubble_breakdown_s["fill"] for st in r.stages) / p)
+
+
+def test_gantt_draws_w_directions_and_overlapped_pairs():
+    """The Gantt gives W its own trace, DualPipe's second direction its own shades, and draws each overlapped
+    F&B pair as two bars over the same time span on one row (issue 22, deliverable 5)."""
+    from simtrain.report.charts_gantt import gantt_figure, gantt_rows
+
+    names = {t.name for t in gantt_figure(simulate(_pipeline(4, 8, "zb-h1"))).data}
+    assert "weight gradient (W)" in names
+    result = simulate(_pipeline(4, 8, "dualpipe"))
+    names = {t.name for t in gantt_figure(result).data}
+    assert {"forward, second direction", "backward, second direction"} <= names
+    rows, _ = gantt_rows(result.to_dict())
+    pairs = [b for row in rows if row.stream == "compute" for b in row.bars if b.overlapped]
+    # every rank runs 2 x (m/2 - pp + h + 1) + (pp/2 - h - 1) pairs (dualpipe.py steps 4 and 5), h = min(r, pp-1-r),
+    # less one on the middle ranks, whose first pair of step 4 runs unoverlapped: 2 + 1, 4 - 1, 4 - 1, 2 + 1 for
+    # pp 4, m 8; two bars per pair
+    assert len(pairs) == 2 * (3 + 3 + 3 + 3)
+    for bar in pairs:
+        assert any(o is not bar and o.start < bar.end and bar.start < o.end for o in pairs)
