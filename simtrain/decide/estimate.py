@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from simtrain.plan.balance import resolve_split
 from simtrain.plan.build import ChunkPlan, Plan, build_plan
 from simtrain.plan.collectives import phase_time_alone
 from simtrain.spec.scenario import Scenario
@@ -160,7 +161,7 @@ def _zero3_op(c: ChunkPlan, forward: bool, gather: float, scatter: float, slowdo
 
 def estimate(scenario: Scenario, plan: Plan | None = None) -> EstimateResult:
     """Estimate one optimizer step of ``scenario`` and bound it from below (module docstring)."""
-    s = scenario
+    s = plan.scenario if plan is not None else resolve_split(scenario)
     plan = plan or build_plan(s)
     par, sim = s.parallel, s.simulation
     p, vpp, m = par.pp, par.vpp, plan.microbatches

@@ -8,6 +8,7 @@ from __future__ import annotations
 import statistics
 
 from simtrain.engine.core import Engine
+from simtrain.plan.balance import resolve_split
 from simtrain.plan.build import build_plan
 from simtrain.plan.memory import EDGE_OF_MEMORY, StageMemory, advice, memory_report
 from simtrain.report.result import BUBBLE_PARTS, DEVICE_LIST_LIMIT, DeviceResult, Result, StageSummary
@@ -25,6 +26,7 @@ def _config(s: Scenario) -> dict:
     return {"hardware": s.hardware.name, "gpu": s.hardware.gpu.name, "nodes": s.nodes,
             "gpus_per_node": s.gpus_per_node, "model": s.model.name, "training": s.training.model_dump(),
             "parallel": s.parallel.model_dump(),
+            **({"layers_per_stage_auto": True} if s.raw.get("parallel", {}).get("layers_per_stage") == "auto" else {}),
             "placement": {f"{kind}_group_crosses_nodes": value for kind, value in crosses.items()},
             "mfu_definition": MFU_DEFINITION}
 
@@ -104,6 +106,7 @@ def _replica_waits(lanes, step: float) -> list[str]:
 
 def memory(scenario: Scenario) -> Result:
     """The memory ledger alone (``simtrain memory``): no simulation."""
+    scenario = resolve_split(scenario)
     rep = memory_report(scenario)
     per_stage = [st.breakdown() for st in rep.stages]
     stages = tuple(StageSummary(pp=st.pp, layers=st.layers, compute_s=None, bubble_s=None,
@@ -150,7 +153,7 @@ def simulate(scenario: Scenario, *, fidelity: str | None = None, seed: int | Non
         if whole is None:
             raise InputError(f"{seed!r} is not a seed; give a whole number", field="seed")
         seed = whole
-    s = scenario
+    s = resolve_split(scenario)
     sim = s.simulation
     mode = fidelity or sim.fidelity
     warnings = list(s.warnings)

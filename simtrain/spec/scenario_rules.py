@@ -68,12 +68,26 @@ def check_rules(s, raw: dict) -> list[str]:
                  f"is '{par.schedule}', which runs one; set both, or vpp: 1")
         fail("parallel.schedule", f"'{par.schedule}' runs one chunk per rank but vpp={par.vpp}; "
              "use schedule: interleaved-1f1b or vpp: 1")
-    if par.layers_per_stage is not None:
+    if par.layers_per_stage == "auto":
+        if par.pp > m.layers:
+            fail("parallel.layers_per_stage", f"auto cannot give each of pp={par.pp} pipeline ranks a layer: the model "
+                 f"has {m.layers} layers (use pp <= {m.layers})")
+        if vstages > m.layers + 2:
+            fail("parallel.layers_per_stage", f"auto cannot split {m.layers} layers over pp x vpp = {vstages} stages: "
+                 "every stage but an embedding-only first and a loss-only last needs a layer")
+        if par.schedule == "dualpipe":
+            fail("parallel.layers_per_stage", "auto is not available with dualpipe, whose ranks hold two model stages "
+                 "each (r and pp - 1 - r); give the split, one entry per stage")
+    elif par.layers_per_stage is not None:
         lps = par.layers_per_stage
         if len(lps) != vstages:
             fail("parallel.layers_per_stage", f"has {len(lps)} entries but pp x vpp = {vstages} stages need one each")
-        if any(n < 1 for n in lps):
-            fail("parallel.layers_per_stage", f"{lps}: every stage needs at least one layer")
+        if any(n < 0 for n in lps):
+            fail("parallel.layers_per_stage", f"{lps}: a stage cannot hold a negative number of layers")
+        empty = [i for i, n in enumerate(lps) if n == 0 and i not in (0, len(lps) - 1)]
+        if empty or len(lps) == 1 and lps[0] == 0:
+            fail("parallel.layers_per_stage", f"{lps}: stage {empty[0] if empty else 0} holds no layer; only the first "
+                 "stage (then the embedding alone) or the last (the output layer and loss alone) may be empty")
         if sum(lps) != m.layers:
             fail("parallel.layers_per_stage", f"{lps} sums to {sum(lps)} but the model has {m.layers} layers")
     elif m.layers % vstages:

@@ -95,7 +95,10 @@ class Parallel(Closed):
                                "reduce-scatter, and each unit costs FSDP1's fixed 1.875 ms per micro-batch "
                                "(docs/model.md section 2.12)")
     sequence_parallel: bool = False
-    layers_per_stage: list[int] | None = Field(None, description="uneven split, one entry per (virtual) stage")
+    layers_per_stage: list[int] | Literal["auto"] | None = Field(
+        None, description="uneven split, one entry per (virtual) stage in model order; 0 for a first stage with only "
+                          "the embedding or a last with only the loss; auto = the split whose slowest pipeline rank is "
+                          "fastest with every rank's memory fitting (the run reports it)")
 
 
 class Straggler(Closed):
