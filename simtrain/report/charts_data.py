@@ -327,7 +327,7 @@ def join_interleaved(bars: list[Bar]) -> list[Bar]:
         kind = "backward" if b.kind == "recompute" else b.kind
         key = (kind, b.mb, b.vstage)
         hit = seen.get(key) if b.mb >= 0 and b.stream == "compute" else None
-        if hit is not None and hit is not (out[-1] if out else None):
+        if hit is not None:
             _join(hit, b, kind=kind if kind != hit.kind else None)
             continue
         out.append(_copy(b))
