@@ -28,6 +28,7 @@ from typing import Any
 from simtrain.decide.sweep import ScenarioPayload, error_text
 from simtrain.decide.workers import open_executor, progress_bar, run_tasks
 from simtrain.plan.memory import EDGE_OF_MEMORY
+from simtrain.plan.schedules import SPLIT_BACKWARD
 from simtrain.spec.errors import InputError
 from simtrain.spec.scenario import Scenario
 from simtrain.spec.units import as_whole, format_count, format_time
@@ -35,7 +36,8 @@ from simtrain.spec.units import as_whole, format_count, format_time
 #: layout field -> scenario key
 LAYOUT_KEYS = {"tp": "parallel.tp", "pp": "parallel.pp", "dp": "parallel.dp", "vpp": "parallel.vpp",
                "micro_batch": "training.micro_batch", "zero": "parallel.zero", "recompute": "training.recompute",
-               "schedule": "parallel.schedule", "sequence_parallel": "parallel.sequence_parallel"}
+               "schedule": "parallel.schedule", "sequence_parallel": "parallel.sequence_parallel",
+               "layers_per_stage": "parallel.layers_per_stage"}
 RECOMPUTE = ("none", "selective", "selective_op", "full")
 
 
@@ -78,30 +80,53 @@ def enumerate_layouts(scenario: Scenario, gpus: int | None = None) -> list[dict[
         if total % tp or m.heads % tp or m.num_kv_heads % tp or m.ffn_hidden % tp:
             continue
         for pp in _divisors(total // tp):
-            if m.layers % pp:
+            if pp > m.layers:
                 continue
+            # layers that do not split evenly over the ranks are balanced (layers_per_stage: auto)
+            split = None if m.layers % pp == 0 else "auto"
             dp = total // (tp * pp)
             if tr.global_batch % dp:
                 continue
             for mb in _divisors(tr.global_batch // dp):
                 micro = tr.global_batch // (mb * dp)
-                shapes = [("1f1b", 1)] if pp == 1 else [("gpipe", 1), ("1f1b", 1)]
-                if pp > 1 and micro % pp == 0:
+                # GPipe with a balanced split is left out: it takes 1F1B's time with more memory (Narayanan 2021 2.2.1)
+                shapes = [("1f1b", 1)] if pp == 1 or split else [("gpipe", 1), ("1f1b", 1)]
+                if pp > 1 and micro % pp == 0 and split is None:
                     shapes += [("interleaved-1f1b", v) for v in _divisors(m.layers // pp) if v >= 2]
+                shapes += _split_shapes(pp, micro, m.layers, split)
                 for schedule, vpp in shapes:
-                    for zero in ((0, 1, 2, 3) if dp > 1 else (0,)):
+                    # zero-bubble and DualPipe schedules run with ZeRO 0 or 1 (scenario rules)
+                    zeros = (0, 1, 2, 3) if schedule not in SPLIT_BACKWARD else (0, 1)
+                    for zero in (zeros if dp > 1 else (0,)):
                         for recompute in RECOMPUTE:
                             for sp in ((False, True) if tp > 1 else (False,)):
                                 out.append({"tp": tp, "pp": pp, "dp": dp, "vpp": vpp, "micro_batch": mb,
                                             "zero": zero, "recompute": recompute, "schedule": schedule,
-                                            "sequence_parallel": sp})
+                                            "sequence_parallel": sp,
+                                            "layers_per_stage": None if m.layers % (pp * vpp) == 0 else "auto"})
+    return out
+
+
+def _split_shapes(pp: int, micro: int, layers: int, split: str | None) -> list[tuple[str, int]]:
+    """The zero-bubble and DualPipe schedules that apply (scenario rules): zb-h1 on any pipeline; zb-v and dualpipev
+    with two chunks per rank (an even split of 2 pp chunks, else auto when 2 pp <= layers + 2); dualpipe with an even
+    pp, at least 2 pp micro-batches, an even count, and an even split; dualpipe(v) with micro-batches >= 2 pp."""
+    if pp == 1:
+        return []
+    out = [("zb-h1", 1)]
+    v_ok = layers % (2 * pp) == 0 or 2 * pp <= layers + 2
+    if v_ok:
+        out.append(("zb-v", 2))
+    if pp % 2 == 0 and micro >= 2 * pp and micro % 2 == 0 and split is None:
+        out.append(("dualpipe", 1))
+    if v_ok and micro >= 2 * pp:
+        out.append(("dualpipev", 2))
     return out
 
 
 def _overrides(layout: dict[str, Any]) -> dict[str, Any]:
-    out = {LAYOUT_KEYS[k]: v for k, v in layout.items()}
-    out["parallel.layers_per_stage"] = None   # an uneven split of the original layout does not carry over
-    return out
+    # an uneven split of the original layout does not carry over: even, or balanced (auto)
+    return {LAYOUT_KEYS[k]: layout.get(k) for k in LAYOUT_KEYS}
 
 
 def screen(payload: ScenarioPayload, base: dict[str, Any], layouts: list[dict[str, Any]],
@@ -275,12 +300,12 @@ def _ms(seconds: float) -> str:
 
 def layout_text(row: dict[str, Any], fields=None) -> str:
     """'tp 2, pp 4, ...' for the given layout fields (all by default)."""
-    return ", ".join(f"{k} {row[k]}" for k in (fields or LAYOUT_KEYS))
+    return ", ".join(f"{k} {row.get(k)}" for k in (fields or LAYOUT_KEYS))
 
 
 def why_slower(row: dict[str, Any], best: dict[str, Any]) -> str:
     """The one or two largest contributors (seconds per step) to ``row`` being slower than ``best``."""
-    differs = [k for k in LAYOUT_KEYS if row[k] != best[k]]
+    differs = [k for k in LAYOUT_KEYS if row.get(k) != best.get(k)]
     rc_row, rc_best = row.get("recompute_s", 0.0), best.get("recompute_s", 0.0)
     work_row, work_best = row["compute_s"] - rc_row, best["compute_s"] - rc_best
     parts = [
@@ -299,7 +324,7 @@ def why_slower(row: dict[str, Any], best: dict[str, Any]) -> str:
     found = [text for delta, text in sorted(parts, key=lambda p: -p[0]) if delta > 0.005 * best["step_time_s"]][:2]
     if not found:
         found = [f"within {gap:.1%}" if gap > 5e-4 else "ties with the best"]
-    changes = ", ".join(f"{k} {row[k]} vs {best[k]}" for k in differs)
+    changes = ", ".join(f"{k} {row.get(k)} vs {best.get(k)}" for k in differs)
     return "; ".join(found) + (f" ({changes})" if changes else "")
 
 

@@ -58,9 +58,14 @@ def resolve_split(scenario: Scenario) -> Scenario:
 def balanced_split(scenario: Scenario) -> list[int]:
     par, m = scenario.parallel, scenario.model
     pp, vstages = par.pp, scenario.virtual_stages
-    base = _with_split(scenario, even_split(m.layers, vstages))
-    plan = build_plan(base)
+    even = even_split(m.layers, vstages)
+    base = _with_split(scenario, even)
     rep = memory_report(base)
+    if all(st.total > rep.capacity for st in rep.stages):
+        # every rank is over with its even share; any split gives some rank at least its even share, and memory grows
+        # with layers: nothing fits, and the even split says so as well as any
+        return even
+    plan = build_plan(base)
     layout = stage_layout(par.schedule, pp, par.vpp)
     c = next(ch for ch in plan.chunks if ch.layers > 0)
     t = c.fwd_layer + c.bwd_layer + c.recompute_layer + c.tp_fwd_layer + c.tp_bwd_layer

@@ -27,7 +27,7 @@ from simtrain.plan.memory import (
     state_bytes_per_param,
     weight_grad_fraction,
 )
-from simtrain.plan.schedules import Op, StageLayout, build_schedule, stage_layout
+from simtrain.plan.schedules import Op, StageLayout, rank_schedules, stage_layout
 from simtrain.spec.placement import Placement, placement_of
 from simtrain.spec.scenario import Scenario
 
@@ -243,7 +243,7 @@ def build_plan(scenario: Scenario) -> Plan:
     model_flops = model_flops_per_step(scenario)
     hw_flops_fwd_layer = lc.hardware_flops * par.tp
     hardware_flops = (hw_flops_fwd_layer * m.layers + 3.0 * edge.head_model_flops * par.tp) * mb * par.dp
-    schedule = tuple(tuple(ops) for ops in build_schedule(par.schedule, par.pp, mb, par.vpp))
+    schedule = rank_schedules(par.schedule, par.pp, mb, par.vpp)
     return Plan(scenario=scenario, placement=placement, chunks=tuple(chunks), schedule=schedule, layout=layout,
                 microbatches=mb,
                 stage_memory=mems, optimizer_time=opt, model_flops_per_step=model_flops,

@@ -17,8 +17,8 @@ from simtrain.plan.costs import DTYPE_BYTES
 from simtrain.plan.schedules import (
     SPLIT_BACKWARD,
     V_SHAPED,
-    build_schedule,
     inflight_peak,
+    rank_schedules,
     stage_layout,
 )
 from simtrain.spec.scenario import Scenario
@@ -319,7 +319,7 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
     if par.schedule in SPLIT_BACKWARD or par.schedule in V_SHAPED:
         per_chunk = rank_layers(scenario, pp_rank)
         share = {c: (n / layers if layers else 1.0 / len(per_chunk)) for c, n in per_chunk.items()}
-        ops = build_schedule(par.schedule, par.pp, scenario.microbatches, par.vpp)[pp_rank]
+        ops = rank_schedules(par.schedule, par.pp, scenario.microbatches, par.vpp)[pp_rank]
         inflight = inflight_peak(ops, share, weight_grad_fraction(scenario))
     else:
         inflight = inflight_microbatches(par.schedule, scenario.microbatches, par.pp, pp_rank, par.vpp)

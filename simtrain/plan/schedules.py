@@ -25,7 +25,7 @@ The engine executes these lists and knows nothing of how they were made: a new s
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 from simtrain.plan import schedules_zb
 from simtrain.plan.pipeline_ops import Op
@@ -57,7 +57,14 @@ class StageLayout:
 
     def stages_of(self, rank: int) -> list[int]:
         """The virtual stages of one rank, by chunk."""
-        return sorted((v for v, r in enumerate(self.rank) if r == rank), key=lambda v: self.chunk[v])
+        return self._by_rank.get(rank, [])
+
+    @cached_property
+    def _by_rank(self) -> dict[int, list[int]]:
+        out: dict[int, list[int]] = {}
+        for v in sorted(range(len(self.rank)), key=lambda v: self.chunk[v]):
+            out.setdefault(self.rank[v], []).append(v)
+        return out
 
 
 def chunks_per_rank(name: str, vpp: int) -> int:
@@ -65,6 +72,7 @@ def chunks_per_rank(name: str, vpp: int) -> int:
     return 2 if name == "dualpipe" else vpp
 
 
+@lru_cache(maxsize=64)
 def stage_layout(name: str, pp: int, vpp: int = 1) -> StageLayout:
     """The placement of virtual stages on ranks for a schedule (module docstring)."""
     if name == "dualpipe":
@@ -155,6 +163,13 @@ def build_schedule(name: str, pp: int, m: int, vpp: int = 1) -> list[list[Op]]:
     if name == "dualpipev":
         return schedules_zb.dualpipev(pp, m)
     raise ValueError(f"unknown schedule {name!r}")
+
+
+@lru_cache(maxsize=4)
+def rank_schedules(name: str, pp: int, m: int, vpp: int = 1) -> tuple[tuple[Op, ...], ...]:
+    """``build_schedule`` as tuples, kept for the last few layouts: the memory ledger asks for one rank's list at a
+    time, and a pure function of its arguments need not be built pp times."""
+    return tuple(tuple(ops) for ops in build_schedule(name, pp, m, vpp))
 
 
 def virtual_stage(chunk: int, rank: int, pp: int) -> int:
