@@ -34,8 +34,9 @@ def validate(cases: str | None, json_path: str | None, only: str | None, check: 
     """Compare predicted and measured step times on published runs.
 
     CASES is a cases file, or the name of a bundled one: cases (the default, the dev set the targets apply
-    to), llm_foundry_a100 (the A100 companion of its MosaicML H100 runs) or llm_foundry_sweeps (MosaicML's A100
-    micro-batch sweep and software-image runs)."""
+    to), llm_foundry_a100 (the A100 companion of its MosaicML H100 runs), llm_foundry_sweeps (MosaicML's A100
+    micro-batch sweep and software-image runs) or zero_bubble (the zero-bubble paper's 1F1B, ZB-1p and 1F1B-I
+    runs, with their speed-ups over 1F1B)."""
     from simtrain.decide import validate as v
 
     bar = None
@@ -80,6 +81,14 @@ def validate(cases: str | None, json_path: str | None, only: str | None, check: 
                      f"{100 * s.worst_abs_error:.{worst_digits}f}% ({s.worst_case}), bias {100 * s.bias:+.1f}% "
                      f"({'predicts too fast' if s.bias < 0 else 'predicts too slow'}), "
                      f"{s.within_10pct}/{s.cases} within 10%")
+    ratios = v.speedups(results)
+    if ratios:
+        lines += ["", f"{'speed-up':<40} {'over':<28} {'measured':>8} {'predicted':>9} {'error':>8}"]
+        lines += [f"{q.case[:40]:<40} {q.baseline[:28]:<28} {q.measured:>8.3f} {q.predicted:>9.3f} {_pct(q.error):>8}"
+                  for q in ratios]
+        errors = [abs(q.error) for q in ratios]
+        lines.append(f"speed-ups: {len(ratios)}, mean |error| {100 * sum(errors) / len(errors):.1f}%, worst "
+                     f"{100 * max(errors):.1f}%")
     g = summaries["gated"]
     met = g is not None and g.mean_abs_error <= v.TARGET_MEAN and g.worst_abs_error <= v.TARGET_WORST
     dev_set = v.resolve_cases(cases).resolve() == v.bundled_cases_path().resolve()
@@ -90,7 +99,8 @@ def validate(cases: str | None, json_path: str | None, only: str | None, check: 
     emit("\n".join(lines) + "\n", json_path,
          {"cases": [r.to_dict() for r in results],
           "summary": {k: (s.to_dict() if s else None) for k, s in summaries.items()},
-          "targets": {"mean": v.TARGET_MEAN, "worst": v.TARGET_WORST, "met": met}})
+          "targets": {"mean": v.TARGET_MEAN, "worst": v.TARGET_WORST, "met": met},
+          **({"speedups": [q.to_dict() for q in ratios]} if ratios else {})})
     failed = [r for r in results if r.failure]
     if failed:   # a case simtrain refuses is bad input in the cases file: the report above, then exit 2
         from simtrain.spec.errors import InputError

@@ -45,6 +45,7 @@ class CaseResult:
     assumed: tuple[str, ...] = ()
     notes: str = ""
     failure: str | None = None
+    compare_to: str | None = None          # the id of a case this one's speed-up is measured against
 
     def to_dict(self) -> dict[str, Any]:
         r = lambda x: None if x is None else float(f"{x:.6g}")  # noqa: E731
@@ -52,7 +53,8 @@ class CaseResult:
                 "target_step_time_s": r(self.target_step_time_s),
                 "predicted_step_time_s": r(self.predicted_step_time_s), "error": r(self.error),
                 "measured": self.measured, "predicted": {k: r(v) for k, v in self.predicted.items()},
-                "assumed": list(self.assumed), "notes": self.notes, "failure": self.failure}
+                "assumed": list(self.assumed), "notes": self.notes, "failure": self.failure,
+                **({"compare_to": self.compare_to} if self.compare_to else {})}
 
 
 @dataclass(frozen=True)
@@ -122,7 +124,8 @@ def run_case(case: dict, base_dir: Path, file: str | None = None) -> CaseResult:
     target = float(case["target_step_time_s"])
     common = dict(id=case["id"], source=str(case.get("source", "")), gate=bool(case.get("gate", True)),
                   config=_config(sc), target_step_time_s=target, measured=measured,
-                  assumed=tuple(case.get("assumed") or ()), notes=str(case.get("notes", "") or ""))
+                  assumed=tuple(case.get("assumed") or ()), notes=str(case.get("notes", "") or ""),
+                  compare_to=str(case["compare_to"]) if case.get("compare_to") else None)
     try:
         scenario = scenario_from_dict(sc, file=file, base_dir=base_dir)
         result = simulate(scenario)
@@ -166,7 +169,7 @@ def resolve_cases(path: str | Path | None) -> Path:
 
 #: the keys of one case in a cases file (listed in docs/errors.md, "Cases files")
 CASE_KEYS = ("id", "source", "scenario", "measured", "target_step_time_s", "target_from", "flops_convention",
-             "gate", "assumed", "notes")
+             "gate", "assumed", "notes", "compare_to")
 
 
 def load_cases(path: str | Path | None = None) -> tuple[list[dict], Path]:
@@ -202,6 +205,39 @@ def load_cases(path: str | Path | None = None) -> tuple[list[dict], Path]:
                              "a number > 0", file=str(path), line=lines.get("target_step_time_s"),
                              field="target_step_time_s")
     return data, path.resolve().parent
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """A case's speed-up over the case it names in ``compare_to`` (the same run under another schedule, say):
+    measured and predicted, and the error of the prediction (predicted / measured - 1)."""
+
+    case: str
+    baseline: str
+    measured: float
+    predicted: float
+
+    @property
+    def error(self) -> float:
+        return self.predicted / self.measured - 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        r = lambda x: float(f"{x:.6g}")  # noqa: E731
+        return {"case": self.case, "baseline": self.baseline, "measured_speedup": r(self.measured),
+                "predicted_speedup": r(self.predicted), "error": r(self.error)}
+
+
+def speedups(results: list[CaseResult]) -> list[Ratio]:
+    """Each case's speed-up over its ``compare_to`` case (baseline step / case step), when both ran."""
+    by_id = {r.id: r for r in results}
+    out = []
+    for r in results:
+        base = by_id.get(r.compare_to) if r.compare_to else None
+        if base is None or r.predicted_step_time_s is None or base.predicted_step_time_s is None:
+            continue
+        out.append(Ratio(case=r.id, baseline=base.id, measured=base.target_step_time_s / r.target_step_time_s,
+                         predicted=base.predicted_step_time_s / r.predicted_step_time_s))
+    return out
 
 
 def _no_case_matches(only: str, cases: list[dict]) -> str:

@@ -170,6 +170,9 @@ def check_rules(s, raw: dict) -> list[str]:
     if par.zero_impl != "generic" and (par.zero < 2 or par.dp == 1):
         warnings.append(f"parallel.zero_impl: {par.zero_impl} has no effect with zero {par.zero} and dp {par.dp} "
                         "(it describes how ZeRO-2/3 hand gradients to their reduce-scatter)")
+    if par.schedule == "dualpipe" and par.pp > 1:
+        warnings.append("dualpipe: each stage's weights live on two ranks (r and pp - 1 - r), whose gradients "
+                        "DeepSeek-V3 sums before the optimizer step; simtrain does not time that exchange")
     warnings += setup_warnings(s)
     if par.backward_prefetch != "pre" and (par.zero < 3 or par.dp == 1):
         warnings.append(f"parallel.backward_prefetch: {par.backward_prefetch} has no effect with zero {par.zero} and "
