@@ -167,11 +167,21 @@ def test_gantt_same_from_saved_report(tiny):
 
 
 def test_gantt_coarsens_past_max_bars(pp4_dp4):
-    """Past max_bars the chart joins bars, says so in the title, and keeps the exact idle sums."""
+    """Past max_bars the chart joins bars of the steady state only, says so in the title, keeps the exact idle sums
+    and every bar of the warm-up (before a stage's first backward) as it was (issue 22)."""
     full = gantt_figure(pp4_dp4)
     small = gantt_figure(pp4_dp4, max_bars=60)
-    assert len(_bars(small)) <= 60 < len(_bars(full))
-    assert "joined" in small.layout.title.text
+    assert len(_bars(small)) < len(_bars(full))
+    assert "in the steady state" in small.layout.title.text and "warm-up and cool-down at full detail" in \
+        small.layout.title.text
+    for row in {b["row"] for b in _bars(full)}:
+        first_b = min((b["start"] for b in _bars(full) if b["row"] == row and b["name"] == "backward"), default=None)
+        if first_b is None:
+            continue
+        def warm(fig, row=row, first_b=first_b):
+            return sorted((b["name"], b["start"], b["end"]) for b in _bars(fig) if b["row"] == row
+                          and b["end"] <= first_b and b["name"] != "idle (bubble)")
+        assert warm(small) == warm(full)
     assert [_idle_ms(r) for r in _rows(small) if "idle" in r] == [_idle_ms(r) for r in _rows(full) if "idle" in r]
 
 

@@ -25,12 +25,19 @@ def test_enumeration_counts_every_layout_by_hand():
       tp1 pp4 dp1: 3 mb x 2 schedules x 4              = 24
       tp2 pp1 dp2: 2 mb x 4 x 4 x 2                    = 64
       tp2 pp2 dp1: (mb1: 3 + mb2: 3 + mb4: 2) x 4 x 2  = 64
-      tp4 pp1 dp1: 3 mb x 4 x 2                        = 24   -> 272."""
+      tp4 pp1 dp1: 3 mb x 4 x 2                        = 24   -> 272;
+    plus the zero-bubble and DualPipe schedules (issue 22) with ZeRO 0-1 only: zb-h1 whenever pp > 1, zb-v and
+    dualpipev with vpp 2 (8 chunks of 4 layers: only for pp 2), dualpipe and dualpipev with >= 2 pp micro-batches
+    (dualpipe: an even count):
+      tp1 pp2 dp2: micro-batches 2, 1: zb-h1 and zb-v, 2 mb x 2 x 2 zero x 4       = 32
+      tp1 pp4 dp1: zb-h1, 3 mb x 4                                                = 12
+      tp2 pp2 dp1: micro-batches 4, 2, 1: (zb-h1, zb-v) 3 mb + (dualpipe,
+                   dualpipev) mb 1, x 4 x 2                                       = 64   -> 380."""
     sc = make_scenario(hardware=TWO_NODES, nodes=1, gpus_per_node=4, model=SMALL,
                        training={"global_batch": 4}, parallel={"dp": 4})
     layouts = enumerate_layouts(sc)
-    assert len(layouts) == 272
-    assert len({tuple(sorted(x.items())) for x in layouts}) == 272
+    assert len(layouts) == 380
+    assert len({tuple(sorted(x.items())) for x in layouts}) == 380
     assert all(x["tp"] * x["pp"] * x["dp"] == 4 for x in layouts)
 
 
@@ -53,7 +60,8 @@ def test_search_agrees_with_brute_force(small_case):
         keys = {"parallel.tp": layout["tp"], "parallel.pp": layout["pp"], "parallel.dp": layout["dp"],
                 "parallel.vpp": layout["vpp"], "training.micro_batch": layout["micro_batch"],
                 "parallel.zero": layout["zero"], "training.recompute": layout["recompute"],
-                "parallel.schedule": layout["schedule"], "parallel.sequence_parallel": layout["sequence_parallel"]}
+                "parallel.schedule": layout["schedule"], "parallel.sequence_parallel": layout["sequence_parallel"],
+                "parallel.layers_per_stage": layout["layers_per_stage"]}
         try:
             sc = small_case.with_overrides(keys)
         except InputError:
@@ -116,9 +124,9 @@ def test_cli_search_prints_top_k_and_writes_the_table(tmp_path, capsys):
     assert lines[0].split()[:3] == ["#", "tp", "pp"]
     assert lines[1].split()[0] == "1" and lines[1].endswith("best")
     assert lines[2].split()[0] == "2"
-    assert "272 layouts of 4 GPUs" in stdout
+    assert "380 layouts of 4 GPUs" in stdout   # the hand count of test_enumeration_counts_every_layout_by_hand
     table = read_table(out)
-    assert len(table) == 272
+    assert len(table) == 380
     assert set(table["status"]) <= {"simulated", "pruned", "oom", "tight", "invalid", "failed"}
 
 

@@ -106,6 +106,14 @@ def validate(cases: str | None, json_path: str | None, plot_path: str | None, on
     for name, s in summaries.items():
         if s is not None:
             lines.append(f"{name:>5}: {_summary_text(s, v)}")
+    ratios = v.speedups(results)
+    if ratios:
+        lines += ["", f"{'speed-up':<40} {'over':<28} {'measured':>8} {'predicted':>9} {'error':>8}"]
+        lines += [f"{q.case[:40]:<40} {q.baseline[:28]:<28} {q.measured:>8.3f} {q.predicted:>9.3f} {_pct(q.error):>8}"
+                  for q in ratios]
+        errors = [abs(q.error) for q in ratios]
+        lines.append(f"speed-ups: {len(ratios)}, mean |error| {100 * sum(errors) / len(errors):.1f}%, worst "
+                     f"{100 * max(errors):.1f}%")
     by_source = v.by_group(gated, lambda r: r.source_name)
     by_gpu = v.by_group(gated, lambda r: r.gpu or "?")
     all_by_source = v.by_group(results, lambda r: r.source_name)
@@ -133,7 +141,8 @@ def validate(cases: str | None, json_path: str | None, plot_path: str | None, on
               "by_source": {k: s.to_dict() for k, s in by_source.items()},
               "by_gpu": {k: s.to_dict() for k, s in by_gpu.items()},
               "by_source_all": {k: s.to_dict() for k, s in all_by_source.items()},
-              "targets": targets.to_dict()}
+              "targets": targets.to_dict(),
+              **({"speedups": [q.to_dict() for q in ratios]} if ratios else {})}
     with staged_outputs():   # the chart and the JSON land together
         if plot_path:
             from simtrain.report.charts import write_figure

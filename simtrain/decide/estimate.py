@@ -35,8 +35,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from simtrain.decide.estimate_play import play
+from simtrain.plan.balance import resolve_split
 from simtrain.plan.build import ChunkPlan, Plan, build_plan
 from simtrain.plan.collectives import phase_time_alone
+from simtrain.plan.schedules import SPLIT_BACKWARD
 from simtrain.spec.scenario import Scenario
 
 #: relative slack on the bound: the engine adds the same floats in another order
@@ -162,7 +165,7 @@ def _zero3_op(c: ChunkPlan, forward: bool, gather: float, scatter: float, slowdo
 
 def estimate(scenario: Scenario, plan: Plan | None = None) -> EstimateResult:
     """Estimate one optimizer step of ``scenario`` and bound it from below (module docstring)."""
-    s = scenario
+    s = plan.scenario if plan is not None else resolve_split(scenario)
     plan = plan or build_plan(s)
     par, sim = s.parallel, s.simulation
     p, vpp, m = par.pp, par.vpp, plan.microbatches
@@ -224,6 +227,7 @@ def estimate(scenario: Scenario, plan: Plan | None = None) -> EstimateResult:
                 ends[r] = max(ends[r], ends[r + 1] + send[r] + last_b[r])
         return ends
 
+    played = par.schedule in SPLIT_BACKWARD
     # the tail after each rank's last backward: DP gradient sync, optimizer, ZeRO-1/2 parameter gather
     tail_lb, tail_est, last_b_est = [], [], list(b_est[:p])
     for r in range(p):
@@ -235,9 +239,12 @@ def estimate(scenario: Scenario, plan: Plan | None = None) -> EstimateResult:
         if bucketed:      # the last bucket leaves when the last backward ends: at least its time is exposed
             op_time, past, last = _bucketed_backward(chunks[r], sim.dp_bucket_size, comm(r), slow[r])
             dp_lb, dp_est, last_b_est[r] = comm(r)(last), past, op_time
+            if played:   # the last bucket of whichever chunk finishes last: at least the smallest of them
+                dp_lb = min(comm(r)(_bucketed_backward(chunks[v], sim.dp_bucket_size, comm(r), slow[r])[2])
+                            for v in plan.layout.stages_of(r))
         elif dp_sync and zero < 3:   # no overlap: every bucket after the last backward, one after another
-            for ch in range(vpp):
-                c = chunks[ch * p + r]
+            for v in plan.layout.stages_of(r):
+                c = chunks[v]
                 total = c.grad_bytes_layer * c.layers + c.grad_bytes_edge
                 if total > 0:
                     n = max(1, math.ceil(total / sim.dp_bucket_size))
@@ -246,26 +253,41 @@ def estimate(scenario: Scenario, plan: Plan | None = None) -> EstimateResult:
         tail_lb.append(dp_lb + opt * slow_lb + gather)
         tail_est.append((dp_est, opt, gather))
 
-    ends_lb = pipeline(f_lb, b_lb, b_lb[:p])
+    if played:   # split backwards, V layouts, two directions, overlapped pairs: play the op lists out
+        layout = plan.layout
+        sends = {}
+        for v, w in enumerate(layout.next):
+            if w >= 0 and layout.rank[v] != layout.rank[w]:
+                t = _alone(plan, [plan.pp_phase(plan.pp_bytes, layout.rank[v], layout.rank[w], 0 if full else None)])
+                sends[(v, w)] = sends[(w, v)] = t
+        ends_lb = play(plan, sends, slow_lb, pair_compute_only=True)[0]
+    else:
+        ends_lb = pipeline(f_lb, b_lb, b_lb[:p])
     lower = max(e + t for e, t in zip(ends_lb, tail_lb)) * (1.0 - _ROUNDING)
     if sim.jitter > 0 or any(st.slowdown < 1 for st in sim.stragglers):
         lower = 0.0   # random or faster kernels: no bound from nominal costs
 
-    ends = pipeline(f_est, b_est, last_b_est)
+    if played:   # the estimate: the same play at the plan's times (the bound's, when they are the same)
+        pairs = any(op.kind == "FB" for ops in plan.schedule for op in ops)
+        ends = ends_lb if slow_lb == 1.0 and not pairs else play(plan, sends)[0]
+    else:
+        ends = pipeline(f_est, b_est, last_b_est)
     finish = [e + sum(t) for e, t in zip(ends, tail_est)]
     crit = max(range(p), key=lambda r: (finish[r], -r))
     step = finish[crit]
     dp_exp, opt, gather = tail_est[crit]
-    own = [sum(f_est[c * p + r] + b_est[c * p + r] for c in range(vpp)) * m for r in range(p)]
+    # micro-batches through each chunk of a rank (DualPipe's two copies see half of them each)
+    per_chunk = m / 2 if par.schedule == "dualpipe" else m
+    own = [sum(f_est[v] + b_est[v] for v in plan.layout.stages_of(r)) * per_chunk for r in range(p)]
     busiest = max(range(p), key=lambda r: own[r])
-    rank_chunks = [chunks[c * p + busiest] for c in range(vpp)]
-    recompute = m * sum(c.layers * c.recompute_layer for c in rank_chunks)
-    tp = m * sum(c.layers * (c.tp_fwd_layer + c.tp_bwd_layer) for c in rank_chunks)
+    rank_chunks = [chunks[v] for v in plan.layout.stages_of(busiest)]
+    recompute = per_chunk * sum(c.layers * c.recompute_layer for c in rank_chunks)
+    tp = per_chunk * sum(c.layers * (c.tp_fwd_layer + c.tp_bwd_layer) for c in rank_chunks)
     pp_comm = 2.0 * sum(send[:p - 1])
     # idle time of the busiest rank while the pipeline fills and drains: (p - 1) t for equal stages
     bubble = max(0.0, max(ends) - own[busiest] - pp_comm) if p > 1 else 0.0
     if zero >= 3:   # parameter gathers the busiest rank's ZeRO-3 layers wait for
-        dp_exp += m * sum(zero3_wait[c.vstage] for c in rank_chunks)
+        dp_exp += per_chunk * sum(zero3_wait[c.vstage] for c in rank_chunks)
     peak = s.hardware.gpu.peak("bf16" if s.training.precision == "fp8" else s.training.precision)   # MFU: BF16
     return EstimateResult(
         step_time_s=step, lower_bound_s=lower, compute_s=own[busiest], recompute_s=recompute, tp_comm_s=tp,

@@ -43,6 +43,7 @@ from simtrain.decide.search_result import (  # noqa: F401 - re-exported: the sea
 )
 from simtrain.decide.sweep import ScenarioPayload, error_text
 from simtrain.decide.workers import open_executor, progress_bar, run_tasks
+from simtrain.plan.schedules import SPLIT_BACKWARD
 from simtrain.report.accuracy import LEDGER_ERROR
 from simtrain.spec.errors import InputError
 from simtrain.spec.scenario import Scenario
@@ -135,6 +136,8 @@ def enumerate_layouts(scenario: Scenario, gpus: int | None = None,
     # for MoE layers), so they are not listed
     zeros = (0, 1, 2) if m.moe is not None else (0, 1, 2, 3)
     recomputes = tuple(r for r in RECOMPUTE if m.moe is None or r != "selective_op")
+    varied = m.moe is not None or m.attention.kind == "mla" or m.attention.sliding_window is not None \
+        or m.mtp_layers > 0
     cps = [c for c in _divisors(total) if tr.seq_len % (2 * c) == 0 and tr.seq_len // c >= CP_MIN_TOKENS]
     cps = cps if len(cps) > 1 else [None]     # None: the layouts carry no cp key (short sequences)
     out = []
@@ -142,27 +145,55 @@ def enumerate_layouts(scenario: Scenario, gpus: int | None = None,
     for tp, pp, cp in grid:
         if total % tp or m.heads % tp or m.num_kv_heads % tp or m.ffn_hidden % tp or not ok("tp", tp):
             continue
-        if m.layers % pp or (total // (tp * pp)) % (cp or 1) or not ok("pp", pp) or (cp and not ok("cp", cp)):
+        if (total // (tp * pp)) % (cp or 1) or not ok("pp", pp) or (cp and not ok("cp", cp)) or pp > m.layers:
+            continue
+        # layers that do not split evenly over the ranks are balanced (layers_per_stage: auto; dense models only)
+        split = None if m.layers % pp == 0 else "auto"
+        if split and varied:
             continue
         dp = total // (tp * pp * (cp or 1))
         if tr.global_batch % dp or not ok("dp", dp):
             continue
         for mb in (d for d in _divisors(tr.global_batch // dp) if ok("micro_batch", d)):
             micro = tr.global_batch // (mb * dp)
-            shapes = [("1f1b", 1)] if pp == 1 else [("gpipe", 1), ("1f1b", 1)]
-            if pp > 1 and micro % pp == 0:
+            # GPipe with a balanced split is left out: it takes 1F1B's time with more memory (Narayanan 2021 2.2.1)
+            shapes = [("1f1b", 1)] if pp == 1 or split else [("gpipe", 1), ("1f1b", 1)]
+            if pp > 1 and micro % pp == 0 and split is None:
                 shapes += [("interleaved-1f1b", v) for v in _divisors(m.layers // pp) if v >= 2]
+            if not varied:   # the split-backward schedules run models whose layers are alike (scenario rules)
+                shapes += _split_shapes(pp, micro, m.layers, split)
             for schedule, vpp in ((sc, v) for sc, v in shapes if ok("schedule", sc) and ok("vpp", v)):
-                for zero in (z for z in (zeros if dp * (cp or 1) > 1 else (0,)) if ok("zero", z)):
+                # zero-bubble and DualPipe schedules run with ZeRO 0 or 1 (scenario rules)
+                allowed_zero = zeros if schedule not in SPLIT_BACKWARD else (0, 1)
+                lps = None if m.layers % (pp * vpp) == 0 else "auto"
+                for zero in (z for z in (allowed_zero if dp * (cp or 1) > 1 else (0,)) if ok("zero", z)):
                     for recompute in (r for r in recomputes if ok("recompute", r)):
                         for sp in (b for b in ((False, True) if tp > 1 else (False,)) if ok("sequence_parallel", b)):
                             out.extend({"tp": tp, "pp": pp, "dp": dp, "vpp": vpp, "micro_batch": mb,
                                         "zero": zero, "recompute": recompute, "schedule": schedule,
                                         "sequence_parallel": sp, "precision": precision,
-                                        **({"cp": cp} if cp else {}), **experts}
+                                        **({"cp": cp} if cp else {}), **experts,
+                                        "layers_per_stage": lps}
                                        for precision in precisions if ok("precision", precision)
                                        for experts in _expert_layouts(m, tp, dp * (cp or 1))
                                        if all(ok(k, v) for k, v in experts.items()))
+    return out
+
+
+def _split_shapes(pp: int, micro: int, layers: int, split: str | None) -> list[tuple[str, int]]:
+    """The zero-bubble and DualPipe schedules that apply (scenario rules): zb-h1 on any pipeline; zb-v and dualpipev
+    with two chunks per rank (an even split of 2 pp chunks, else auto when 2 pp <= layers + 2); dualpipe with an even
+    pp, at least 2 pp micro-batches, an even count, and an even split; dualpipe(v) with micro-batches >= 2 pp."""
+    if pp == 1:
+        return []
+    out = [("zb-h1", 1)]
+    v_ok = layers % (2 * pp) == 0 or 2 * pp <= layers + 2
+    if v_ok:
+        out.append(("zb-v", 2))
+    if pp % 2 == 0 and micro >= 2 * pp and micro % 2 == 0 and split is None:
+        out.append(("dualpipe", 1))
+    if v_ok and micro >= 2 * pp:
+        out.append(("dualpipev", 2))
     return out
 
 

@@ -26,7 +26,8 @@ LAYOUT_KEYS = {"tp": "parallel.tp", "pp": "parallel.pp", "dp": "parallel.dp", "v
 def layout_overrides(layout: dict[str, Any]) -> dict[str, Any]:
     """The scenario keys that set ``layout`` (its fields as :data:`LAYOUT_KEYS` names them)."""
     out = {LAYOUT_KEYS[k]: layout[k] for k in LAYOUT_KEYS if k in layout}
-    out["parallel.layers_per_stage"] = None   # an uneven split of the original layout does not carry over
+    # an uneven split of the original layout does not carry over: even, or balanced (auto) where the search chose it
+    out["parallel.layers_per_stage"] = layout.get("layers_per_stage")
     return out
 
 

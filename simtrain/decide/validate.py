@@ -58,6 +58,7 @@ class CaseResult:
     assumed: tuple[str, ...] = ()
     notes: str = ""
     failure: str | None = None
+    compare_to: str | None = None          # the id of a case this one's speed-up is measured against
     gpu: str = ""                          # GPU family of the case's hardware (H100, A100, B200...)
     stack: str = ""                        # the stack its layout stands for (simtrain.report.bands.stack_of)
     file: str = ""                         # the cases file it came from (bundled: its name, e.g. cases)
@@ -73,7 +74,8 @@ class CaseResult:
                 "predicted_step_time_s": r(self.predicted_step_time_s), "error": r(self.error),
                 "measured": self.measured, "predicted": {k: r(v) for k, v in self.predicted.items()},
                 "assumed": list(self.assumed), "notes": self.notes, "failure": self.failure,
-                "source_name": self.source_name, "gpu": self.gpu, "stack": self.stack, "file": self.file}
+                "source_name": self.source_name, "gpu": self.gpu, "stack": self.stack, "file": self.file,
+                **({"compare_to": self.compare_to} if self.compare_to else {})}
 
 
 @dataclass(frozen=True)
@@ -222,7 +224,8 @@ def run_case(case: dict, base_dir: Path, file: str | None = None, file_name: str
     common = dict(id=case["id"], source=str(case.get("source", "")), gate=bool(case.get("gate", True)),
                   config=_config(sc), target_step_time_s=target, measured=measured,
                   assumed=tuple(case.get("assumed") or ()), notes=str(case.get("notes", "") or ""),
-                  file=file_name)
+                  file=file_name,
+                  compare_to=str(case["compare_to"]) if case.get("compare_to") else None)
     try:
         scenario = scenario_from_dict(sc, file=file, base_dir=base_dir)
         result = simulate(scenario)
@@ -275,7 +278,8 @@ def resolve_cases(path: str | Path | None) -> Path:
 #: the keys of one case in a cases file (listed in docs/errors.md, "Cases files"); needs (the simtrain features a
 #: case exercises) and other_releases (the same run measured in other software releases) are informational
 CASE_KEYS = ("id", "source", "scenario", "measured", "target_step_time_s", "target_from", "flops_convention",
-             "gate", "assumed", "notes", "needs", "other_releases")
+             "gate", "assumed", "notes", "needs", "other_releases",
+             "compare_to")
 
 
 def load_cases(path: str | Path | None = None) -> tuple[list[dict], Path]:
@@ -317,6 +321,39 @@ def load_cases(path: str | Path | None = None) -> tuple[list[dict], Path]:
                              "a number > 0", file=str(path), line=lines.get("target_step_time_s"),
                              field="target_step_time_s")
     return data, path.resolve().parent
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """A case's speed-up over the case it names in ``compare_to`` (the same run under another schedule, say):
+    measured and predicted, and the error of the prediction (predicted / measured - 1)."""
+
+    case: str
+    baseline: str
+    measured: float
+    predicted: float
+
+    @property
+    def error(self) -> float:
+        return self.predicted / self.measured - 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        r = lambda x: float(f"{x:.6g}")  # noqa: E731
+        return {"case": self.case, "baseline": self.baseline, "measured_speedup": r(self.measured),
+                "predicted_speedup": r(self.predicted), "error": r(self.error)}
+
+
+def speedups(results: list[CaseResult]) -> list[Ratio]:
+    """Each case's speed-up over its ``compare_to`` case (baseline step / case step), when both ran."""
+    by_id = {r.id: r for r in results}
+    out = []
+    for r in results:
+        base = by_id.get(r.compare_to) if r.compare_to else None
+        if base is None or r.predicted_step_time_s is None or base.predicted_step_time_s is None:
+            continue
+        out.append(Ratio(case=r.id, baseline=base.id, measured=base.target_step_time_s / r.target_step_time_s,
+                         predicted=base.predicted_step_time_s / r.predicted_step_time_s))
+    return out
 
 
 def _no_case_matches(only: str, cases: list[dict]) -> str:

@@ -78,7 +78,7 @@ class CommMixin:
         """Activation (F) or gradient (B) from virtual stage src_v to dst_v."""
         key = (lane.dp, dst_v, mb, direction)
         ev = self._recv_event(key)
-        src_rank, dst_rank = src_v % self.pp, dst_v % self.pp
+        src_rank, dst_rank = self.plan.layout.rank[src_v], self.plan.layout.rank[dst_v]
         self.sent_at[key] = self.env.now
         if src_rank == dst_rank:
             ev.succeed()
@@ -105,6 +105,7 @@ class CommMixin:
         pp_part = t1 - max(t0, sent)
         lane.exposed["pp"] += pp_part
         lane.bubble += (t1 - t0) - pp_part
+        lane.bubble_parts[lane.phase] += (t1 - t0) - pp_part
 
     def _buffer(self, lane: Lane, nbytes: float) -> None:
         lane.buf_now += nbytes
@@ -117,9 +118,9 @@ class CommMixin:
         return self._collective(lane, "dp", "zero3_all_gather", gather, c.zero3_layer_bytes, mb, c.vstage,
                                 layer, layer + 1)
 
-    def _backward_with_buckets(self, lane: Lane, c: ChunkPlan, mb: int, grad_kind: str):
-        """A backward whose gradients leave in buckets as its layers finish: the last backward of a chunk
-        (DDP / ZeRO-1 overlap) or, with ZeRO-2, every backward."""
+    def _backward_with_buckets(self, lane: Lane, c: ChunkPlan, mb: int, grad_kind: str, part: str = "full"):
+        """A backward (or a split backward's W, ``part="weight"``) whose gradients leave in buckets as its layers
+        finish: the last of a chunk (DDP / ZeRO-1 overlap) or, with ZeRO-2, every one."""
         bucket = self.sim.dp_bucket_size
         pending = 0.0
         v = c.vstage
@@ -137,10 +138,12 @@ class CommMixin:
             self._collective(lane, "dp", "edp_" + grad_kind, self.plan.edp_phases(grad_kind, nbytes, lane.rank),
                              nbytes, vstage=v)
 
+        head, embed = self._edge_segments(c, part)
         if c.has_head:
-            yield from self._segment(lane, "compute", "backward", c.head_bwd, mb, v, None)
+            for stream, kind, sec, layer in head:
+                yield from self._segment(lane, stream, kind, sec, mb, v, layer)
             pending += c.grad_bytes_edge if not c.has_embedding else 0.0
-        for layer_index, segs in self._backward_layers(c):
+        for layer_index, segs in self._backward_layers(c, part):
             for stream, kind, sec, layer in segs:
                 yield from self._segment(lane, stream, kind, sec, mb, v, layer)
             pending += c.layer_costs(layer_index - c.layer_lo)[5]
@@ -153,7 +156,8 @@ class CommMixin:
                     launch_experts(pending_experts)
                     pending_experts = 0.0
         if c.has_embedding:
-            yield from self._segment(lane, "compute", "backward", c.embed_bwd, mb, v, None)
+            for stream, kind, sec, layer in embed:
+                yield from self._segment(lane, stream, kind, sec, mb, v, layer)
             pending += c.grad_bytes_edge
         if pending > 0:
             launch(pending)

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import math
 
+import simpy
+
 from simtrain.engine.comm import CommMixin, _buckets
 from simtrain.engine.fluid import FluidNetwork
 from simtrain.engine.lane import (  # noqa: F401  (Record, Timeline re-exported)
@@ -24,7 +26,9 @@ from simtrain.engine.lane import (  # noqa: F401  (Record, Timeline re-exported)
     Record,
     Timeline,
 )
+from simtrain.plan import segments
 from simtrain.plan.build import ChunkPlan, Plan
+from simtrain.plan.schedules import split_backwards
 from simtrain.spec.errors import SimulationLimitError
 from simtrain.spec.yamlio import locate
 
@@ -206,7 +210,8 @@ class Engine(CommMixin):
         if rest > 0:
             yield self.env.timeout(rest)
 
-    def _segment(self, lane: Lane, stream: str, kind: str, sec: float, mb: int, v: int, layer):
+    def _segment(self, lane: Lane, stream: str, kind: str, sec: float, mb: int, v: int, layer,
+                 exposed: bool = True):
         start = self.env.now
         if stream == "cp_hidden":
             lo, hi = (layer, layer + 1) if layer is not None else (-1, -1)
@@ -217,7 +222,7 @@ class Engine(CommMixin):
         else:
             if stream == "tp":
                 sec *= lane.tp_scale
-            if stream in ("tp", "ep", "cp"):
+            if stream in ("tp", "ep", "cp") and exposed:
                 lane.exposed[stream] += sec
             if sec <= 0:
                 return
@@ -234,109 +239,139 @@ class Engine(CommMixin):
 
     def _forward_segments(self, c: ChunkPlan) -> list:
         """A chunk's forward as (stream, kind, seconds, layer) segments; built once per chunk."""
-        return self._once(("F", c.vstage), self._build_forward_segments, c)
+        return self._once(("F", c.vstage), segments.forward_segments, c)
 
-    def _build_forward_segments(self, c: ChunkPlan) -> list:
-        segs = []
-        if c.has_embedding:
-            segs.append(("compute", "forward", c.embed_fwd, None))
-        for i in range(c.layers):
-            fwd, _bwd, _rec, ep_fwd, _ep_bwd, _grads = c.layer_costs(i)
-            segs.append(("compute", "forward", fwd, c.layer_lo + i))
-            segs.append(("tp", "tp_comm", c.tp_fwd_layer, c.layer_lo + i))
-            if c.cp_fwd_hidden > 0:
-                segs.append(("cp_hidden", "cp_comm", c.cp_fwd_hidden, c.layer_lo + i))
-            if c.cp_fwd_layer > 0:
-                segs.append(("cp", "cp_comm", c.cp_fwd_layer, c.layer_lo + i))
-            if ep_fwd > 0:
-                segs.append(("ep", "ep_comm", ep_fwd, c.layer_lo + i))
-        if c.has_head:
-            segs.append(("compute", "forward", c.head_fwd, None))
-        return segs
+    def _backward_layers(self, c: ChunkPlan, part: str = "full") -> list:
+        """Per layer (in backward order): its segments; built once per chunk and part."""
+        return self._once(("B", c.vstage, part), lambda ch: segments.backward_layers(ch, part), c)
 
-    def _backward_layers(self, c: ChunkPlan) -> list:
-        """Per layer (in backward order): its segments; built once per chunk."""
-        return self._once(("B", c.vstage), self._build_backward_layers, c)
+    def _edge_segments(self, c: ChunkPlan, part: str) -> tuple[list, list]:
+        return segments.edge_segments(c, part)
 
-    def _build_backward_layers(self, c: ChunkPlan) -> list:
-        out = []
-        for i in reversed(range(c.layers)):
-            layer = c.layer_lo + i
-            _fwd, bwd, rec, _ep_fwd, ep_bwd, _grads = c.layer_costs(i)
-            segs = []
-            if rec > 0:
-                segs.append(("compute", "recompute", rec, layer))
-            segs.append(("compute", "backward", bwd, layer))
-            tp_bwd, cp_bwd, cp_hidden = c.bwd_comm(i)
-            segs.append(("tp", "tp_comm", tp_bwd, layer))
-            if cp_hidden > 0:
-                segs.append(("cp_hidden", "cp_comm", cp_hidden, layer))
-            if cp_bwd > 0:
-                segs.append(("cp", "cp_comm", cp_bwd, layer))
-            if ep_bwd > 0:
-                segs.append(("ep", "ep_comm", ep_bwd, layer))
-            out.append((layer, segs))
-        return out
-
-    def _backward_segments(self, c: ChunkPlan) -> list:
+    def _backward_segments(self, c: ChunkPlan, part: str = "full") -> list:
         """A chunk's whole backward (output layer, layers in reverse, embedding) as one segment list."""
-        key = ("Bflat", c.vstage)
-        hit = self._segments.get(key)
-        if hit is None:
-            hit = [("compute", "backward", c.head_bwd, None)] if c.has_head else []
-            for _layer, layer_segs in self._backward_layers(c):
-                hit.extend(layer_segs)
-            if c.has_embedding:
-                hit.append(("compute", "backward", c.embed_bwd, None))
-            self._segments[key] = hit
-        return hit
+        return self._once(("Bflat", c.vstage, part),
+                          lambda ch: segments.backward_segments(ch, part, self._backward_layers(ch, part)), c)
+
+    def _locked(self, lane: Lane, segments: list, mb: int, v: int):
+        """Run segments one by one, compute under the lane's compute lock: the other half of an overlapped pair
+        computes while this one communicates (DeepSeek-V3 Sec. 3.2.1, Fig. 4)."""
+        if lane.compute_lock is None:
+            lane.compute_lock = simpy.Resource(self.env, capacity=1)
+        for stream, kind, sec, layer in segments:
+            if stream == "compute":
+                with lane.compute_lock.request() as req:
+                    yield req
+                    yield from self._segment(lane, stream, kind, sec, mb, v, layer)
+            else:
+                yield from self._segment(lane, stream, kind, sec, mb, v, layer, exposed=False)
+
+    def _forward(self, lane: Lane, mb: int, chunk: int, paired: bool = False):
+        layout = self.plan.layout
+        v = layout.v_of(lane.rank, chunk)
+        c = self.plan.chunks[v]
+        if layout.prev[v] >= 0 and not paired:
+            yield from self._wait_recv(lane, (lane.dp, v, mb, "F"))
+        self._alloc(lane, c.act_bytes)
+        if self.zero >= 3:
+            yield from self._zero3_forward(lane, c, mb)
+        elif paired:
+            yield from self._locked(lane, self._forward_segments(c), mb, v)
+        else:
+            yield from self._coarse(lane, self._forward_segments(c), mb, v)
+        if layout.next[v] >= 0 and not paired:
+            self._send(lane, "F", mb, v, layout.next[v])
+
+    def _backward(self, lane: Lane, mb: int, chunk: int, part: str, buckets: bool, paired: bool = False):
+        """A backward, whole or its input-gradient half (``part``); ``buckets``: its gradients leave in DP
+        buckets as its layers finish."""
+        layout = self.plan.layout
+        v = layout.v_of(lane.rank, chunk)
+        c = self.plan.chunks[v]
+        if layout.next[v] >= 0 and not paired:
+            yield from self._wait_recv(lane, (lane.dp, v, mb, "B"))
+        if self.zero >= 3:
+            yield from self._zero3_backward(lane, c, mb)
+        elif buckets:   # a pair's backward with buckets runs its compute alone (no overlap modelled)
+            yield from self._backward_with_buckets(lane, c, mb, self._grad_kind)
+        elif paired:
+            yield from self._locked(lane, self._backward_segments(c, part), mb, v)
+        else:
+            yield from self._coarse(lane, self._backward_segments(c, part), mb, v)
+        if c.metrics_bwd > 0:   # training metrics over the logits, after the whole backward
+            yield from self._segment(lane, "compute", "backward", c.metrics_bwd, mb, v, None)
+        self._free(lane, c.act_bytes - (c.act_w_bytes if part == "input" else 0.0))
+        if layout.prev[v] >= 0 and not paired:
+            self._send(lane, "B", mb, v, layout.prev[v])
+
+    def _weight(self, lane: Lane, mb: int, chunk: int, buckets: bool):
+        """A split backward's W: the weight gradients, then the activations only they needed are freed."""
+        v = self.plan.layout.v_of(lane.rank, chunk)
+        c = self.plan.chunks[v]
+        if buckets:
+            yield from self._backward_with_buckets(lane, c, mb, self._grad_kind, part="weight")
+        else:
+            yield from self._coarse(lane, self._backward_segments(c, "weight"), mb, v)
+        self._free(lane, c.act_w_bytes)
+
+    def _pair(self, lane: Lane, op, part: str, buckets: bool):
+        """An overlapped forward and backward ("FB"), as DualPipe's ``_forward_backward_chunk`` runs it: both
+        inputs received first, then both halves at once, their compute taking turns on the lane so that each
+        one's communication runs under the other's compute; both outputs are sent when the pair ends."""
+        layout = self.plan.layout
+        vf, vb = layout.v_of(lane.rank, op.chunk), layout.v_of(lane.rank, op.chunk2)
+        if layout.prev[vf] >= 0:
+            yield from self._wait_recv(lane, (lane.dp, vf, op.mb, "F"))
+        if layout.next[vb] >= 0:
+            yield from self._wait_recv(lane, (lane.dp, vb, op.mb2, "B"))
+        fwd = self.env.process(self._forward(lane, op.mb, op.chunk, paired=True))
+        bwd = self.env.process(self._backward(lane, op.mb2, op.chunk2, part, buckets, paired=True))
+        yield fwd & bwd
+        if layout.next[vf] >= 0:
+            self._send(lane, "F", op.mb, vf, layout.next[vf])
+        if layout.prev[vb] >= 0:
+            self._send(lane, "B", op.mb2, vb, layout.prev[vb])
 
     def _lane(self, lane: Lane):
         env, plan = self.env, self.plan
         ops = plan.schedule[lane.rank]
-        last_b = {}
+        split = split_backwards(ops)
+        last_grad = {}   # chunk -> the op that finishes its gradients (its last whole backward or W)
         for i, op in enumerate(ops):
-            if op.kind == "B":
-                last_b[op.chunk] = i
+            if op.kind == "W" or (op.kind == "B" and (op.mb, op.chunk) not in split):
+                last_grad[op.chunk] = i
+            elif op.kind == "FB" and (op.mb2, op.chunk2) not in split:
+                last_grad[op.chunk2] = i
         dp_sync = self.dp > 1
         overlap = self.sim.overlap_dp and dp_sync and self.zero < 3
-        grad_kind = "all_reduce" if self.zero == 0 else "reduce_scatter"
+        self._grad_kind = grad_kind = "all_reduce" if self.zero == 0 else "reduce_scatter"
 
+        first_b = next((i for i, op in enumerate(ops) if op.kind in ("B", "FB")), len(ops))
+        last_f = max((i for i, op in enumerate(ops) if op.kind in ("F", "FB")), default=-1)
         for i, op in enumerate(ops):
-            v = op.chunk * self.pp + lane.rank
-            c = plan.chunks[v]
+            lane.phase = "fill" if i <= first_b else ("drain" if i > last_f else "imbalance")
+            # ZeRO-2 keeps only its shard of the gradients, so it reduce-scatters after every micro-batch's
+            # backward (DeepSpeed does the same); DDP/ZeRO-1 sync once per step, after a chunk's last gradients
+            chunk = op.chunk2 if op.kind == "FB" else op.chunk
+            mb = op.mb2 if op.kind == "FB" else op.mb
+            part = "input" if (mb, chunk) in split else "full"
+            buckets = dp_sync and self.zero < 3 and part == "full" and (
+                self.zero == 2 or (overlap and i == last_grad.get(chunk)))
             if op.kind == "F":
-                if v > 0:
-                    yield from self._wait_recv(lane, (lane.dp, v, op.mb, "F"))
-                self._alloc(lane, c.act_bytes)
-                if self.zero >= 3:
-                    yield from self._zero3_forward(lane, c, op.mb)
-                else:
-                    yield from self._coarse(lane, self._forward_segments(c), op.mb, v)
-                if v + 1 < self.V:
-                    self._send(lane, "F", op.mb, v, v + 1)
+                yield from self._forward(lane, op.mb, op.chunk)
+            elif op.kind == "B":
+                yield from self._backward(lane, op.mb, op.chunk, part, buckets)
+            elif op.kind == "W":
+                yield from self._weight(lane, op.mb, op.chunk, dp_sync and self.zero < 3 and (
+                    self.zero == 2 or (overlap and i == last_grad.get(chunk))))
             else:
-                if v + 1 < self.V:
-                    yield from self._wait_recv(lane, (lane.dp, v, op.mb, "B"))
-                if self.zero >= 3:
-                    yield from self._zero3_backward(lane, c, op.mb)
-                elif dp_sync and (self.zero == 2 or (overlap and i == last_b[op.chunk])):
-                    # ZeRO-2 keeps only its shard of the gradients, so it reduce-scatters after every
-                    # micro-batch's backward (DeepSpeed does the same); DDP/ZeRO-1 sync once per step
-                    yield from self._backward_with_buckets(lane, c, op.mb, grad_kind)
-                else:
-                    yield from self._coarse(lane, self._backward_segments(c), op.mb, v)
-                if c.metrics_bwd > 0:   # training metrics over the logits, after the whole backward
-                    yield from self._segment(lane, "compute", "backward", c.metrics_bwd, op.mb, v, None)
-                self._free(lane, c.act_bytes)
-                if v > 0:
-                    self._send(lane, "B", op.mb, v, v - 1)
+                yield from self._pair(lane, op, part, buckets)
 
         # gradient synchronisation, optimizer step, ZeRO parameter all-gather
         t_compute_end = env.now
         if dp_sync and self.zero < 2 and not overlap:
-            for ch in range(self.vpp):
-                c = plan.chunks[ch * self.pp + lane.rank]
+            for v in plan.layout.stages_of(lane.rank):
+                c = plan.chunks[v]
                 total = c.grad_bytes_layer * c.layers + c.grad_bytes_edge
                 for nbytes in _buckets(total, self.sim.dp_bucket_size):
                     self._collective(lane, "dp", "dp_" + grad_kind,

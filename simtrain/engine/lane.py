@@ -45,6 +45,10 @@ class Lane:
     busy: dict = field(default_factory=lambda: {"compute": 0.0, "tp": 0.0, "pp": 0.0, "dp": 0.0})
     exposed: dict = field(default_factory=lambda: {"tp": 0.0, "pp": 0.0, "dp": 0.0})
     bubble: float = 0.0
+    # the bubble by where it falls: before the lane's first backward (fill), after its last forward (drain), between
+    # them (imbalance: waiting for a slower stage in the steady state); set by the lane's schedule position
+    bubble_parts: dict = field(default_factory=lambda: {"fill": 0.0, "drain": 0.0, "imbalance": 0.0})
+    phase: str = "fill"
     end: float = 0.0
     act_now: float = 0.0
     act_peak: float = 0.0
@@ -52,6 +56,7 @@ class Lane:
     buf_now: float = 0.0          # ZeRO-3 gathered weights and unsharded gradients awaiting their reduce-scatter
     buf_peak: float = 0.0
     buf_events: list = field(default_factory=list)
+    compute_lock: simpy.Resource | None = None   # made when overlapped pairs ("FB") share the compute stream
 
 
 @dataclass(eq=False)

@@ -9,10 +9,11 @@ import statistics
 
 from simtrain.engine.core import Engine
 from simtrain.plan.advice import advice
+from simtrain.plan.balance import resolve_split
 from simtrain.plan.build import build_plan
 from simtrain.plan.memory import EDGE_OF_MEMORY, StageMemory, memory_report
 from simtrain.report.bands import band, gpu_family, no_band_text, stack_of
-from simtrain.report.result import DEVICE_LIST_LIMIT, DeviceResult, Result, StageSummary
+from simtrain.report.result import BUBBLE_PARTS, DEVICE_LIST_LIMIT, DeviceResult, Result, StageSummary
 from simtrain.spec.errors import InputError
 from simtrain.spec.placement import placement_of
 from simtrain.spec.scenario import Scenario
@@ -48,6 +49,7 @@ def _config(s: Scenario) -> dict:
     return {"hardware": s.hardware.name, "gpu": s.hardware.gpu.name, "nodes": s.nodes,
             "gpus_per_node": s.gpus_per_node, "model": s.model.name, "training": _dump("training", s.training, s),
             "parallel": parallel,
+            **({"layers_per_stage_auto": True} if s.raw.get("parallel", {}).get("layers_per_stage") == "auto" else {}),
             "placement": placement_of(s).report(),
             "mfu_definition": MFU_DEFINITION, "assumed": list(s.assumed)}
 
@@ -127,6 +129,7 @@ def _replica_waits(lanes, step: float) -> list[str]:
 
 def memory(scenario: Scenario) -> Result:
     """The memory ledger alone (``simtrain memory``): no simulation."""
+    scenario = resolve_split(scenario)
     rep = memory_report(scenario)
     per_stage = [st.breakdown() for st in rep.stages]
     stages = tuple(StageSummary(pp=st.pp, layers=st.layers, compute_s=None, bubble_s=None,
@@ -174,7 +177,7 @@ def simulate(scenario: Scenario, *, fidelity: str | None = None, seed: int | Non
         if whole is None:
             raise InputError(f"{seed!r} is not a seed; give a whole number", field="seed")
         seed = whole
-    s = scenario
+    s = resolve_split(scenario)
     sim = s.simulation
     mode = fidelity or sim.fidelity
     warnings = list(s.warnings)
@@ -210,10 +213,13 @@ def simulate(scenario: Scenario, *, fidelity: str | None = None, seed: int | Non
         per_stage_mem.append(mem)
         # one replica's times (the slowest), so that compute + exposed comm + bubble = the step
         slow = max(lanes, key=lambda ln: (ln.busy["compute"], -ln.index))
+        parts = dict(slow.bubble_parts)
+        parts["drain"] += step - slow.end   # the idle tail while later stages drain
+        parts["communication"] = slow.exposed["pp"]
         stages.append(StageSummary(pp=p, layers=rep.stages[p].layers, compute_s=slow.busy["compute"],
                                    bubble_s=slow.bubble + (step - slow.end), exposed_comm_s=dict(slow.exposed),
                                    peak_memory_bytes=sum(mem.values()), memory=mem,
-                                   experts=dict(rep.stages[p].experts) or None))
+                                   experts=dict(rep.stages[p].experts) or None, bubble_breakdown_s=parts))
     peak = max(st.peak_memory_bytes for st in stages)
     fits = peak <= rep.capacity
     if not fits:
@@ -239,6 +245,7 @@ def simulate(scenario: Scenario, *, fidelity: str | None = None, seed: int | Non
         hfu=plan.hardware_flops_per_step / (step * s.gpus * gpu_peak),
         mfu_fp8=plan.model_flops_per_step / (step * s.gpus * fp8_peak) if fp8_peak else None,
         bubble_fraction=statistics.fmean(bubbles), exposed_comm_s=dict(critical.exposed),
+        bubble_breakdown_s={k: statistics.fmean(st.bubble_breakdown_s[k] for st in stages) for k in BUBBLE_PARTS},
         framework_overhead_s=plan.framework_overhead_layer * plan.microbatches
         * sum(c.layers for c in plan.chunks if c.rank == critical.rank),
         step_time_band_s=None if measured is None else (measured.low_s, measured.high_s),

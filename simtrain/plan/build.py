@@ -27,10 +27,11 @@ from simtrain.plan.memory import (
     layer_params_per_rank,
     stage_memory,
     state_bytes_per_param,
+    weight_grad_fraction,
 )
 from simtrain.plan.memory_moe import expert_params_local
 from simtrain.plan.recompute import modules_of, selective_extra, selective_tp_factor
-from simtrain.plan.schedules import Op, build_schedule
+from simtrain.plan.schedules import Op, StageLayout, rank_schedules, stage_layout
 from simtrain.plan.tp_overlap import exposed_tp
 from simtrain.spec.placement import Placement, placement_of
 from simtrain.spec.scenario import Scenario
@@ -103,6 +104,10 @@ class ChunkPlan:
             return self.lead_fwd, self.lead_bwd, self.lead_recompute, 0.0, 0.0, self.lead_grad_bytes
         return self.fwd_layer, self.bwd_layer, self.recompute_layer, self.ep_fwd_layer, self.ep_bwd_layer, \
             self.grad_bytes_layer
+    wgrad_layer: float = 0.0  # s, the weight-gradient part of bwd_layer (a split backward's W per layer)
+    embed_wgrad: float = 0.0  # s, the weight-gradient part of embed_bwd
+    head_wgrad: float = 0.0   # s, the weight-gradient part of head_bwd
+    act_w_bytes: float = 0.0  # of act_bytes, what a split backward keeps from its B until its W
 
     @property
     def forward_time(self) -> float:
@@ -135,6 +140,7 @@ class Plan:
     placement: Placement
     chunks: tuple[ChunkPlan, ...]            # by virtual stage
     schedule: tuple[tuple[Op, ...], ...]     # per pipeline rank
+    layout: StageLayout                      # where each virtual stage runs, which stages it talks to
     microbatches: int
     stage_memory: tuple[StageMemory, ...]
     optimizer_time: tuple[float, ...]        # per pipeline rank
@@ -331,11 +337,15 @@ def build_plan(scenario: Scenario) -> Plan:
             dev.gemm_time(2 * m.hidden, m.hidden / par.tp, tokens)
         mtp_fwd = m.mtp_layers * (last.forward + last.ep_forward + proj_f + edge.head_forward)
         mtp_bwd = m.mtp_layers * (last.recompute + last.backward + last.ep_backward + proj_b + edge.head_backward)
+    layout = stage_layout(par.schedule, par.pp, par.vpp)
+    w_fraction = weight_grad_fraction(scenario)
+    starts = [sum(scenario.layers_per_stage[:s]) for s in range(vstages)]
     chunks = []
-    lo = 0
-    for v, n_layers in enumerate(scenario.layers_per_stage):
-        chunk, rank = divmod(v, par.pp)
-        first, last = v == 0, v == vstages - 1
+    for v, model_stage in enumerate(layout.model_stage):
+        n_layers = scenario.layers_per_stage[model_stage]
+        lo = starts[model_stage]
+        chunk, rank = layout.chunk[v], layout.rank[v]
+        first, last = model_stage == 0, model_stage == vstages - 1
         rank_layers = mems[rank].layers
         share = n_layers / rank_layers if rank_layers else 1.0
         act = mems[rank].activation_per_microbatch * share
@@ -360,7 +370,9 @@ def build_plan(scenario: Scenario) -> Plan:
             head_bwd=edge.head_backward + (cat_time(n_edge) if not first else 0.0) if last else 0.0,
             act_bytes=act, grad_bytes_layer=per_layer_local * state.grads, grad_bytes_edge=edge_grad,
             zero3_layer_bytes=per_layer_local * state.weights, zero3_edge_bytes=n_edge * state.weights,
-            metrics_bwd=metrics if last else 0.0, grad_prep_per_byte=prep_per_byte))
+            metrics_bwd=metrics if last else 0.0, grad_prep_per_byte=prep_per_byte,
+            wgrad_layer=lc.backward_weight, embed_wgrad=edge.embed_backward_weight if first else 0.0,
+            head_wgrad=edge.head_backward_weight if last else 0.0, act_w_bytes=act * w_fraction))
         if varied:
             fields = chunk_fields(figures[rank], lo, n_layers)
             fields["fwd_layer"] += unit_overhead / 3.0 + cf.forward
@@ -372,7 +384,6 @@ def build_plan(scenario: Scenario) -> Plan:
             if last:
                 fields.update(head_fwd=chunks[-1].head_fwd + mtp_fwd, head_bwd=chunks[-1].head_bwd + mtp_bwd)
             chunks[-1] = replace(chunks[-1], **fields)
-        lo += n_layers
 
     shards = scenario.dp_cp if par.zero >= 1 else 1
     opt = tuple(costs.optimizer_time(mems[r].params_local / shards, tr.optimizer, eager_dev,
@@ -394,10 +405,11 @@ def build_plan(scenario: Scenario) -> Plan:
                                  + figures[par.pp - 1][-1].hardware_flops) if m.mtp_layers else 0.0
         layer_hw += cp_flops * m.layers
         hardware_flops = (layer_hw * par.tp + 3.0 * edge.head_model_flops * par.tp + mtp_hw * par.tp) * replicas
-    schedule = tuple(tuple(ops) for ops in build_schedule(par.schedule, par.pp, mb, par.vpp))
+    schedule = rank_schedules(par.schedule, par.pp, mb, par.vpp)
     experts = m.moe is not None
     expert_local = tuple(expert_params_local(scenario, r) for r in range(par.pp)) if experts else ()
-    return Plan(scenario=scenario, placement=placement, chunks=tuple(chunks), schedule=schedule, microbatches=mb,
+    return Plan(scenario=scenario, placement=placement, chunks=tuple(chunks), schedule=schedule, layout=layout,
+                microbatches=mb,
                 stage_memory=mems, optimizer_time=opt, model_flops_per_step=model_flops,
                 hardware_flops_per_step=hardware_flops, dtype_bytes=dev.element_bytes,
                 framework_overhead_layer=unit_overhead, has_experts=experts, has_cp=cp > 1,

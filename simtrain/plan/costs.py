@@ -193,6 +193,7 @@ class LayerCost:
     recompute: float          # extra forward work done before the backward
     model_flops: float        # forward FLOP counted by MFU (all ranks' share / tp)
     hardware_flops: float     # forward+backward+recompute FLOP actually executed
+    backward_weight: float = 0.0   # s, the weight-gradient GEMMs within ``backward`` (a split backward's W)
 
 
 def gemm_shapes(sh: LayerShape) -> list[tuple[float, float, float]]:
@@ -278,6 +279,7 @@ def layer_cost(sh: LayerShape, dev: Device, recompute: str) -> LayerCost:
     fwd_gemm = sum(dev.linear_gemm_time(m, n, k) for m, n, k in gemms)
     # backward: data gradient (M x K result) and weight gradient (K x N result), same FLOP each
     bwd_gemm = sum(dev.linear_gemm_time(m, k, n) + dev.linear_gemm_time(k, n, m) for m, n, k in gemms)
+    wgrad_gemm = sum(dev.linear_gemm_time(k, n, m) for m, n, k in gemms)   # Qi et al. 2024 Sec. 2: W = these alone
     gemm_flops = sum(2.0 * m * n * k for m, n, k in gemms)
     if dev.fp8:
         # each linear quantizes its input before the forward GEMM and its output gradient before the backward
@@ -337,7 +339,7 @@ def layer_cost(sh: LayerShape, dev: Device, recompute: str) -> LayerCost:
         extra, extra_flops = 0.0, 0.0
     hw_flops = 3.0 * model_flops + extra_flops
     return LayerCost(forward=forward, backward=backward, recompute=extra,
-                     model_flops=model_flops, hardware_flops=hw_flops)
+                     model_flops=model_flops, hardware_flops=hw_flops, backward_weight=wgrad_gemm)
 
 
 @dataclass(frozen=True)
@@ -349,6 +351,8 @@ class EdgeCost:
     head_forward: float
     head_backward: float
     head_model_flops: float
+    embed_backward_weight: float = 0.0   # s, within embed_backward: the table gradient (all of it is W)
+    head_backward_weight: float = 0.0    # s, within head_backward: the output layer's weight-gradient GEMM
 
 
 #: bytes through HBM per logit of the cross-entropy loss, forward and backward, by implementation
@@ -374,10 +378,12 @@ def edge_cost(tokens: int, hidden: int, vocab: int, tp: int, dev: Device,
     logits = dev.gemm_time(tokens, v, hidden)
     fwd_bytes, bwd_bytes, fwd_kernels, bwd_kernels = CROSS_ENTROPY_BYTES[cross_entropy]
     loss = dev.memory_time(tokens * v * fwd_bytes(elem), kernels=fwd_kernels)
-    head_b = dev.gemm_time(tokens, hidden, v) + dev.gemm_time(hidden, v, tokens) + \
+    head_w = dev.gemm_time(hidden, v, tokens)
+    head_b = dev.gemm_time(tokens, hidden, v) + head_w + \
         dev.memory_time(tokens * v * bwd_bytes(elem), kernels=bwd_kernels)
     return EdgeCost(embed_forward=embed_f, embed_backward=embed_b, head_forward=logits + loss,
-                    head_backward=head_b, head_model_flops=2.0 * tokens * v * hidden)
+                    head_backward=head_b, head_model_flops=2.0 * tokens * v * hidden,
+                    embed_backward_weight=embed_b, head_backward_weight=head_w)
 
 
 def train_metrics_time(tokens: int, vocab: int, tp: int, dev: Device, metrics: int) -> float:

@@ -26,6 +26,13 @@ from simtrain.plan.memory_moe import (
     mtp_dense_params_local,
 )
 from simtrain.plan.recompute import modules_of, selective_saving
+from simtrain.plan.schedules import (
+    SPLIT_BACKWARD,
+    V_SHAPED,
+    inflight_peak,
+    rank_schedules,
+    stage_layout,
+)
 from simtrain.spec.scenario import Scenario
 
 #: above this fraction of the GPU's memory a run is "at the edge of memory": `run` warns and `search` skips it
@@ -241,9 +248,37 @@ class MemoryReport:
 
 
 def stage_layers(scenario: Scenario, pp_rank: int) -> list[int]:
-    """Indices of the virtual stages (chunks) held by pipeline rank ``pp_rank``, in model order."""
-    pp, vpp = scenario.parallel.pp, scenario.parallel.vpp
-    return [c * pp + pp_rank for c in range(vpp)]
+    """Indices of the virtual stages (chunks) held by pipeline rank ``pp_rank``, by chunk."""
+    par = scenario.parallel
+    return stage_layout(par.schedule, par.pp, par.vpp).stages_of(pp_rank)
+
+
+def rank_edges(scenario: Scenario, pp_rank: int) -> tuple[bool, bool]:
+    """(does the rank hold the embedding, does it hold the output layer and loss): the first and last model
+    stages, wherever the schedule places them (a V puts both on rank 0; DualPipe's two copies put both on the
+    first and the last rank)."""
+    par = scenario.parallel
+    layout = stage_layout(par.schedule, par.pp, par.vpp)
+    stages = {layout.model_stage[v] for v in layout.stages_of(pp_rank)}
+    return 0 in stages, scenario.virtual_stages - 1 in stages
+
+
+def rank_layers(scenario: Scenario, pp_rank: int) -> dict[int, int]:
+    """Transformer layers per chunk of a pipeline rank."""
+    par = scenario.parallel
+    layout = stage_layout(par.schedule, par.pp, par.vpp)
+    return {layout.chunk[v]: scenario.layers_per_stage[layout.model_stage[v]] for v in layout.stages_of(pp_rank)}
+
+
+def weight_grad_bytes_per_layer(s: int, b: int, h: int, *, ffn: int, kv: int, mlp: str, t: int = 1) -> float:
+    """Activation bytes a layer's weight-gradient pass (W) still needs after its input-gradient pass (B): the
+    input and the output gradient of each of its four matrix multiplies, 16-bit. Qi et al. 2024, Table 1: for GPT
+    (FFN 4h, t = 1) this is 32 sbh (QKV 1 + 3, output projection 1 + 1, fc1 1 + 4, fc2 4 + 1, times h x 2 bytes).
+    Column-parallel matmuls keep their full input and 1/t of the output gradient, row-parallel ones 1/t of the
+    input and the full output gradient."""
+    up = ffn * (2 if mlp == "swiglu" else 1)
+    per_token = (h + (h + 2 * kv) / t) + (h / t + h) + (h + up / t) + (ffn / t + h)
+    return 2.0 * s * b * per_token
 
 
 def layer_params_per_rank(model, tp: int) -> int:
@@ -273,7 +308,7 @@ def local_params(scenario: Scenario, pp_rank: int) -> tuple[int, int]:
     """(parameters held by one TP rank of this pipeline rank, its transformer layers)."""
     m, par = scenario.model, scenario.parallel
     t = par.tp
-    layers = sum(scenario.layers_per_stage[v] for v in stage_layers(scenario, pp_rank))
+    layers = sum(rank_layers(scenario, pp_rank).values())
     h, kv, f = m.hidden, m.kv_width, m.ffn_hidden
     matrices = m.matmul_params_per_layer // t
     # column-parallel biases split by t, row-parallel ones (attention output, fc2) replicated
@@ -285,10 +320,24 @@ def local_params(scenario: Scenario, pp_rank: int) -> tuple[int, int]:
         moe_layers = sum(1 for i in layer_indices(scenario, pp_rank) if m.is_moe_layer(i))
         moe_layer = moe_dense_part_per_rank(m, t) + experts_per_rank(m, par.ep, par.etp or t)
         count = (layers - moe_layers) * per_layer + moe_layers * moe_layer
-    count += edge_params(m, t, par.pp, first=pp_rank == 0, last=pp_rank == par.pp - 1)
+    first, last = rank_edges(scenario, pp_rank)
+    count += edge_params(m, t, par.pp, first=first, last=last)
     if m.mtp_layers and pp_rank == par.pp - 1:
         count += mtp_dense_params_local(scenario, pp_rank) + m.mtp_layers * experts_per_rank(m, par.ep, par.etp or t)
     return count, layers
+
+
+def weight_grad_fraction(scenario: Scenario) -> float:
+    """The share of a layer's kept activations that a split backward holds from its B until its W (at most all
+    of them: under full recompute W needs tensors that B rebuilt, counted here as the kept input)."""
+    tr, m, par = scenario.training, scenario.model, scenario.parallel
+    kept = activation_bytes_per_layer(
+        tr.seq_len, tr.micro_batch, m.hidden, m.heads, ffn=m.ffn_hidden, kv=m.kv_width, mlp=m.mlp, t=par.tp,
+        sequence_parallel=par.sequence_parallel and par.tp > 1, attention_scores=not tr.flash_attention,
+        recompute=tr.recompute, dropout=tr.dropout)
+    w = weight_grad_bytes_per_layer(tr.seq_len, tr.micro_batch, m.hidden, ffn=m.ffn_hidden, kv=m.kv_width,
+                                    mlp=m.mlp, t=par.tp)
+    return min(1.0, w / kept) if kept > 0 else 0.0
 
 
 def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
@@ -354,14 +403,21 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
             attention_scores=not tr.flash_attention, recompute=tr.recompute, dropout=tr.dropout) * scale
         moe_part = moe_activation_bytes(msh, 2, tr.recompute) * scale
         per_mb += moe_layers * (attention_only + moe_part) - (layers - _dense_layers(scenario, pp_rank)) * per_layer
-    if pp_rank == 0 and tr.dropout:
+    first, last = rank_edges(scenario, pp_rank)
+    if first and tr.dropout:
         per_mb += s * b * h / (t if sp else 1)   # embedding dropout mask (1 byte), Korthikanti Sec. 4.3
-    if pp_rank == par.pp - 1:
+    if last:
         # final norm input + output-layer input (16-bit) and what the loss keeps for its backward: the fp32
         # log-softmax output with the eager loss (4sbv/t), the 16-bit logits with the fused one (2sbv/t)
         logit_bytes = 4.0 if tr.cross_entropy == "eager" else 2.0
         per_mb += (4.0 * s * b * h / (t if sp else 1) + logit_bytes * s * b * m.vocab / t) * scale
-    inflight = inflight_microbatches(par.schedule, scenario.microbatches, par.pp, pp_rank, par.vpp)
+    if par.schedule in SPLIT_BACKWARD or par.schedule in V_SHAPED:
+        per_chunk = rank_layers(scenario, pp_rank)
+        share = {c: (n / layers if layers else 1.0 / len(per_chunk)) for c, n in per_chunk.items()}
+        ops = rank_schedules(par.schedule, par.pp, scenario.microbatches, par.vpp)[pp_rank]
+        inflight = inflight_peak(ops, share, weight_grad_fraction(scenario))
+    else:
+        inflight = inflight_microbatches(par.schedule, scenario.microbatches, par.pp, pp_rank, par.vpp)
     activations = per_mb * inflight
     # two short-lived peaks on top of what is kept, never held together: the layer being recomputed
     # materialises its full activations once (Korthikanti Table 2 note; under selective_op only what it did not
@@ -374,7 +430,7 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
             attention_scores=not tr.flash_attention, dropout=tr.dropout) * scale
             - (per_layer if tr.recompute == "selective_op" else 0.0))
     loss_peak = 0.0
-    if pp_rank == par.pp - 1:
+    if last:
         elem = 4.0 if tr.precision == "fp32" else 2.0
         loss_peak = loss_transient_bytes_per_logit(tr.cross_entropy, elem) * s * b * m.vocab / t
     activations += max(recompute_peak, loss_peak)
@@ -386,7 +442,7 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
         # two layers' full weights (current + prefetched) and one layer's unsharded gradient
         # awaiting its reduce-scatter; the engine tracks the same buffers over time
         # plus, on the first and last stage, the embedding / output-layer weights gathered for the whole op
-        edge = edge_params(m, par.tp, par.pp, first=pp_rank == 0, last=pp_rank == par.pp - 1)
+        edge = edge_params(m, par.tp, par.pp, first=first, last=last)
         detail["zero3_gather_buffers"] = (per_layer_params * (2 * state.weights + state.grads) if layers else 0.0) \
             + edge * state.weights
     if par.cp > 1:   # the KV blocks in flight (p2p), gathered K and V (allgather) or head-split copies (a2a)

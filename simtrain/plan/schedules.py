@@ -1,10 +1,16 @@
 """Pipeline schedules as plain data (style rule 6).
 
 A schedule is, for each pipeline rank, the ordered list of operations it runs:
-``Op("F", microbatch, chunk)`` or ``Op("B", microbatch, chunk)``. Virtual stage
-``v = chunk x pp + rank`` holds the chunk's layers; F(v, mb) needs F(v-1, mb)'s
-output, B(v, mb) needs B(v+1, mb)'s gradient. The engine executes these lists
-and knows nothing of how they were made: a new schedule needs no engine change.
+``Op("F", mb, chunk)`` a forward, ``Op("B", mb, chunk)`` a backward, ``Op("W", mb, chunk)`` the weight-gradient
+half of a backward, and ``Op("FB", mb, chunk, mb2, chunk2)`` a forward (mb, chunk) and a backward (mb2, chunk2)
+run together so that each one's communication hides behind the other's compute (DualPipe's overlapped pair).
+A ``B`` whose ``W`` appears in the same rank's list computes only the input gradient (Qi et al. 2024, Sec. 2:
+"B" = gradient w.r.t. the input, "W" = w.r.t. the parameters); a ``B`` without one is the whole backward.
+
+Where each chunk runs is a :class:`StageLayout`: virtual stage ``v`` runs on ``rank[v]`` as chunk ``chunk[v]``,
+holds the layers of model stage ``model_stage[v]``, takes its input from ``prev[v]`` and feeds ``next[v]``.
+F(v, mb) needs F(prev[v], mb)'s output; B(v, mb) needs B(next[v], mb)'s gradient; W(v, mb) needs B(v, mb).
+The engine executes these lists and knows nothing of how they were made: a new schedule needs no engine change.
 
 - GPipe (Huang et al. 2019): all forwards, then all backwards.
 - 1F1B (PipeDream-Flush, Narayanan et al. 2021 Sec. 2.2.1): rank r runs
@@ -13,17 +19,86 @@ and knows nothing of how they were made: a new schedule needs no engine change.
 - Interleaved 1F1B (Narayanan et al. 2021 Sec. 2.2.2): each rank holds vpp
   chunks; micro-batches go through the chunks in groups of pp, with
   (pp - r - 1) x 2 + (vpp - 1) x pp warm-up chunk forwards (Megatron-LM's count).
+- The zero-bubble and DualPipe schedules are in :mod:`simtrain.plan.schedules_zb`.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from dataclasses import dataclass
+from functools import cached_property, lru_cache
+
+from simtrain.plan import schedules_zb
+from simtrain.plan.pipeline_ops import Op
+
+#: schedules that run one chunk per rank, vpp chunks (interleaved), or two chunks in a V / in two directions
+SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v", "dualpipe", "dualpipev")
+#: schedules whose ranks hold two chunks placed in a V: chunk 0 = stage r, chunk 1 = stage 2 pp - 1 - r
+V_SHAPED = ("zb-v", "dualpipev")
+#: schedules that split the backward into B and W
+SPLIT_BACKWARD = ("zb-h1", "zb-v", "dualpipe", "dualpipev")
 
 
-class Op(NamedTuple):
-    kind: str        # "F" forward or "B" backward
-    mb: int          # micro-batch index
-    chunk: int       # model chunk on this rank (0 unless interleaved)
+@dataclass(frozen=True)
+class StageLayout:
+    """Where every virtual stage runs and which stages it talks to (one entry per virtual stage)."""
+
+    rank: tuple[int, ...]          # pipeline rank that runs the stage
+    chunk: tuple[int, ...]         # its chunk index on that rank
+    model_stage: tuple[int, ...]   # index into the scenario's layers_per_stage (which layers it holds)
+    prev: tuple[int, ...]          # stage its forward input comes from, -1 for the first
+    next: tuple[int, ...]          # stage its forward output goes to, -1 for the last
+
+    def v_of(self, rank: int, chunk: int) -> int:
+        return self._index[(rank, chunk)]
+
+    @cached_property
+    def _index(self) -> dict:
+        return {(r, c): v for v, (r, c) in enumerate(zip(self.rank, self.chunk, strict=True))}
+
+    def stages_of(self, rank: int) -> list[int]:
+        """The virtual stages of one rank, by chunk."""
+        return self._by_rank.get(rank, [])
+
+    @cached_property
+    def _by_rank(self) -> dict[int, list[int]]:
+        out: dict[int, list[int]] = {}
+        for v in sorted(range(len(self.rank)), key=lambda v: self.chunk[v]):
+            out.setdefault(self.rank[v], []).append(v)
+        return out
+
+
+def chunks_per_rank(name: str, vpp: int) -> int:
+    """Model chunks each rank holds: vpp, or two for DualPipe (one per direction: two model copies)."""
+    return 2 if name == "dualpipe" else vpp
+
+
+@lru_cache(maxsize=64)
+def stage_layout(name: str, pp: int, vpp: int = 1) -> StageLayout:
+    """The placement of virtual stages on ranks for a schedule (module docstring)."""
+    if name == "dualpipe":
+        # DeepSeek-V3 Sec. 3.2.1 and deepseek-ai/DualPipe dualpipe.py: rank r holds stage r of the copy fed from
+        # rank 0 (chunk 0) and stage pp - 1 - r of the copy fed from rank pp - 1 (chunk 1)
+        rank, chunk, model, prev, nxt = [], [], [], [], []
+        for copy in (0, 1):
+            for s in range(pp):
+                v = copy * pp + s
+                rank.append(s if copy == 0 else pp - 1 - s)
+                chunk.append(copy)
+                model.append(s)
+                prev.append(v - 1 if s > 0 else -1)
+                nxt.append(v + 1 if s < pp - 1 else -1)
+        return StageLayout(tuple(rank), tuple(chunk), tuple(model), tuple(prev), tuple(nxt))
+    n = pp * vpp
+    if name in V_SHAPED:
+        # Qi et al. 2024 Sec. 6 (ZB-V) and deepseek-ai/DualPipe dualpipev.py: chunk 0 of rank r is stage r,
+        # chunk 1 is stage 2 pp - 1 - r, so a micro-batch goes down the ranks and back up
+        rank = tuple(v if v < pp else 2 * pp - 1 - v for v in range(n))
+        chunk = tuple(0 if v < pp else 1 for v in range(n))
+    else:
+        rank = tuple(v % pp for v in range(n))
+        chunk = tuple(v // pp for v in range(n))
+    return StageLayout(rank, chunk, tuple(range(n)), tuple(v - 1 for v in range(n)),
+                       tuple(v + 1 if v + 1 < n else -1 for v in range(n)))
 
 
 def gpipe(pp: int, m: int) -> list[list[Op]]:
@@ -79,8 +154,47 @@ def build_schedule(name: str, pp: int, m: int, vpp: int = 1) -> list[list[Op]]:
         return one_f_one_b(pp, m)
     if name == "interleaved-1f1b":
         return interleaved(pp, m, vpp)
+    if name == "zb-h1":
+        return schedules_zb.zb_h1(pp, m)
+    if name == "zb-v":
+        return schedules_zb.zb_v(pp, m)
+    if name == "dualpipe":
+        return schedules_zb.dualpipe(pp, m)
+    if name == "dualpipev":
+        return schedules_zb.dualpipev(pp, m)
     raise ValueError(f"unknown schedule {name!r}")
+
+
+@lru_cache(maxsize=4)
+def rank_schedules(name: str, pp: int, m: int, vpp: int = 1) -> tuple[tuple[Op, ...], ...]:
+    """``build_schedule`` as tuples, kept for the last few layouts: the memory ledger asks for one rank's list at a
+    time, and a pure function of its arguments need not be built pp times."""
+    return tuple(tuple(ops) for ops in build_schedule(name, pp, m, vpp))
 
 
 def virtual_stage(chunk: int, rank: int, pp: int) -> int:
     return chunk * pp + rank
+
+
+def split_backwards(ops: list[Op] | tuple[Op, ...]) -> set[tuple[int, int]]:
+    """(micro-batch, chunk) pairs whose backward this rank splits into B and a later W."""
+    return {(op.mb, op.chunk) for op in ops if op.kind == "W"}
+
+
+def inflight_peak(ops, share: dict[int, float], w_fraction: float) -> float:
+    """Peak activations a rank holds in units of its layers' activations for one micro-batch: a forward adds its
+    chunk's ``share``; a whole backward frees it; a split B frees all but ``w_fraction`` of it, which its W frees
+    (Qi et al. 2024, Table 1: after B a stage keeps M_W until W). An "FB" pair allocates its forward before its
+    backward frees (the two run together)."""
+    split = split_backwards(ops)
+    now = peak = 0.0
+    for op in ops:
+        if op.kind in ("F", "FB"):
+            now += share[op.chunk]
+            peak = max(peak, now)
+        if op.kind in ("B", "FB"):
+            mb, ch = (op.mb, op.chunk) if op.kind == "B" else (op.mb2, op.chunk2)
+            now -= share[ch] * ((1.0 - w_fraction) if (mb, ch) in split else 1.0)
+        elif op.kind == "W":
+            now -= share[op.chunk] * w_fraction
+    return peak

@@ -74,6 +74,7 @@ class Bar:
     count: int = 1              # engine records joined into this bar
     edge: bool = False          # holds embedding or output-layer work (records without a layer)
     parts: dict = field(default_factory=dict)   # kind -> busy s, when kinds were joined
+    overlapped: bool = False    # runs at the same time as another operation of its lane (an overlapped pair)
 
 
 class ReportError(InputError):
@@ -314,6 +315,29 @@ def merge_ops(bars: list[Bar]) -> list[Bar]:
             _join(prev, b)
             continue
         out.append(_copy(b))
+    return out
+
+
+def join_interleaved(bars: list[Bar]) -> list[Bar]:
+    """Join the pieces of each compute operation that took turns with another one (an overlapped forward/backward
+    pair: DualPipe's F&B), so that the two are drawn as two overlapping bars, each marked ``overlapped``.
+    A (kind, micro-batch, virtual stage) runs once per lane, so its pieces are one operation. New bars."""
+    out: list[Bar] = []
+    seen: dict[tuple, Bar] = {}
+    for b in bars:
+        kind = "backward" if b.kind == "recompute" else b.kind
+        key = (kind, b.mb, b.vstage)
+        hit = seen.get(key) if b.mb >= 0 and b.stream == "compute" else None
+        if hit is not None:
+            _join(hit, b, kind=kind if kind != hit.kind else None)
+            continue
+        out.append(_copy(b))
+        if b.mb >= 0:
+            seen[key] = out[-1]
+    out.sort(key=lambda x: x.start)
+    for a, b in zip(out, out[1:], strict=False):
+        if b.start < a.end and b.stream == "compute" and a.mb >= 0 and b.mb >= 0:
+            a.overlapped = b.overlapped = True
     return out
 
 

@@ -22,6 +22,7 @@ from simtrain.report.charts_data import (
     Bar,
     assign_tracks,
     idle_gaps,
+    join_interleaved,
     layer_text,
     merge_close,
     merge_layers,
@@ -38,6 +39,7 @@ KIND_STYLE = {
     "forward": ("#4C78A8", "forward"),
     "backward": ("#F58518", "backward"),
     "recompute": ("#E45756", "recompute"),
+    "wgrad": ("#EECA3B", "weight gradient (W)"),
     "optimizer": ("#54A24B", "optimizer step"),
     "tp_comm": ("#B279A2", "TP all-reduce"),
     "send_act": ("#72B7B2", "PP send activations"),
@@ -55,7 +57,13 @@ KIND_STYLE = {
 }
 OTHER_STYLE = ("#999999", None)
 BUBBLE_COLOR = "rgba(120,120,120,0.18)"
-COMPUTE_KINDS = ("forward", "backward", "recompute")
+COMPUTE_KINDS = ("forward", "backward", "recompute", "wgrad")
+#: the second direction of a bidirectional or V-shaped schedule: darker shades of the same hues
+REVERSE_STYLE = {"forward": ("#2A4A6B", "forward, second direction"),
+                 "backward": ("#A6540A", "backward, second direction"),
+                 "wgrad": ("#B08D1A", "weight gradient, second direction")}
+#: schedules whose virtual stages pp..2pp-1 run the other way (DualPipe's second model copy; a V's up-leg)
+TWO_WAY = ("dualpipe", "dualpipev", "zb-v")
 
 
 @dataclass
@@ -100,7 +108,7 @@ def gantt_rows(report: dict, max_bars: int = 5000) -> tuple[list[GanttRow], str]
             # one bar per operation: recomputation (per layer, between the layers' backward pieces)
             # joins its backward bar and is drawn as thin bars inside it, where it happened
             pieces = row.bars
-            row.bars = merge_ops(pieces)
+            row.bars = join_interleaved(merge_ops(pieces))
             row.overlay = [b for b in pieces if b.kind == "recompute"]
             inside = by_lane[lane].get("tp", []) + by_lane[lane].get("ep", []) + by_lane[lane].get("cp", [])
             _close_with_tp(row.bars, inside, tol)
@@ -122,22 +130,57 @@ def gantt_rows(report: dict, max_bars: int = 5000) -> tuple[list[GanttRow], str]
             row.bars = merge_ops(row.bars)
             row.overlay = []
         note = "one bar per operation, recompute not drawn"
+    # only the steady state is joined: a stage's warm-up (before its first backward) and cool-down (after its last
+    # forward) hold the bubbles and stay at full detail
+    windows = _steady_windows(rows)
     # communication first: its bars are narrow and numerous, the compute rows carry the schedule
     min_gap = step / 2000
     while count() > max_bars and min_gap <= step / 20:
         for row in rows:
             if row.stream != "compute":
-                row.bars = merge_close(row.bars, min_gap)
-        note = f"communication bars closer than {min_gap * 1e3:.3g} ms joined"
+                row.bars = _merge_inside(row.bars, min_gap, windows.get(row.pp))
+        note = f"in the steady state, communication bars closer than {min_gap * 1e3:.3g} ms joined"
         min_gap *= 2
     min_gap = step / 2000
     while count() > max_bars and min_gap < step:
         for row in rows:
-            row.bars = merge_close(row.bars, min_gap)
-            row.gaps = [g for g in row.gaps if g[1] - g[0] >= min_gap]
-        note = f"bars closer than {min_gap * 1e3:.3g} ms joined"
+            window = windows.get(row.pp)
+            row.bars = _merge_inside(row.bars, min_gap, window)
+            row.gaps = [g for g in row.gaps if g[1] - g[0] >= min_gap or not _inside(g[0], g[1], window)]
+        note = f"in the steady state, bars closer than {min_gap * 1e3:.3g} ms joined"
         min_gap *= 2
+    if note.startswith("in the steady state"):
+        note += " (warm-up and cool-down at full detail; the trace keeps every operation)"
     return rows, note
+
+
+def _steady_windows(rows: list[GanttRow]) -> dict[int, tuple[float, float]]:
+    """Per stage: from its first backward's start to its last forward's end (its steady state)."""
+    out = {}
+    for row in rows:
+        if row.stream != "compute" or row.track:
+            continue
+        backs = [b.start for b in row.bars if b.kind in ("backward", "recompute", "wgrad") and b.mb >= 0]
+        fwds = [b.end for b in row.bars if b.kind == "forward" and b.mb >= 0]
+        if backs and fwds and min(backs) < max(fwds):
+            out[row.pp] = (min(backs), max(fwds))
+    return out
+
+
+def _inside(start: float, end: float, window: tuple[float, float] | None) -> bool:
+    return window is not None and start >= window[0] and end <= window[1]
+
+
+def _merge_inside(bars: list[Bar], min_gap: float, window: tuple[float, float] | None) -> list[Bar]:
+    """``merge_close`` on the bars inside the steady-state window; the others stay as they are."""
+    if window is None:
+        return bars
+    inside = [b for b in bars if _inside(b.start, b.end, window)]
+    if len(inside) < 2:
+        return bars
+    before = [b for b in bars if not _inside(b.start, b.end, window) and b.start < window[0]]
+    after = [b for b in bars if not _inside(b.start, b.end, window) and b.start >= window[0]]
+    return before + merge_close(inside, min_gap) + after
 
 
 def _close_with_tp(bars: list[Bar], tp: list, tol: float) -> None:
@@ -161,8 +204,10 @@ def _hover(bar: Bar, last_vstage: int, vpp: int, pp: int) -> str:
     op = []
     if bar.mb >= 0:
         op.append(f"micro-batch {bar.mb}")
-    if bar.vstage >= 0 and vpp > 1:
-        op.append(f"chunk {bar.vstage // pp} (virtual stage {bar.vstage})")
+    if bar.vstage >= 0 and (vpp > 1 or bar.vstage >= pp):
+        op.append(f"virtual stage {bar.vstage}" + (", second direction" if bar.vstage >= pp else ""))
+    if bar.overlapped:
+        op.append("overlapped with another operation")
     if op:
         lines.append(", ".join(op))
     layers = layer_text(bar, last_vstage)
@@ -228,19 +273,26 @@ def gantt_figure(result_or_report, *, max_bars: int = 5000):
                                                                       size=6)),
                          width=0.8))
     by_kind: dict[str, list] = {}
+    two_way = par.get("schedule") in TWO_WAY
     for i, row in enumerate(rows):
         for bar in row.bars:
-            by_kind.setdefault(bar.kind, []).append((i, bar))
+            reverse = two_way and bar.kind in REVERSE_STYLE and bar.vstage >= pp
+            by_kind.setdefault(bar.kind + (":reverse" if reverse else ""), []).append((i, bar))
     labelled = _labelled_bars(rows)
-    order = list(KIND_STYLE) + sorted(set(by_kind) - set(KIND_STYLE))
+    order = [k + suffix for k in KIND_STYLE for suffix in ("", ":reverse")]
+    order += sorted(set(by_kind) - set(order))
     for kind in order:
         items = by_kind.get(kind)
         if not items:
             continue
-        color, label = KIND_STYLE.get(kind, OTHER_STYLE)
+        base_kind, _, reverse = kind.partition(":")
+        color, label = (REVERSE_STYLE[base_kind] if reverse else KIND_STYLE.get(base_kind, OTHER_STYLE))
         compute = items[0][1].stream == "compute"
+        # an overlapped pair's two bars share the row: the forward in its upper half, the backward in its lower
+        offsets = [(-0.4 if b.kind == "forward" else 0.0) if b.overlapped else -0.4 for _, b in items]
+        widths = [0.4 if b.overlapped else 0.8 for _, b in items]
         fig.add_trace(go.Bar(
-            name=label or kind, orientation="h",
+            name=label or base_kind, orientation="h",
             base=[_ms(b.start) for _, b in items], x=[_ms(b.end - b.start) for _, b in items],
             y=[i for i, _ in items],
             text=[str(b.mb) if id(b) in labelled else "" for _, b in items],
@@ -252,7 +304,8 @@ def gantt_figure(result_or_report, *, max_bars: int = 5000):
             marker=dict(color=color, line=dict(color="white" if compute else color, width=0.6 if compute else 1),
                         # a joined communication bar that was idle much of its span is drawn faint
                         opacity=[1.0 if compute or b.busy >= 0.9 * (b.end - b.start) else 0.45 for _, b in items]),
-            width=0.8))
+            width=widths if any(b.overlapped for _, b in items) else 0.8,
+            offset=offsets if any(b.overlapped for _, b in items) else None))
     overlay = [(i, b) for i, row in enumerate(rows) for b in row.overlay]
     if overlay:
         color, label = KIND_STYLE["recompute"]

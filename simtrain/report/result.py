@@ -15,6 +15,9 @@ from simtrain.report.accuracy import LEDGER_ERROR  # noqa: F401 - where results 
 from simtrain.spec.units import report_float
 
 DEVICE_LIST_LIMIT = 512
+#: the parts of a stage's pipeline bubble: idle before its first backward (fill), after its last forward (drain),
+#: in between (imbalance), and the wait for pipeline sends in flight (communication, = exposed_comm_s.pp)
+BUBBLE_PARTS = ("fill", "drain", "imbalance", "communication")
 
 
 
@@ -63,6 +66,7 @@ class StageSummary:
     exposed_comm_s: dict[str, float] | None = None
     other_detail: dict[str, float] | None = None   # what "other" memory holds (the ledger's parts), when known
     experts: dict[str, float] | None = None   # the routed experts' share of params/grads/optimizer (MoE models)
+    bubble_breakdown_s: dict[str, float] | None = None   # BUBBLE_PARTS; fill + drain + imbalance = bubble_s
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,7 @@ class Result:
     mfu_fp8: float | None = None   # fp8 training: model FLOP over the FP8 (or MXFP8) peak; MFU stays over BF16
     bubble_fraction: float | None = None
     exposed_comm_s: dict[str, float] | None = None
+    bubble_breakdown_s: dict[str, float] | None = None   # BUBBLE_PARTS, mean over the stages
     framework_overhead_s: float = 0.0   # inside compute: FSDP1's fixed cost per layer and micro-batch, critical GPU
     step_time_band_s: tuple[float, float] | None = None   # from validated runs like this one (report.bands)
     step_time_band: dict | None = None  # what the band rests on: basis, cases, error range; or why there is none
@@ -159,6 +164,7 @@ class Result:
                 **({"mfu_fp8": report_float(self.mfu_fp8)} if self.mfu_fp8 is not None else {}),
                 "bubble_fraction": report_float(self.bubble_fraction),
                 "exposed_comm_s": {k: report_float(v) for k, v in self.exposed_comm_s.items()},
+                "bubble_breakdown_s": {k: report_float(v) for k, v in (self.bubble_breakdown_s or {}).items()},
                 "framework_overhead_s": report_float(self.framework_overhead_s),
                 "step_time_band_s": (None if self.step_time_band_s is None
                                      else [report_float(x) for x in self.step_time_band_s]),
@@ -184,6 +190,8 @@ def _stage_dict(s: StageSummary) -> dict[str, Any]:
         out.update(compute_s=report_float(s.compute_s), bubble_s=report_float(s.bubble_s))
     if s.exposed_comm_s is not None:
         out["exposed_comm_s"] = {k: report_float(v) for k, v in s.exposed_comm_s.items()}
+    if s.bubble_breakdown_s is not None:
+        out["bubble_breakdown_s"] = {k: report_float(v) for k, v in s.bubble_breakdown_s.items()}
     out.update({"peak_memory_bytes": round(s.peak_memory_bytes), "memory": {k: round(v) for k, v in s.memory.items()}})
     if s.other_detail is not None:
         out["other_detail"] = {k: round(v) for k, v in s.other_detail.items()}

@@ -76,6 +76,13 @@ def run_text(result: Any) -> str:
         f"pipeline bubble  {_pct(result.bubble_fraction)}  "
         f"({format_count(result.microbatches, 'micro-batch', 'micro-batches')}, "
         f"{format_count(par.get('pp'), 'stage')})",
+        *([f"bubble parts     fill {format_time(result.bubble_breakdown_s['fill'])}, drain "
+           f"{format_time(result.bubble_breakdown_s['drain'])}, imbalance "
+           f"{format_time(result.bubble_breakdown_s['imbalance'])}, waiting for sends "
+           f"{format_time(result.bubble_breakdown_s['communication'])} (mean per stage)"]
+          if result.bubble_breakdown_s else []),
+        *([f"layer split      auto: {', '.join(map(str, par.get('layers_per_stage') or []))} (first to last stage; "
+           "slowest rank fastest with every rank fitting)"] if c.get("layers_per_stage_auto") else []),
         "exposed comm     " + ", ".join(f"{k.upper()} {format_time(v)}" for k, v in result.exposed_comm_s.items()),
         *([f"framework        FSDP1 hooks {format_time(result.framework_overhead_s)} per step, inside compute "
            "(a fixed cost per layer and micro-batch; docs/model.md section 2.12)"]

@@ -87,6 +87,8 @@ class Scenario:
     @cached_property
     def layers_per_stage(self) -> tuple[int, ...]:
         """Transformer layers per virtual stage, in model order."""
+        if self.parallel.layers_per_stage == "auto":   # an internal invariant, not user input
+            raise ValueError("layers_per_stage: auto is resolved by simtrain.plan.balance.resolve_split first")
         if self.parallel.layers_per_stage:
             return tuple(self.parallel.layers_per_stage)
         per = self.model.layers // self.virtual_stages

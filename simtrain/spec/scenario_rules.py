@@ -64,18 +64,38 @@ def check_rules(s, raw: dict) -> list[str]:
         if by_override == {"parallel.schedule"}:
             fail("parallel.schedule", f"'{par.schedule}' needs vpp >= 2 model chunks per rank, but vpp={par.vpp}")
         fail("parallel.vpp", f"{par.vpp}: the interleaved-1f1b schedule needs vpp >= 2 model chunks per rank")
-    if par.vpp > 1 and par.schedule != "interleaved-1f1b":
+    if par.schedule in ("zb-v", "dualpipev") and par.vpp != 2:
+        if by_override == {"parallel.schedule"}:
+            fail("parallel.schedule", f"'{par.schedule}' places two chunks per rank in a V and needs vpp: 2, "
+                 f"but vpp={par.vpp}")
+        fail("parallel.vpp", f"{par.vpp}: the {par.schedule} schedule places two chunks per rank in a V "
+             "(chunk 0 = stage r, chunk 1 = stage 2 pp - 1 - r) and needs vpp: 2")
+    if par.vpp > 1 and par.schedule not in ("interleaved-1f1b", "zb-v", "dualpipev"):
         if by_override == {"parallel.vpp"}:
             fail("parallel.vpp", f"{par.vpp} model chunks per rank need schedule: interleaved-1f1b, but the schedule "
                  f"is '{par.schedule}', which runs one; set both, or vpp: 1")
         fail("parallel.schedule", f"'{par.schedule}' runs one chunk per rank but vpp={par.vpp}; "
              "use schedule: interleaved-1f1b or vpp: 1")
-    if par.layers_per_stage is not None:
+    if par.layers_per_stage == "auto":
+        if par.pp > m.layers:
+            fail("parallel.layers_per_stage", f"auto cannot give each of pp={par.pp} pipeline ranks a layer: the model "
+                 f"has {m.layers} layers (use pp <= {m.layers})")
+        if vstages > m.layers + 2:
+            fail("parallel.layers_per_stage", f"auto cannot split {m.layers} layers over pp x vpp = {vstages} stages: "
+                 "every stage but an embedding-only first and a loss-only last needs a layer")
+        if par.schedule == "dualpipe":
+            fail("parallel.layers_per_stage", "auto is not available with dualpipe, whose ranks hold two model stages "
+                 "each (r and pp - 1 - r); give the split, one entry per stage")
+    elif par.layers_per_stage is not None:
         lps = par.layers_per_stage
         if len(lps) != vstages:
             fail("parallel.layers_per_stage", f"has {len(lps)} entries but pp x vpp = {vstages} stages need one each")
-        if any(n < 1 for n in lps):
-            fail("parallel.layers_per_stage", f"{lps}: every stage needs at least one layer")
+        if any(n < 0 for n in lps):
+            fail("parallel.layers_per_stage", f"{lps}: a stage cannot hold a negative number of layers")
+        empty = [i for i, n in enumerate(lps) if n == 0 and i not in (0, len(lps) - 1)]
+        if empty or len(lps) == 1 and lps[0] == 0:
+            fail("parallel.layers_per_stage", f"{lps}: stage {empty[0] if empty else 0} holds no layer; only the first "
+                 "stage (then the embedding alone) or the last (the output layer and loss alone) may be empty")
         if sum(lps) != m.layers:
             fail("parallel.layers_per_stage", f"{lps} sums to {sum(lps)} but the model has {m.layers} layers")
     elif m.layers % vstages:
@@ -114,6 +134,24 @@ def check_rules(s, raw: dict) -> list[str]:
              f"{schedule_ops:,} simulated forward/backward operations, more than simulation.max_events="
              f"{s.simulation.max_events:,}; use a larger micro_batch" + (", fidelity: folded" if copies else "")
              + " or raise simulation.max_events", SimulationLimitError)
+    if par.schedule == "dualpipe" and par.pp % 2:
+        fail("parallel.pp", f"{par.pp}: the dualpipe schedule feeds micro-batches from both ends of the pipeline and "
+             "needs an even pp (deepseek-ai/DualPipe; use dualpipev for any pp)")
+    if par.schedule in ("dualpipe", "dualpipev") and (mb < 2 * par.pp or (par.schedule == "dualpipe" and mb % 2)):
+        even = ", an even number" if par.schedule == "dualpipe" else ""
+        fail("training.global_batch", f"{tr.global_batch} gives {mb} micro-batches per pipeline, but "
+             f"{par.schedule} needs at least 2 x pp = {2 * par.pp}{even} (deepseek-ai/DualPipe asserts "
+             "num_chunks >= 2 x num_ranks)")
+    varied = m.moe is not None or m.attention.kind == "mla" or m.attention.sliding_window is not None \
+        or m.mtp_layers > 0
+    if par.schedule in ("zb-h1", "zb-v", "dualpipe", "dualpipev") and varied:
+        fail("parallel.schedule", f"{par.schedule!r} with a model whose layers differ (experts, latent or "
+             "sliding-window attention, MTP modules) is not simulated yet: the split backward's weight-gradient "
+             "pass is costed for uniform layers only (allowed here: gpipe, 1f1b, interleaved-1f1b)")
+    if par.schedule in ("zb-h1", "zb-v", "dualpipe", "dualpipev") and par.zero >= 2 and par.dp > 1:
+        fail("parallel.zero", f"{par.zero}: {par.schedule} splits each backward into B and W; simtrain runs it with "
+             "zero 0 or 1 (the optimizer state sharded, as Megatron's distributed optimizer), not with gradients "
+             "or weights sharded")
     if par.schedule == "interleaved-1f1b" and mb % par.pp:
         fail("parallel.schedule",
              f"interleaved-1f1b needs the micro-batch count ({mb}) to be a multiple of pp={par.pp}")
@@ -174,6 +212,9 @@ def check_rules(s, raw: dict) -> list[str]:
         warnings.append(f"training.recompute: selective recomputes the attention scores, softmax and dropout "
                         f"(Korthikanti et al. 2022, Sec. 4.2), which {tr.attention_kernel} attention never stores: it "
                         "saves no memory here and costs the attention forward again; use none, selective_op or full")
+    if par.schedule == "dualpipe" and par.pp > 1:
+        warnings.append("dualpipe: each stage's weights live on two ranks (r and pp - 1 - r), whose gradients "
+                        "DeepSeek-V3 sums before the optimizer step; simtrain does not time that exchange")
     warnings += setup_warnings(s)
     if par.backward_prefetch != "pre" and (par.zero < 3 or par.dp == 1):
         warnings.append(f"parallel.backward_prefetch: {par.backward_prefetch} has no effect with zero {par.zero} and "

@@ -99,7 +99,10 @@ class Parallel(Closed):
     tp: PositiveInt = 1
     pp: PositiveInt = 1
     vpp: PositiveInt = Field(1, description="model chunks per pipeline rank (interleaved schedule)")
-    schedule: Literal["gpipe", "1f1b", "interleaved-1f1b"] = "1f1b"
+    schedule: Literal["gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v", "dualpipe", "dualpipev"] = Field(
+        "1f1b", description="pipeline schedule: gpipe, 1f1b, interleaved-1f1b (vpp >= 2), zb-h1 (zero bubble, "
+                            "handcrafted, 1F1B's memory), zb-v (zero bubble in a V, vpp 2), dualpipe (DeepSeek-V3: "
+                            "two directions, two model copies per rank, even pp), dualpipev (DualPipe in a V, vpp 2)")
     zero: Literal[0, 1, 2, 3] = 0
     backward_prefetch: Literal["pre", "post", "none"] = Field(
         "pre", description="ZeRO-3 only: when, on the GPU, the backward gathers the next layer's weights: "
@@ -129,7 +132,10 @@ class Parallel(Closed):
         "alltoall", description="how tokens reach their experts: alltoall = Megatron-Core's all-to-all over the EP "
                                 "group; allgather = all-gather of every token over the expert tp x ep group, "
                                 "reduce-scatter back; deepep, hybridep = DeepEP's fused kernels")
-    layers_per_stage: list[int] | None = Field(None, description="uneven split, one entry per (virtual) stage")
+    layers_per_stage: list[int] | Literal["auto"] | None = Field(
+        None, description="uneven split, one entry per (virtual) stage in model order; 0 for a first stage with only "
+                          "the embedding or a last with only the loss; auto = the split whose slowest pipeline rank is "
+                          "fastest with every rank's memory fitting (the run reports it)")
     cp: PositiveInt = Field(1, description="context parallelism: each sequence split over cp GPUs (GPUs = dp x tp "
                                            "x pp x cp; Megatron-Core rank order tp-cp-dp-pp)")
     cp_comm: Literal["p2p", "a2a", "allgather"] = Field(

@@ -1,0 +1,91 @@
+"""The estimate's pipeline term for schedules that split the backward or overlap pairs (``zb-h1``, ``zb-v``,
+``dualpipe``, ``dualpipev``): their op lists played out with fixed times, no simpy.
+
+Each rank runs its ops in order; an op starts when the rank is free and its inputs are there: F after the previous
+stage's F and the send between them, B after its own F and the next stage's B and their send, W after its B; an
+"FB" pair after both halves' inputs, taking both halves' time (the engine runs them at once with their compute
+taking turns, so only their communication can hide). With every op at its plan time alone and sends timed alone,
+each rank's end is a time the engine cannot beat (it adds only waits and shared links), so the same play with
+lower-bound op times bounds the step from below (module docstring of :mod:`simtrain.decide.estimate`).
+"""
+
+from __future__ import annotations
+
+from simtrain.plan.build import ChunkPlan, Plan
+from simtrain.plan.schedules import split_backwards
+
+
+def weight_time(c: ChunkPlan) -> float:
+    """A split backward's W: the weight-gradient GEMMs of the chunk's layers and of its edges."""
+    return c.layers * c.wgrad_layer + c.head_wgrad + c.embed_wgrad
+
+
+def play(plan: Plan, send: dict, scale: float = 1.0, pair_compute_only: bool = False) -> tuple[list[float], list]:
+    """(each rank's end, each rank's (F+B+W work)) for the plan's schedule; op times x ``scale``. ``send[(v, w)]``:
+    seconds from virtual stage v to w. ``pair_compute_only``: a pair counts its compute alone (a bound: its TP
+    collectives may run under the other half's compute)."""
+    layout, chunks = plan.layout, plan.chunks
+    pp = len(plan.schedule)
+    splits = [split_backwards(ops) for ops in plan.schedule]
+
+    def dur(r: int, kind: str, mb: int, ch: int, paired: bool) -> float:
+        c = chunks[layout.v_of(r, ch)]
+        tp_f = c.layers * c.tp_fwd_layer if paired and pair_compute_only else 0.0
+        tp_b = c.layers * c.tp_bwd_layer if paired and pair_compute_only else 0.0
+        if kind == "F":
+            return (c.forward_time - tp_f) * scale
+        if kind == "W":
+            return weight_time(c) * scale
+        w = weight_time(c) if (mb, ch) in splits[r] else 0.0
+        return (c.backward_time - w - tp_b) * scale
+
+    # per rank, per op: its parts as (done key, duration, [(dependency key, send seconds)])
+    prepared = []
+    for r, ops in enumerate(plan.schedule):
+        rows = []
+        for op in ops:
+            paired = op.kind == "FB"
+            parts = [("F", op.mb, op.chunk), ("B", op.mb2, op.chunk2)] if paired else [(op.kind, op.mb, op.chunk)]
+            keys, deps, took = [], [], 0.0
+            for kind, mb, ch in parts:
+                v = layout.v_of(r, ch)
+                keys.append((kind, v, mb))
+                took += dur(r, kind, mb, ch, paired)
+                if kind == "F":
+                    if layout.prev[v] >= 0:
+                        deps.append((("F", layout.prev[v], mb), send.get((layout.prev[v], v), 0.0)))
+                elif kind == "W":
+                    deps.append((("B", v, mb), 0.0))
+                else:
+                    deps.append((("F", v, mb), 0.0))
+                    if layout.next[v] >= 0:
+                        deps.append((("B", layout.next[v], mb), send.get((layout.next[v], v), 0.0)))
+            rows.append((keys, deps, took))
+        prepared.append(rows)
+
+    done: dict = {}
+    pos, free, work = [0] * pp, [0.0] * pp, [0.0] * pp
+    left = sum(len(rows) for rows in prepared)
+    while left:
+        moved = False
+        for r in range(pp):
+            rows = prepared[r]
+            while pos[r] < len(rows):
+                keys, deps, took = rows[pos[r]]
+                start = free[r]
+                for key, delay in deps:
+                    t = done.get(key)
+                    if t is None:
+                        break
+                    start = max(start, t + delay)
+                else:
+                    end = start + took
+                    for key in keys:
+                        done[key] = end
+                    free[r], work[r] = end, work[r] + took
+                    pos[r], left, moved = pos[r] + 1, left - 1, True
+                    continue
+                break
+        if not moved:
+            raise AssertionError(f"schedule deadlocks at {pos}")   # an internal invariant: the op lists are sound
+    return free, work

@@ -1,0 +1,78 @@
+"""A chunk's passes as segments the engine runs: ``(stream, kind, seconds, layer)``, layer None for the embedding
+or the output layer. Pure functions of a :class:`~simtrain.plan.build.ChunkPlan`.
+
+A backward comes in three parts: ``full`` (the whole backward), ``input`` (a split backward's B: the gradient with
+respect to the input, which the previous stage waits for) and ``weight`` (its W: the weight-gradient GEMMs alone,
+which nothing downstream waits for; Qi et al. 2024, arXiv:2401.10241, Sec. 2). Recompute and the TP collectives
+of the backward belong to B: the input gradient needs the recomputed activations and crosses the TP group.
+"""
+
+from __future__ import annotations
+
+
+def forward_segments(c) -> list:
+    segs = []
+    if c.has_embedding:
+        segs.append(("compute", "forward", c.embed_fwd, None))
+    for i in range(c.layers):
+        layer = c.layer_lo + i
+        fwd, _bwd, _rec, ep_fwd, _ep_bwd, _grads = c.layer_costs(i)
+        segs.append(("compute", "forward", fwd, layer))
+        segs.append(("tp", "tp_comm", c.tp_fwd_layer, layer))
+        if c.cp_fwd_hidden > 0:     # KV transfers under the blocks' attention: drawn, not waited for
+            segs.append(("cp_hidden", "cp_comm", c.cp_fwd_hidden, layer))
+        if c.cp_fwd_layer > 0:
+            segs.append(("cp", "cp_comm", c.cp_fwd_layer, layer))
+        if ep_fwd > 0:
+            segs.append(("ep", "ep_comm", ep_fwd, layer))
+    if c.has_head:
+        segs.append(("compute", "forward", c.head_fwd, None))
+    return segs
+
+
+def backward_layers(c, part: str = "full") -> list:
+    """Per layer, in backward order: (layer, its segments) for one part of the backward. A split backward (only
+    for models whose layers are alike: the scenario rules refuse it otherwise) takes the uniform wgrad_layer as W."""
+    out = []
+    for i in reversed(range(c.layers)):
+        layer = c.layer_lo + i
+        segs = []
+        if part == "weight":
+            segs.append(("compute", "wgrad", c.wgrad_layer, layer))
+            out.append((layer, segs))
+            continue
+        _fwd, bwd, rec, _ep_fwd, ep_bwd, _grads = c.layer_costs(i)
+        if rec > 0:
+            segs.append(("compute", "recompute", rec, layer))
+        segs.append(("compute", "backward", bwd - (c.wgrad_layer if part == "input" else 0.0), layer))
+        tp_bwd, cp_bwd, cp_hidden = c.bwd_comm(i)
+        segs.append(("tp", "tp_comm", tp_bwd, layer))
+        if cp_hidden > 0:
+            segs.append(("cp_hidden", "cp_comm", cp_hidden, layer))
+        if cp_bwd > 0:
+            segs.append(("cp", "cp_comm", cp_bwd, layer))
+        if ep_bwd > 0:
+            segs.append(("ep", "ep_comm", ep_bwd, layer))
+        out.append((layer, segs))
+    return out
+
+
+def edge_segments(c, part: str) -> tuple[list, list]:
+    """(the output layer's, the embedding's) backward segments for one part."""
+    if part == "full":
+        return ([("compute", "backward", c.head_bwd, None)] if c.has_head else [],
+                [("compute", "backward", c.embed_bwd, None)] if c.has_embedding else [])
+    kind = "wgrad" if part == "weight" else "backward"
+    head = c.head_wgrad if part == "weight" else c.head_bwd - c.head_wgrad
+    embed = c.embed_wgrad if part == "weight" else c.embed_bwd - c.embed_wgrad
+    return ([("compute", kind, head, None)] if c.has_head and head > 0 else [],
+            [("compute", kind, embed, None)] if c.has_embedding and embed > 0 else [])
+
+
+def backward_segments(c, part: str = "full", layers: list | None = None) -> list:
+    """A chunk's whole backward part: output layer, layers in reverse, embedding."""
+    head, embed = edge_segments(c, part)
+    out = list(head)
+    for _layer, segs in (backward_layers(c, part) if layers is None else layers):
+        out.extend(segs)
+    return out + embed
