@@ -8,7 +8,15 @@ from typing import Any
 import click
 import yaml
 
-from simtrain.cli.app import JSON_HELP, OutPath, cli, distinct_outputs, emit
+from simtrain.cli.app import (
+    JSON_HELP,
+    OutPath,
+    cli,
+    distinct_outputs,
+    emit,
+    outputs_apart_from_inputs,
+    scenario_inputs,
+)
 from simtrain.report.outputs import staged_outputs, write_json
 from simtrain.spec.errors import InputError
 from simtrain.spec.scenario import load_scenario, parse_set
@@ -144,6 +152,7 @@ def sweep(scenario: str, grids: tuple[str, ...], out: str, resume: bool, workers
     output_format(out)
     overrides = parse_set(list(sets))
     sc = _load_base(scenario, overrides, lambda: grid_points(grid)[:64])
+    outputs_apart_from_inputs(scenario_inputs(sc), out=out, plot=plot_path, record=f"{out}.sweep.json")
     kept = f"{out}.partial.jsonl" if table_format(out) == "parquet" else out     # where rows are appended
     resume_hint = f"{kept} keeps the points finished so far; the same command with --resume runs only the rest"
     try:
@@ -202,6 +211,7 @@ def search(scenario: str, gpus: int | None, top: int, out: str | None, max_memor
         output_format(out)     # before the search: a missing Parquet engine must not cost a whole search
     overrides = parse_set(list(sets))
     sc = _load_base(scenario, overrides, lambda: _search_starts(scenario, overrides))
+    outputs_apart_from_inputs(scenario_inputs(sc), out=out)
     try:
         result = run_search(sc, gpus=gpus, top=top, workers=workers, progress=progress, max_memory=max_memory)
     except WorkersFailed:
@@ -234,7 +244,9 @@ def compare(scenarios: tuple[str, ...], tokens: str, plot_path: str | None, json
     if budget <= 0:
         raise InputError(f"--tokens {tokens}: give a positive token count, e.g. 1T or 300B")
     overrides = parse_set(list(sets))
-    rows = run_compare([load_scenario(path, overrides) for path in scenarios], budget)
+    loaded = [load_scenario(path, overrides) for path in scenarios]
+    outputs_apart_from_inputs([f for sc in loaded for f in scenario_inputs(sc)], json=json_path, plot=plot_path)
+    rows = run_compare(loaded, budget)
     report = compare_report(rows)
     with staged_outputs():
         if plot_path:

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from simtrain.cli.app import JSON_HELP, cli, emit
+from simtrain.cli.app import JSON_HELP, cli, distinct_outputs, emit, outputs_apart_from_inputs
 
 
 def _digits(x: float, limit: float) -> int:
@@ -38,6 +38,8 @@ def validate(cases: str | None, json_path: str | None, only: str | None, check: 
     micro-batch sweep and software-image runs)."""
     from simtrain.decide import validate as v
 
+    distinct_outputs(json=json_path)
+    outputs_apart_from_inputs([str(v.resolve_cases(cases))], json=json_path)
     bar = None
     if sys.stderr.isatty():
         from tqdm import tqdm
