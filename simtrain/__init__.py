@@ -15,10 +15,16 @@ The package is layered (docs/architecture.md): spec -> plan -> engine -> decide,
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from simtrain.spec.errors import InputError
-from simtrain.spec.scenario import Scenario, load_scenario, scenario_from_dict
+if TYPE_CHECKING:
+    from simtrain.spec.errors import InputError
+    from simtrain.spec.scenario import Scenario
+
+#: loaded on first use too (pydantic, yaml, networkx): ``import simtrain`` and the command line's start-up stay
+#: short, so a Ctrl-C there meets simtrain's own handler, not a traceback from an import
+_SCENARIO_NAMES = {"Scenario": "simtrain.spec.scenario", "load_scenario": "simtrain.spec.scenario",
+                   "scenario_from_dict": "simtrain.spec.scenario", "InputError": "simtrain.spec.errors"}
 
 __version__ = "0.1.0"
 __all__ = ["InputError", "Scenario", "load_scenario", "scenario_from_dict", "simulate", "memory_only", "sweep"]
@@ -36,6 +42,10 @@ _LAYERS = ("spec", "plan", "engine", "report", "decide", "cli")
 
 
 def __getattr__(name: str):
+    if name in _SCENARIO_NAMES:
+        import importlib
+
+        return getattr(importlib.import_module(_SCENARIO_NAMES[name]), name)
     if name in _SUBMODULES or name in _LAYERS:
         import importlib
 
@@ -50,6 +60,8 @@ def __dir__() -> list[str]:
 def _scenario(scenario: Any, function: str) -> Scenario:
     """A Scenario, or the path of a scenario file (loaded); anything else is named as the wrong argument."""
     from os import PathLike
+
+    from simtrain.spec.scenario import Scenario, load_scenario
 
     if isinstance(scenario, Scenario):
         return scenario

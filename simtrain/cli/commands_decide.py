@@ -158,8 +158,7 @@ def sweep(scenario: str, grids: tuple[str, ...], out: str, resume: bool, workers
     try:
         df = sweep_to_file(sc, grid, out, resume=resume, workers=workers, progress=progress)
     except KeyboardInterrupt:
-        click.echo(resume_hint, err=True)
-        raise
+        raise KeyboardInterrupt(resume_hint) from None     # main prints it on the one 'interrupted' line
     except WorkersFailed:
         raise click.ClickException(f"{_WORKER_DIED}; {resume_hint}") from None
     except InputError as err:     # a grid key the schema lacks (sweeps.check_grid_keys), named as the option gave it

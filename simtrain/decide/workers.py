@@ -60,10 +60,10 @@ def open_executor(workers: int | None, executor: Executor | None, tasks: int) ->
     pool = ProcessPoolExecutor(max_workers=count, mp_context=multiprocessing.get_context("spawn"),
                                initializer=_ignore_interrupt)
     pool._simtrain_stops_whole = True   # run_tasks leaves its futures to _stop
-    with _interrupts_ignored():   # workers start with SIGINT ignored (a spawned child keeps SIG_IGN)
-        for _ in range(count):    # a spawn pool starts a worker per submit while none is idle
-            pool.submit(os.getpid)
-    try:
+    try:                          # an interrupt while the workers start stops the ones started
+        with _interrupts_ignored():   # workers start with SIGINT ignored (a spawned child keeps SIG_IGN)
+            for _ in range(count):    # a spawn pool starts a worker per submit while none is idle
+                pool.submit(os.getpid)
         yield pool
     except BaseException:
         _stop(pool)
@@ -95,9 +95,12 @@ def _interrupts_ignored() -> Iterator[None]:
 
 
 def _ignore_interrupt() -> None:
-    """Workers leave Ctrl-C to the parent, which stops them: a terminal sends SIGINT to the whole
-    process group, and a worker interrupted mid-task would print its own traceback."""
+    """Workers leave Ctrl-C and SIGTERM to the parent, which stops them (SIGKILL): a terminal sends SIGINT, and a
+    scheduler or ``kill -- -PGID`` sends SIGTERM, to the whole process group; a worker interrupted mid-task would
+    print its own traceback, and one ended by the signal would be taken for a worker killed from outside."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "SIGTERM") and sys.platform != "win32":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def _stop(pool: ProcessPoolExecutor) -> None:
@@ -105,7 +108,7 @@ def _stop(pool: ProcessPoolExecutor) -> None:
     processes = list((getattr(pool, "_processes", None) or {}).values())   # CPython's pool keeps them there
     for process in processes:     # first, so that no worker sees its pipes close and reports it
         if process.is_alive():
-            process.terminate()
+            process.kill()        # SIGKILL: workers ignore SIGTERM (a signal to the group is the parent's)
     for process in processes:
         process.join(timeout=5)
     pool.shutdown(wait=True)
