@@ -93,7 +93,10 @@ def _main(args: list[str]) -> None:
         sys.exit(err.exit_code)
     except BrokenPipeError:
         # the reader went away (`simtrain run x | head -1`): not an error, and nothing more to say
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        try:      # later writes (the interpreter's flush at exit) go nowhere instead of failing again
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):   # stdout is not a file (captured, replaced)
+            pass
         sys.exit(0)
     except OSError as err:
         if debug:
