@@ -90,15 +90,17 @@ def memory_only(scenario: Scenario | str):
 
 
 def sweep(scenario: Scenario | str, grid: dict[str, list], *, workers: int | None = None, executor: Any = None,
-          progress: bool | None = None, on_point: Any = None):
+          progress: bool | None = None, on_point: Any = None, max_points: int | None = None):
     """Simulate ``scenario`` at every point of ``grid`` ({dotted key: [values]}, a cartesian product) and return
     a pandas DataFrame: one row per point, the swept keys then step_time_s, tokens_per_s, mfu, bubble_fraction,
     peak_memory_bytes_max, fits_in_memory and error (SI units).
 
     ``workers`` processes (default: one per core; 1 runs here), or any concurrent.futures ``executor`` (a Dask
     client's too); in a script, call it under ``if __name__ == "__main__":``, since each worker imports the
-    script. ``on_point(row)`` is called here as each point finishes. See :func:`simtrain.decide.sweep.sweep`."""
+    script. ``on_point(row)`` is called here as each point finishes. A grid of more than ``max_points`` points
+    (default 100,000) is refused before any runs. See :func:`simtrain.decide.sweep.sweep`."""
+    from simtrain.decide.sweep import MAX_POINTS
     from simtrain.decide.sweep import sweep as _sweep
 
     return _sweep(_scenario(scenario, "sweep"), grid, workers=workers, executor=executor, progress=progress,
-                  on_point=on_point)
+                  on_point=on_point, max_points=MAX_POINTS if max_points is None else max_points)

@@ -61,6 +61,12 @@ def run(scenario: str, sets: tuple[str, ...], json_path: str | None, gantt_path:
     sc = _load(scenario, sets, full)
     outputs_apart_from_inputs(scenario_inputs(sc), json=json_path, gantt=gantt_path, memory_plot=memory_path,
                               trace=trace_path)
+    if samples > 1:       # refused before the first simulation, not after it
+        from simtrain.engine.variation import MAX_SAMPLES
+
+        if samples > MAX_SAMPLES:
+            raise click.UsageError(f"--samples {samples:,} is more than {MAX_SAMPLES:,} (each sample is a whole "
+                                   "simulation; 1,000 seeds give the P95 within about 1%)")
     if samples > 1 and not sc.simulation.jitter > 0:
         # only jitter draws from the seed (straggler ranks use simulation.seed), so the samples would be copies
         click.echo(f"warning: --samples {samples} without simulation.jitter: every seed simulates the same step; "

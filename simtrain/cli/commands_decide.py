@@ -134,20 +134,24 @@ def _sweep_summary(df, keys: list[str], resume: bool) -> str:
               help="results table: .csv, .jsonl or .parquet (needs pyarrow: simtrain[parquet]); rows are added as "
                    "points finish")
 @click.option("--resume", is_flag=True, help="keep the rows already in --out and run only the missing points")
+@click.option("--max-points", "max_points", type=click.IntRange(min=1, max=10**12), default=None,
+              help="refuse a grid of more points than this (default 100,000)")
 @_WORKERS
 @click.option("--plot", "plot_path", type=OutPath("HTML"), help="write the sweep plot (HTML) here")
 @_SET
 @_PROGRESS
-def sweep(scenario: str, grids: tuple[str, ...], out: str, resume: bool, workers: int | None,
+def sweep(scenario: str, grids: tuple[str, ...], out: str, resume: bool, max_points: int | None, workers: int | None,
           plot_path: str | None, sets: tuple[str, ...], progress: bool | None) -> None:
     """Simulate SCENARIO at every point of a grid and write one row per point.
 
     Exits with status 2 when no point of the grid is valid (the table of their errors is still written)."""
-    from simtrain.decide.sweep import grid_points
+    from simtrain.decide.sweep import MAX_POINTS, grid_points
     from simtrain.decide.sweep_files import output_format, sweep_to_file, table_format
     from simtrain.decide.workers import WorkersFailed
 
     grid = parse_grid(grids)
+    limit = MAX_POINTS if max_points is None else max_points
+    grid_points(grid, limit)          # a grid too large is refused before the scenario is read
     distinct_outputs(out=out, plot=plot_path, record=f"{out}.sweep.json")
     output_format(out)
     overrides = parse_set(list(sets))
@@ -156,7 +160,7 @@ def sweep(scenario: str, grids: tuple[str, ...], out: str, resume: bool, workers
     kept = f"{out}.partial.jsonl" if table_format(out) == "parquet" else out     # where rows are appended
     resume_hint = f"{kept} keeps the points finished so far; the same command with --resume runs only the rest"
     try:
-        df = sweep_to_file(sc, grid, out, resume=resume, workers=workers, progress=progress)
+        df = sweep_to_file(sc, grid, out, resume=resume, workers=workers, progress=progress, max_points=limit)
     except KeyboardInterrupt:
         raise KeyboardInterrupt(resume_hint) from None     # main prints it on the one 'interrupted' line
     except WorkersFailed:
@@ -186,7 +190,10 @@ def sweep(scenario: str, grids: tuple[str, ...], out: str, resume: bool, workers
 @click.argument("scenario", type=click.Path(dir_okay=False))
 @click.option("--gpus", type=int, default=None,
               help="GPU count to plan for: part of one node, or a whole number of nodes (nodes = GPUs / GPUs per node)")
-@click.option("--top", type=click.IntRange(min=1), default=5, show_default=True, help="layouts to show")
+@click.option("--top", type=click.IntRange(min=1, max=1_000_000), default=5, show_default=True,
+              help="layouts to show")
+@click.option("--max-layouts", "max_layouts", type=click.IntRange(min=1, max=10**9), default=None,
+              help="refuse a search of more candidate layouts than this (default 20,000: about 90 s of screening)")
 @click.option("--out", "out", type=OutPath(),
               help="every candidate with its status, estimate and metrics: .csv, .jsonl or .parquet (needs pyarrow: "
                    "simtrain[parquet])")
@@ -196,8 +203,8 @@ def sweep(scenario: str, grids: tuple[str, ...], out: str, resume: bool, workers
 @_WORKERS
 @_SET
 @_PROGRESS
-def search(scenario: str, gpus: int | None, top: int, out: str | None, max_memory: float, workers: int | None,
-           sets: tuple[str, ...], progress: bool | None) -> None:
+def search(scenario: str, gpus: int | None, top: int, max_layouts: int | None, out: str | None, max_memory: float,
+           workers: int | None, sets: tuple[str, ...], progress: bool | None) -> None:
     """Find the fastest parallel layouts of SCENARIO's model, hardware and global batch."""
     from simtrain.decide.search import search as run_search
     from simtrain.decide.search import search_text
@@ -212,7 +219,9 @@ def search(scenario: str, gpus: int | None, top: int, out: str | None, max_memor
     sc = _load_base(scenario, overrides, lambda: _search_starts(scenario, overrides))
     outputs_apart_from_inputs(scenario_inputs(sc), out=out)
     try:
-        result = run_search(sc, gpus=gpus, top=top, workers=workers, progress=progress, max_memory=max_memory)
+        limit = {} if max_layouts is None else {"max_layouts": max_layouts}
+        result = run_search(sc, gpus=gpus, top=top, workers=workers, progress=progress, max_memory=max_memory,
+                            **limit)
     except WorkersFailed:
         raise click.ClickException(f"{_WORKER_DIED}; run the search again (--workers 1 uses none)") from None
     if out:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from simtrain.decide.workers import open_executor, progress_bar, run_tasks
-from simtrain.spec.errors import InputError
+from simtrain.spec.errors import InputError, SimulationLimitError
 from simtrain.spec.scenario import Scenario, scenario_from_dict
 
 #: result columns of a sweep row, after the swept values
@@ -56,10 +56,25 @@ def error_text(err: BaseException) -> str:
     return " ".join(text.split()) or type(err).__name__
 
 
-def grid_points(grid: dict[str, list]) -> list[dict[str, Any]]:
-    """The cartesian product of ``grid`` in its key order (the last key varies fastest)."""
+#: grid points a sweep runs at most unless its caller raises it: a point is a whole simulation (0.1 s to seconds),
+#: so 100,000 points are hours to days of one core, and the points and their rows stay well under 100 MB
+MAX_POINTS = 100_000
+
+
+def grid_points(grid: dict[str, list], max_points: int = MAX_POINTS) -> list[dict[str, Any]]:
+    """The cartesian product of ``grid`` in its key order (the last key varies fastest); more than ``max_points``
+    points is refused before any is built."""
     if not isinstance(grid, dict) or not grid:
         raise InputError("a sweep grid needs at least one key, e.g. {'parallel.pp': [2, 4, 8]}")
+    size = 1
+    for values in grid.values():
+        if isinstance(values, (list, tuple)):
+            size *= max(len(values), 1)
+    if size > max_points:
+        shape = " x ".join(f"{len(v):,}" for v in grid.values() if isinstance(v, (list, tuple)))
+        raise SimulationLimitError(f"this grid has {size:,} points ({shape}), more than max_points={max_points:,}; "
+                                   "each point is a whole simulation: sweep fewer values, or raise the limit "
+                                   "(--max-points, sweep(max_points=...))", field="grid")
     for key, values in grid.items():
         if not isinstance(key, str) or not key:
             raise InputError(f"grid key {key!r} is not a dotted scenario key such as 'parallel.pp'")
@@ -106,30 +121,33 @@ def evaluate_point(payload: ScenarioPayload, overrides: dict[str, Any]) -> dict[
 
 def run_points(scenario: Scenario, points: list[dict[str, Any]], *, workers: int | None = None,
                executor: Executor | None = None, progress: bool | None = None,
-               on_point: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
-    """Rows (swept values, then :data:`COLUMNS`) for ``points``, in the order given."""
+               on_point: Callable[[dict[str, Any]], None] | None = None, keep: bool = True) -> list[dict[str, Any]]:
+    """Rows (swept values, then :data:`COLUMNS`) for ``points``, in the order given; with ``keep=False`` none are
+    kept (``on_point`` has each one), so memory holds only the points in flight."""
     payload = ScenarioPayload.of(scenario)
-    rows: list[dict[str, Any] | None] = [None] * len(points)
+    rows: list[dict[str, Any] | None] = [None] * len(points) if keep else []
     with open_executor(workers, executor, len(points)) as ex, progress_bar(len(points), progress, "sweep") as bar:
         for i, value in run_tasks(evaluate_point, [(payload, p) for p in points], ex, bar=bar):
             if isinstance(value, BaseException):
                 value = {**{k: None for k in METRICS}, "error": error_text(value)}
             row = {**points[i], **{k: value.get(k) for k in COLUMNS}}
-            rows[i] = row
+            if keep:
+                rows[i] = row
             if on_point is not None:
                 on_point(row)
     return [r for r in rows if r is not None]
 
 
 def sweep(scenario: Scenario, grid: dict[str, list], workers: int | None = None, executor: Executor | None = None,
-          progress: bool | None = None, on_point: Callable[[dict[str, Any]], None] | None = None):
+          progress: bool | None = None, on_point: Callable[[dict[str, Any]], None] | None = None,
+          max_points: int = MAX_POINTS):
     """Simulate every point of ``grid`` (module docstring); a DataFrame with one row per point.
 
     ``on_point(row)`` is called in this process as each point finishes (in finishing order).
     """
     import pandas as pd
 
-    points = grid_points(grid)
+    points = grid_points(grid, max_points)
     check_grid_keys(scenario, grid)
     rows = run_points(scenario, points, workers=workers, executor=executor, progress=progress, on_point=on_point)
     return pd.DataFrame(rows, columns=[*grid, *COLUMNS])

@@ -12,7 +12,7 @@ from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
 
-from simtrain.decide.sweep import COLUMNS, check_grid_keys, grid_points, run_points
+from simtrain.decide.sweep import COLUMNS, MAX_POINTS, check_grid_keys, grid_points, run_points
 from simtrain.decide.table_lock import table_lock
 from simtrain.report.outputs import special_target, write_atomic
 from simtrain.spec.errors import InputError, display_path
@@ -296,7 +296,8 @@ def regular_table(path: str | Path) -> None:
 
 
 def sweep_to_file(scenario: Scenario, grid: dict[str, list], path: str | Path, *, resume: bool = False,
-                  workers: int | None = None, executor: Executor | None = None, progress: bool | None = None):
+                  workers: int | None = None, executor: Executor | None = None, progress: bool | None = None,
+                  max_points: int = MAX_POINTS):
     """:func:`sweep`, with each row appended to ``path`` as it finishes; ``resume`` skips the points
     already in the file (matched on the swept values), and refuses a file whose rows came from another
     scenario or hardware (``<path>.sweep.json`` records what they came from). Returns the whole table as
@@ -304,7 +305,7 @@ def sweep_to_file(scenario: Scenario, grid: dict[str, list], path: str | Path, *
     count the grid's points (``grid_points``), those found in the file and not run again (``resumed_points``) and,
     of those run now, the ones simulated (``simulated_points``) and the invalid or failed ones
     (``failed_points``)."""
-    points = grid_points(grid)
+    points = grid_points(grid, max_points)
     output_format(path)
     check_grid_keys(scenario, grid)
     regular_table(path)
@@ -313,15 +314,20 @@ def sweep_to_file(scenario: Scenario, grid: dict[str, list], path: str | Path, *
         _check_identity(Path(path), identity, resume)
         table = RowFile(path, list(grid), resume=resume)
         write_atomic(_identity_file(Path(path)), json.dumps(identity, sort_keys=True, indent=1) + "\n")
+        counts = {"simulated": 0, "failed": 0}
+
+        def written(row: dict[str, Any]) -> None:      # rows go to the file as they finish; only counts stay here
+            table.append(row)
+            counts["failed" if row.get("error") else "simulated"] += 1
+
         try:
             todo = [p for p in points if not table.done(p)]
-            rows = run_points(scenario, todo, workers=workers, executor=executor, progress=progress,
-                              on_point=table.append)
+            run_points(scenario, todo, workers=workers, executor=executor, progress=progress, on_point=written,
+                       keep=False)
         finally:
             table.close()
         frame = table.finish(points)
-    simulated = sum(1 for row in rows if not row.get("error"))
     frame.attrs.update(grid_points=len(points), resumed_points=len(points) - len(todo),
-                       simulated_points=simulated, failed_points=len(rows) - simulated)
+                       simulated_points=counts["simulated"], failed_points=counts["failed"])
     return frame
 

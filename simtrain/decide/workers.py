@@ -122,13 +122,25 @@ def progress_bar(total: int, progress: bool | None, desc: str):
     return tqdm(total=total, desc=desc, unit="point", file=sys.stderr, disable=not show, leave=False, mininterval=0)
 
 
+#: tasks in flight on an executor whose size is unknown (a Dask client's): enough to keep a cluster busy, few
+#: enough that the submitted arguments and the futures of a 100,000-point grid are not all held at once
+UNKNOWN_EXECUTOR_WINDOW = 256
+
+
+def _in_flight(executor: Executor) -> int:
+    """Tasks submitted ahead: twice the pool's workers (one running and one queued each, so none waits for the
+    parent), so memory is bounded by the points in flight, not by the grid."""
+    workers = getattr(executor, "_max_workers", None)
+    return 2 * workers if isinstance(workers, int) and workers > 0 else UNKNOWN_EXECUTOR_WINDOW
+
+
 def run_tasks(fn: Callable, args: list[tuple], executor: Executor, *, bar=None) -> Iterator[tuple[int, Any]]:
     """Submit ``fn(*a)`` for each ``a``; yield (index, result or the exception) as each finishes.
 
     A serial executor gets one task at a time, so each result is yielded (and can be written out)
-    before the next task starts; pools and cluster executors get every task at once.
+    before the next task starts; pools get twice their workers at a time, other executors 256 (:func:`_in_flight`).
     """
-    window = 1 if isinstance(executor, SerialExecutor) else max(len(args), 1)
+    window = 1 if isinstance(executor, SerialExecutor) else _in_flight(executor)
     pending: dict[Future, int] = {}
     queue = iter(enumerate(args))
 
