@@ -249,8 +249,8 @@ def compare(scenarios: tuple[str, ...], tokens: str, plot_path: str | None, json
         budget = parse_count(tokens)
     except InputError as err:
         raise InputError(f"--tokens {tokens}: {err.message}") from None
-    if budget <= 0:
-        raise InputError(f"--tokens {tokens}: give a positive token count, e.g. 1T or 300B")
+    if not 1 <= budget <= 1e18:   # the largest training runs read tens of trillions (3e13) of tokens
+        raise InputError(f"--tokens {tokens}: give a token count from 1 to 1e18, e.g. 1T or 300B")
     overrides = parse_set(list(sets))
     loaded = [load_scenario(path, overrides) for path in scenarios]
     outputs_apart_from_inputs([f for sc in loaded for f in scenario_inputs(sc)], json=json_path, plot=plot_path)

@@ -57,8 +57,11 @@ FIELD_RANGES: dict[str, tuple[float, float, str]] = {
 
 def _shown(value: float) -> str:
     if isinstance(value, int) and not isinstance(value, bool):
-        text = f"{value}"
-        return text if len(text) <= 24 else f"{float(value):.3g}"
+        text = f"{abs(value)}"
+        if len(text) > 24:     # beyond a float (10**400): the first digits and the exponent, never float(value)
+            tail = text[1:3].rstrip("0")
+            text = f"{text[0]}{'.' + tail if tail else ''}e+{len(text) - 1}"      # as f"{x:.3g}" shows a float
+        return ("-" if value < 0 else "") + text
     return f"{value:g}"
 
 
