@@ -124,3 +124,34 @@ def test_a_pool_gets_twice_its_workers_at_a_time():
                 assert len(submitted) == 4
             results[i] = value
     assert results == {i: i * i for i in range(50)}
+
+
+@pytest.mark.parametrize("call,error,says", [
+    (lambda sim, sc: sim.simulate(sc, seed=-1), "InputError", "seed: -1 is outside the range simtrain accepts"),
+    (lambda sim, sc: sim.sweep(sc, {"training.micro_batch": [1]}, workers=1, max_points="x"), "InputError",
+     "max_points='x': give a whole number"),
+    (lambda sim, sc: sc.with_overrides([("training.micro_batch", 2)]), "TypeError",
+     "overrides must be a mapping of dotted keys"),
+    (lambda sim, sc: sim.load_scenario("base.yaml", [1]), "TypeError", "overrides must be a mapping"),
+    (lambda sim, sc: sim.load_scenario(5), "TypeError", "path must be a file path (str or pathlib.Path), not int"),
+    (lambda sim, sc: sim.estimate.estimate(5), "TypeError", "scenario must be a Scenario"),
+])
+def test_api_arguments_of_an_unexpected_type_are_named(folder, call, error, says):
+    """Python arguments of an unexpected type or range raise InputError or a TypeError naming the argument, never
+    an AttributeError or IndexError from inside simtrain."""
+    import simtrain
+
+    sc = simtrain.load_scenario("base.yaml")
+    with pytest.raises((simtrain.InputError, TypeError)) as exc:
+        call(simtrain, sc)
+    assert type(exc.value).__name__ in (error, "SimulationLimitError") and says in str(exc.value), str(exc.value)
+
+
+def test_a_generator_as_grid_values_is_read_once(folder):
+    """sweep(sc, {key: generator}) runs each value (the generator was exhausted by the checks: IndexError)."""
+    import simtrain
+
+    sc = simtrain.load_scenario("base.yaml")
+    table = simtrain.sweep(sc, {"training.micro_batch": (m for m in (1, 2))}, workers=1, progress=False)
+    assert list(table["training.micro_batch"]) == [1, 2]
+    assert "estimate" not in table and simtrain.estimate.estimate("base.yaml").step_time_s > 0

@@ -28,6 +28,7 @@ from typing import Any
 from simtrain.decide.workers import open_executor, progress_bar, run_tasks
 from simtrain.spec.errors import InputError, SimulationLimitError
 from simtrain.spec.scenario import Scenario, scenario_from_dict
+from simtrain.spec.units import as_whole
 
 #: result columns of a sweep row, after the swept values
 METRICS = ("step_time_s", "tokens_per_s", "mfu", "bubble_fraction", "peak_memory_bytes_max", "fits_in_memory")
@@ -66,6 +67,10 @@ def grid_points(grid: dict[str, list], max_points: int = MAX_POINTS) -> list[dic
     points is refused before any is built."""
     if not isinstance(grid, dict) or not grid:
         raise InputError("a sweep grid needs at least one key, e.g. {'parallel.pp': [2, 4, 8]}")
+    limit = as_whole(max_points)
+    if limit is None or limit < 1:
+        raise InputError(f"max_points={max_points!r}: give a whole number, 1 or more", field="max_points")
+    max_points = limit
     size = 1
     for values in grid.values():
         if isinstance(values, (list, tuple)):
@@ -90,6 +95,15 @@ def grid_points(grid: dict[str, list], max_points: int = MAX_POINTS) -> list[dic
             seen.add(text)
     keys = list(grid)
     return [dict(zip(keys, combo)) for combo in itertools.product(*(list(grid[k]) for k in keys))]
+
+
+def as_grid(grid: Any) -> dict[str, list]:
+    """A caller's grid with each key's values as a list (a generator, a set, a numpy array or a range is read once,
+    here, so that every later use sees the same values); the grid itself is checked by :func:`grid_points`."""
+    if not isinstance(grid, dict):
+        return grid
+    return {key: (list(values) if isinstance(values, Iterable) and not isinstance(values, (str, bytes, dict))
+                  else values) for key, values in grid.items()}
 
 
 def check_grid_keys(scenario: Scenario, grid: dict[str, list]) -> None:
@@ -147,6 +161,7 @@ def sweep(scenario: Scenario, grid: dict[str, list], workers: int | None = None,
     """
     import pandas as pd
 
+    grid = as_grid(grid)
     points = grid_points(grid, max_points)
     check_grid_keys(scenario, grid)
     rows = run_points(scenario, points, workers=workers, executor=executor, progress=progress, on_point=on_point)

@@ -12,7 +12,7 @@ from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
 
-from simtrain.decide.sweep import COLUMNS, MAX_POINTS, check_grid_keys, grid_points, run_points
+from simtrain.decide.sweep import COLUMNS, MAX_POINTS, as_grid, check_grid_keys, grid_points, run_points
 from simtrain.decide.table_lock import table_lock
 from simtrain.report.outputs import special_target, write_atomic
 from simtrain.spec.errors import InputError, display_path
@@ -305,6 +305,7 @@ def sweep_to_file(scenario: Scenario, grid: dict[str, list], path: str | Path, *
     count the grid's points (``grid_points``), those found in the file and not run again (``resumed_points``) and,
     of those run now, the ones simulated (``simulated_points``) and the invalid or failed ones
     (``failed_points``)."""
+    grid = as_grid(grid)
     points = grid_points(grid, max_points)
     output_format(path)
     check_grid_keys(scenario, grid)
