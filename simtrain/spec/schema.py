@@ -23,13 +23,15 @@ from pydantic import (
 from simtrain.spec.bounds import FIELD_RANGES as _KEYED
 from simtrain.spec.bounds import number_problem
 from simtrain.spec.errors import InputError, suggest
+from simtrain.spec.quantity import QuantityMark
 from simtrain.spec.yamlio import locate
 
 T = TypeVar("T", bound=BaseModel)
 
 
 class Closed(BaseModel):
-    """Base for every schema: unknown keys are errors, values are immutable, numbers are finite, and
+    """Base for every schema: unknown keys are errors, values are immutable, numbers are finite and inside
+    the ranges of simtrain.spec.bounds (so a field added later is checked without a line of its own), and
     a boolean is never a number.
 
     Pydantic's lax mode turns ``true`` into 1 for an ``int`` (and 1.0 for a ``float``), so
@@ -64,12 +66,11 @@ class Closed(BaseModel):
 def _is_quantity(field: Any) -> bool:
     """A field typed with a quantity type (simtrain.spec.quantity): its own range was checked as it was parsed."""
     def marked(ann: Any) -> bool:
-        if get_origin(ann) is Annotated:
-            if any(type(m).__name__ == "QuantityMark" for m in get_args(ann)[1:]):
-                return True
+        if get_origin(ann) is Annotated and any(isinstance(m, QuantityMark) for m in get_args(ann)[1:]):
+            return True
         return any(marked(arg) for arg in get_args(ann))
 
-    return any(type(m).__name__ == "QuantityMark" for m in field.metadata) or marked(field.annotation)
+    return any(isinstance(m, QuantityMark) for m in field.metadata) or marked(field.annotation)
 
 
 def _range_problem(owner: str, name: str, value: Any, quantity: bool, *where: Any) -> tuple | None:
@@ -86,9 +87,7 @@ def _range_problem(owner: str, name: str, value: Any, quantity: bool, *where: An
             if problem:
                 return problem
         return None
-    if quantity and where == () and f"{owner}.{name}" not in _KEYED:
-        return None
-    if quantity and where != ():
+    if quantity and (where or f"{owner}.{name}" not in _KEYED):    # checked as it was parsed, unless keyed here
         return None
     problem = number_problem(owner, name, value)
     return (problem, *where) if problem else None
