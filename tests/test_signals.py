@@ -123,8 +123,10 @@ def test_sigterm_ends_a_search_and_its_workers(tmp_path, simtrain_exe):
 
 def test_sigterm_ends_a_run_like_ctrl_c(tmp_path, simtrain_exe):
     """SIGTERM to `simtrain run` once its code runs: exit 130 and the one line 'interrupted', no traceback."""
-    proc = _start(["run", str(REPO / "scenarios" / "pp4_dp4.yaml"), "--full", "--json", "r.json"], tmp_path,
-                  simtrain_exe)
+    # a ZeRO-3 step of 512 micro-batches: about 5 s of simulation, so the signal comes while it runs
+    proc = _start(["run", str(REPO / "scenarios" / "pp4_dp4.yaml"), "--set", "parallel.zero=3", "--set",
+                   "training.global_batch=2048", "--json", "r.json"], tmp_path, simtrain_exe)
+    assert _wait_for(lambda: _catches_sigterm(proc.pid), timeout=30)
     time.sleep(0.5)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
@@ -133,12 +135,24 @@ def test_sigterm_ends_a_run_like_ctrl_c(tmp_path, simtrain_exe):
     assert not (tmp_path / "r.json").exists()
 
 
-@pytest.mark.parametrize("delay", [0.3, 0.6])
+def _catches_sigterm(pid: int) -> bool:
+    """Whether the process has a handler for SIGTERM (/proc's SigCgt mask): simtrain's main() has started."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+            mask = next(line for line in fh if line.startswith("SigCgt:")).split()[1]
+    except (OSError, StopIteration):
+        return False
+    return bool(int(mask, 16) & (1 << (signal.SIGTERM - 1)))
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.05, 0.2])
 def test_ctrl_c_during_start_up_is_one_line(tmp_path, simtrain_exe, delay):
-    """Ctrl-C while simtrain loads its modules and the scenario (after Python's own start-up, ~0.1 s): exit 130
-    with the one line 'interrupted', never a traceback."""
+    """Ctrl-C while simtrain loads its modules and the scenario (from the moment its main() runs, seen as its
+    SIGTERM handler in /proc; Python's own start-up before it is out of reach): exit 130 with the one line
+    'interrupted', never a traceback."""
     proc = subprocess.Popen([*simtrain_exe, "run", str(BASE)], cwd=tmp_path, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
+    assert _wait_for(lambda: _catches_sigterm(proc.pid) or proc.poll() is not None, timeout=30)
     time.sleep(delay)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
