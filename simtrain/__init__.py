@@ -21,10 +21,16 @@ The Python API that notebooks use (the CLI is a thin shell over it); every decis
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from simtrain.spec.errors import InputError
-from simtrain.spec.scenario import Scenario, load_scenario, scenario_from_dict
+if TYPE_CHECKING:
+    from simtrain.spec.errors import InputError
+    from simtrain.spec.scenario import Scenario
+
+#: loaded on first use too (pydantic, yaml, networkx): ``import simtrain`` and the command line's start-up stay
+#: short, so a Ctrl-C there meets simtrain's own handler, not a traceback from an import
+_SCENARIO_NAMES = {"Scenario": "simtrain.spec.scenario", "load_scenario": "simtrain.spec.scenario",
+                   "scenario_from_dict": "simtrain.spec.scenario", "InputError": "simtrain.spec.errors"}
 
 __version__ = "0.1.0"
 __all__ = ["InputError", "Scenario", "load_scenario", "scenario_from_dict", "simulate", "memory", "memory_only",
@@ -39,6 +45,10 @@ _LAYERS = ("spec", "plan", "engine", "report", "decide", "cli")
 
 
 def __getattr__(name: str):
+    if name in _SCENARIO_NAMES:
+        import importlib
+
+        return getattr(importlib.import_module(_SCENARIO_NAMES[name]), name)
     if name in _SUBMODULES or name in _LAYERS:
         import importlib
 
@@ -54,6 +64,8 @@ def _scenario(scenario: Any, function: str) -> Scenario:
     """A Scenario, or the path (or bundled name) of a scenario file, loaded; anything else is named as the wrong
     argument."""
     from os import PathLike
+
+    from simtrain.spec.scenario import Scenario, load_scenario
 
     if isinstance(scenario, Scenario):
         return scenario
@@ -108,7 +120,7 @@ memory_only = memory
 
 def sweep(scenario: Scenario | str, grid: dict[str, list] | list[dict[str, Any]], *,
           zip: Iterable[str] | None = None, workers: int | None = None, executor: Any = None,
-          progress: bool | None = None, on_point: Any = None):
+          progress: bool | None = None, on_point: Any = None, max_points: int | None = None):
     """Simulate ``scenario`` at every point of ``grid`` and return a pandas DataFrame: one row per point, the swept
     keys (as columns ``parallel_pp``...) then step_time_s, tokens_per_s, mfu, bubble_fraction, peak_memory_bytes_max,
     fits_in_memory and error (SI units; fixed dtypes, docs/decide.md).
@@ -116,26 +128,29 @@ def sweep(scenario: Scenario | str, grid: dict[str, list] | list[dict[str, Any]]
     ``grid`` is {dotted key: [values]} (a cartesian product; the keys named in ``zip`` go in step instead, their
     lists paired value by value), or a list of override dicts, one point each. ``workers`` processes (default: one
     per core; 1 runs here), or any concurrent.futures ``executor`` (a Dask client's too); in a script, call it under
-    ``if __name__ == "__main__":``. ``on_point(row)`` is called here as each point finishes."""
+    ``if __name__ == "__main__":``. ``on_point(row)`` is called here as each point finishes. A sweep of more than
+    ``max_points`` points (default 100,000) is refused before any runs."""
+    from simtrain.decide.sweep import MAX_POINTS
     from simtrain.decide.sweep import sweep as _sweep
 
     return _sweep(_scenario(scenario, "sweep"), grid, zip=zip, workers=workers, executor=executor,
-                  progress=progress, on_point=on_point)
+                  progress=progress, on_point=on_point, max_points=MAX_POINTS if max_points is None else max_points)
 
 
 def search(scenario: Scenario | str, *, gpus: int | None = None, top: int = 5, max_memory: float | None = None,
            fix: dict[str, Any] | None = None, workers: int | None = None, executor: Any = None,
-           progress: bool | None = None):
+           progress: bool | None = None, max_layouts: int | None = None):
     """The ``top`` fastest layouts (tp, pp, dp, vpp, micro-batch, ZeRO, recompute, schedule, SP) of the scenario's
     model and global batch on its cluster (or ``gpus`` GPUs). ``fix`` narrows the layouts searched
     ({"parallel.zero": 1, "parallel.tp": [4, 8]}); ``max_memory`` is the fraction of the GPU's memory a layout may
     use (default 0.92: the memory ledger's measured error kept free). Returns a SearchResult: ``.best.scenario``,
     ``.scenario(i)``, ``.table`` (a DataFrame of every candidate), ``.summary()``, ``.figure()``."""
-    from simtrain.decide.search import DEFAULT_MAX_MEMORY
+    from simtrain.decide.search import DEFAULT_MAX_MEMORY, MAX_LAYOUTS
     from simtrain.decide.search import search as _search
 
     return _search(_scenario(scenario, "search"), gpus=gpus, top=top, workers=workers, executor=executor,
-                   progress=progress, fix=fix, max_memory=DEFAULT_MAX_MEMORY if max_memory is None else max_memory)
+                   progress=progress, fix=fix, max_memory=DEFAULT_MAX_MEMORY if max_memory is None else max_memory,
+                   max_layouts=MAX_LAYOUTS if max_layouts is None else max_layouts)
 
 
 def compare(scenarios: Iterable[Scenario | str], tokens: float | str = 1e12, *,
@@ -148,6 +163,7 @@ def compare(scenarios: Iterable[Scenario | str], tokens: float | str = 1e12, *,
     draws it."""
     from simtrain.decide.compare import compare as _compare
     from simtrain.decide.compare import compare_frame
+    from simtrain.spec.scenario import Scenario
 
     if isinstance(scenarios, (str, Scenario)) or not isinstance(scenarios, Iterable):
         raise TypeError("simtrain.compare: scenarios must be a list of Scenarios, scenario files or bundled names")

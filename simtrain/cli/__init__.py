@@ -8,13 +8,12 @@ The command group lives in :mod:`simtrain.cli.app`; the commands are imported he
 from __future__ import annotations
 
 import os
+import signal
 import sys
-import traceback
+import threading
 
-import click
-
-from simtrain.cli.app import cli
-from simtrain.spec.errors import InputError, display_path, one_line
+# click and the commands are imported inside main(): a Ctrl-C (or SIGTERM) while they load is then an interrupt
+# main() reports in one line, not a traceback from the import
 
 
 def _register() -> None:
@@ -22,36 +21,82 @@ def _register() -> None:
     from simtrain.cli import commands_core, commands_decide, commands_validate  # noqa: F401
 
 
+def _terminated(signum, frame) -> None:
+    """SIGTERM (a batch scheduler, `timeout`, `kill`) ends simtrain as Ctrl-C does: worker processes are
+    stopped, files are left whole and a sweep stays resumable. A second SIGTERM during that cleanup is ignored."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: exit 0 on success, 2 with one ``error: file:line: field: message`` line for bad
-    input (and refused oversize runs), 1 with one line for a bug (``--debug`` shows its traceback)."""
+    input (and refused oversize runs), 1 with one line for a bug (``--debug`` shows its traceback), 130 with
+    one line for Ctrl-C or SIGTERM."""
     args = sys.argv[1:] if argv is None else argv
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminated) if in_main_thread else None
+    try:
+        _main(args)
+    except KeyboardInterrupt as err:
+        hint = f"; {err.args[0]}" if err.args and isinstance(err.args[0], str) else ""
+        # on a terminal, '\r' writes over the '^C' it echoed: one line either way
+        _say(("\r" if _tty(sys.stderr) else "") + f"interrupted{hint}")
+        sys.exit(130)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _tty(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _say(line: str) -> None:
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):    # stderr closed: the exit status says it
+        pass
+
+
+def _main(args: list[str]) -> None:
+    import click
+
+    from simtrain.cli.app import cli
+    from simtrain.spec.errors import InputError, display_path, one_line
+
     debug = "--debug" in args
     try:
         _register()
-        cli.main(args=args, prog_name="simtrain", standalone_mode=False)
+        # click's main() would turn Ctrl-C into Abort after a blank line; run the group directly instead
+        with cli.make_context("simtrain", list(args)) as ctx:
+            cli.invoke(ctx)
     except InputError as err:
         if debug:
+            import traceback
+
             traceback.print_exc()
         click.echo(f"error: {err}", err=True)
         sys.exit(2)
     except click.exceptions.Abort:
-        click.echo("interrupted", err=True)
-        sys.exit(130)
+        raise KeyboardInterrupt from None
     except click.ClickException as err:
         if type(err).__name__ == "NoArgsIsHelpError":   # bare `simtrain` (click >= 8.2): show the help as it is
             click.echo(err.format_message(), err=True)
             sys.exit(2)
         click.echo(f"error: {one_line(err.format_message())}", err=True)
         sys.exit(2 if isinstance(err, click.UsageError) or err.exit_code == 2 else err.exit_code)
-    except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
-        sys.exit(130)
     except click.exceptions.Exit as err:
         sys.exit(err.exit_code)
     except BrokenPipeError:
         # the reader went away (`simtrain run x | head -1`): not an error, and nothing more to say
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        try:      # later writes (the interpreter's flush at exit) go nowhere instead of failing again
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):   # stdout is not a file (captured, replaced)
+            pass
         sys.exit(0)
     except OSError as err:
         if debug:

@@ -7,6 +7,7 @@ the package (simtrain.cli) imports them and runs the group in :func:`simtrain.cl
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import click
@@ -49,9 +50,9 @@ class OutPath(click.Path):
 
 
 def distinct_outputs(**paths: str | None) -> None:
-    """Refuse two output options naming one file (the second would overwrite the first), or a file in a
-    folder that does not exist: exit 2."""
-    import os
+    """Refuse two output options naming one file (the second would overwrite the first), a file in a
+    folder that does not exist, or a socket, block device or folder (never written into or replaced): exit 2."""
+    from simtrain.report.outputs import special_target
 
     seen: dict[str, str] = {}
     for option, path in paths.items():
@@ -65,6 +66,47 @@ def distinct_outputs(**paths: str | None) -> None:
         folder = os.path.dirname(path) or "."
         if not os.path.isdir(folder):   # before the simulation, not after it
             raise click.UsageError(f"{flag} {path}: folder '{folder}' does not exist")
+        special_target(path)
+
+
+def scenario_inputs(scenario: Any) -> list[str]:
+    """The files a loaded scenario was read from: the scenario, its hardware file and its model file (the
+    bundled ones too: writing over them would change every later run)."""
+    found = [scenario.file, scenario.hardware_file]
+    ref = scenario.raw.get("model")
+    if isinstance(ref, str):
+        try:
+            found.append(str(Path(scenario.base_dir) / Path(ref).expanduser()))   # as spec.yamlio resolves it
+        except (OSError, ValueError, RuntimeError):
+            pass
+    return [f for f in found if f]
+
+
+def outputs_apart_from_inputs(inputs: list[str | None], **paths: str | None) -> None:
+    """Refuse an output option naming one of the run's own input files (``--json config.json`` where config.json
+    is the model): the run would destroy what it read. Compared as files (a symlink or a hard link to an input
+    is that input), before any work."""
+    for option, path in paths.items():
+        if not path or path == "-" or not os.path.exists(path):
+            continue
+        flag = "the sweep's record" if option == "record" else "--" + option.replace("_", "-")
+        for source in inputs:
+            try:
+                same = bool(source) and os.path.samefile(path, source)
+            except OSError:
+                same = False
+            if same and not _is_special(path):      # /dev/null as an input and an output is no loss
+                raise click.UsageError(f"{flag} {path} is one of this run's input files ({source}); "
+                                       "writing it would replace what was read: give another file")
+
+
+def _is_special(path: str) -> bool:
+    import stat
+
+    try:
+        return not stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
 
 
 def emit(text: str, json_path: str | None, report: Any) -> None:

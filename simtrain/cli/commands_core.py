@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import click
 
-from simtrain.cli.app import JSON_HELP, OutPath, cli, distinct_outputs, emit
+from simtrain.cli.app import (
+    JSON_HELP,
+    OutPath,
+    cli,
+    distinct_outputs,
+    emit,
+    outputs_apart_from_inputs,
+    scenario_inputs,
+)
 from simtrain.report.outputs import staged_outputs, write_json
 from simtrain.spec.scenario import load_scenario, parse_set
 
@@ -25,7 +33,10 @@ def memory(scenario: str, sets: tuple[str, ...], json_path: str | None) -> None:
     from simtrain.engine.simulation import memory as memory_of
     from simtrain.report.text import memory_text
 
-    result = memory_of(_load(scenario, sets))
+    distinct_outputs(json=json_path)
+    sc = _load(scenario, sets)
+    outputs_apart_from_inputs(scenario_inputs(sc), json=json_path)
+    result = memory_of(sc)
     emit(memory_text(result), json_path, result.to_dict())
 
 
@@ -48,6 +59,14 @@ def run(scenario: str, sets: tuple[str, ...], json_path: str | None, gantt_path:
 
     distinct_outputs(json=json_path, gantt=gantt_path, memory_plot=memory_path, trace=trace_path)
     sc = _load(scenario, sets, full)
+    outputs_apart_from_inputs(scenario_inputs(sc), json=json_path, gantt=gantt_path, memory_plot=memory_path,
+                              trace=trace_path)
+    if samples > 1:       # refused before the first simulation, not after it
+        from simtrain.engine.variation import MAX_SAMPLES
+
+        if samples > MAX_SAMPLES:
+            raise click.UsageError(f"--samples {samples:,} is more than {MAX_SAMPLES:,} (each sample is a whole "
+                                   "simulation; 1,000 seeds give the P95 within about 1%)")
     if samples > 1 and not sc.simulation.jitter > 0:
         # only jitter draws from the seed (straggler ranks use simulation.seed), so the samples would be copies
         click.echo(f"warning: --samples {samples} without simulation.jitter: every seed simulates the same step; "
@@ -86,6 +105,7 @@ def plot(report: str, gantt_path: str | None, memory_path: str | None, trace_pat
     from simtrain.report.charts_data import ReportError
 
     distinct_outputs(gantt=gantt_path, memory_plot=memory_path, trace=trace_path)
+    outputs_apart_from_inputs([report], gantt=gantt_path, memory_plot=memory_path, trace=trace_path)
     try:
         with staged_outputs():
             charts.plot_saved(report, gantt=gantt_path, memory=memory_path, trace=trace_path)

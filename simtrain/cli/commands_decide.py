@@ -8,7 +8,15 @@ from typing import Any
 import click
 import yaml
 
-from simtrain.cli.app import JSON_HELP, OutPath, cli, distinct_outputs, emit
+from simtrain.cli.app import (
+    JSON_HELP,
+    OutPath,
+    cli,
+    distinct_outputs,
+    emit,
+    outputs_apart_from_inputs,
+    scenario_inputs,
+)
 from simtrain.report.outputs import staged_outputs, write_json
 from simtrain.spec.errors import InputError
 from simtrain.spec.scenario import load_scenario, parse_set
@@ -128,31 +136,35 @@ def _sweep_summary(df, keys: list[str], resume: bool) -> str:
               help="results table: .csv, .jsonl or .parquet (needs pyarrow: simtrain[parquet]); rows are added as "
                    "points finish")
 @click.option("--resume", is_flag=True, help="keep the rows already in --out and run only the missing points")
+@click.option("--max-points", "max_points", type=click.IntRange(min=1, max=10**12), default=None,
+              help="refuse a grid of more points than this (default 100,000)")
 @_WORKERS
 @click.option("--plot", "plot_path", type=OutPath("HTML"), help="write the sweep plot (HTML) here")
 @_SET
 @_PROGRESS
-def sweep(scenario: str, grids: tuple[str, ...], out: str, resume: bool, workers: int | None,
+def sweep(scenario: str, grids: tuple[str, ...], out: str, resume: bool, max_points: int | None, workers: int | None,
           plot_path: str | None, sets: tuple[str, ...], progress: bool | None) -> None:
     """Simulate SCENARIO at every point of a grid and write one row per point.
 
     Exits with status 2 when no point of the grid is valid (the table of their errors is still written)."""
-    from simtrain.decide.sweep import grid_points
+    from simtrain.decide.sweep import MAX_POINTS, grid_points
     from simtrain.decide.sweep_files import output_format, sweep_to_file, table_format
     from simtrain.decide.workers import WorkersFailed
 
     grid = parse_grid(grids)
+    limit = MAX_POINTS if max_points is None else max_points
+    grid_points(grid, max_points=limit)          # a grid too large is refused before the scenario is read
     distinct_outputs(out=out, plot=plot_path, record=f"{out}.sweep.json")
     output_format(out)
     overrides = parse_set(list(sets))
     sc = _load_base(scenario, overrides, lambda: grid_points(grid)[:64])
+    outputs_apart_from_inputs(scenario_inputs(sc), out=out, plot=plot_path, record=f"{out}.sweep.json")
     kept = f"{out}.partial.jsonl" if table_format(out) == "parquet" else out     # where rows are appended
     resume_hint = f"{kept} keeps the points finished so far; the same command with --resume runs only the rest"
     try:
-        df = sweep_to_file(sc, grid, out, resume=resume, workers=workers, progress=progress)
+        df = sweep_to_file(sc, grid, out, resume=resume, workers=workers, progress=progress, max_points=limit)
     except KeyboardInterrupt:
-        click.echo(resume_hint, err=True)
-        raise
+        raise KeyboardInterrupt(resume_hint) from None     # main prints it on the one 'interrupted' line
     except WorkersFailed:
         raise click.ClickException(f"{_WORKER_DIED}; {resume_hint}") from None
     except InputError as err:     # a grid key the schema lacks (sweeps.check_grid_keys), named as the option gave it
@@ -180,7 +192,10 @@ def sweep(scenario: str, grids: tuple[str, ...], out: str, resume: bool, workers
 @click.argument("scenario", type=click.Path(dir_okay=False))
 @click.option("--gpus", type=int, default=None,
               help="GPU count to plan for: part of one node, or a whole number of nodes (nodes = GPUs / GPUs per node)")
-@click.option("--top", type=click.IntRange(min=1), default=5, show_default=True, help="layouts to show")
+@click.option("--top", type=click.IntRange(min=1, max=1_000_000), default=5, show_default=True,
+              help="layouts to show")
+@click.option("--max-layouts", "max_layouts", type=click.IntRange(min=1, max=10**9), default=None,
+              help="refuse a search of more candidate layouts than this (default 200,000: about 15 min of screening)")
 @click.option("--out", "out", type=OutPath(),
               help="every candidate with its status, estimate and metrics: .csv, .jsonl or .parquet (needs pyarrow: "
                    "simtrain[parquet])")
@@ -192,8 +207,9 @@ def sweep(scenario: str, grids: tuple[str, ...], out: str, resume: bool, workers
 @_WORKERS
 @_SET
 @_PROGRESS
-def search(scenario: str, gpus: int | None, top: int, out: str | None, max_memory: float | None,
-           fixes: tuple[str, ...], workers: int | None, sets: tuple[str, ...], progress: bool | None) -> None:
+def search(scenario: str, gpus: int | None, top: int, max_layouts: int | None, out: str | None,
+           max_memory: float | None, fixes: tuple[str, ...], workers: int | None, sets: tuple[str, ...],
+           progress: bool | None) -> None:
     """Find the fastest parallel layouts of SCENARIO's model, hardware and global batch."""
     from simtrain.decide.search import DEFAULT_MAX_MEMORY, check_fix, search_text
     from simtrain.decide.search import search as run_search
@@ -211,9 +227,11 @@ def search(scenario: str, gpus: int | None, top: int, out: str | None, max_memor
         raise InputError(err.message.replace("fix: ", "--fix ", 1)) from None
     overrides = parse_set(list(sets))
     sc = _load_base(scenario, overrides, lambda: _search_starts(scenario, overrides))
+    outputs_apart_from_inputs(scenario_inputs(sc), out=out)
     try:
+        limit = {} if max_layouts is None else {"max_layouts": max_layouts}
         result = run_search(sc, gpus=gpus, top=top, workers=workers, progress=progress, fix=fix or None,
-                            max_memory=DEFAULT_MAX_MEMORY if max_memory is None else max_memory)
+                            max_memory=DEFAULT_MAX_MEMORY if max_memory is None else max_memory, **limit)
     except WorkersFailed:
         raise click.ClickException(f"{_WORKER_DIED}; run the search again (--workers 1 uses none)") from None
     except InputError as err:
@@ -225,12 +243,15 @@ def search(scenario: str, gpus: int | None, top: int, out: str | None, max_memor
 
 
 def _cli_words(text: str) -> str:
-    """The Python API's words for its arguments, as the command line's options."""
+    """The Python API's words for its arguments, as the command line's options (whole words only: a scenario key
+    such as simulation.max_gpus keeps its name)."""
+    import re
+
     for python, flag in (("gpus=", "--gpus "), ("max_memory=", "--max-memory "), ("top=", "--top "),
                          ("(max_memory)", "(--max-memory)"), ("(gpus)", "(--gpus)"),
                          ("higher max_memory", "higher --max-memory"), ("fix=", "--fix "), ("fix: ", "--fix "),
                          ("goodput=", "--goodput "), ("price_per_gpu_hour", "--price ")):
-        text = text.replace(python, flag)
+        text = re.sub(r"(?<![\w.])" + re.escape(python), flag, text)
     return text.replace("--price =", "--price ").replace("--price [", "--price [").replace("--price : ", "--price: ")
 
 
@@ -258,13 +279,14 @@ def compare(scenarios: tuple[str, ...], tokens: str, plot_path: str | None, json
         budget = parse_count(tokens)
     except InputError as err:
         raise InputError(f"--tokens {tokens}: {err.message}") from None
-    if budget <= 0:
-        raise InputError(f"--tokens {tokens}: give a positive token count, e.g. 1T or 300B")
+    if not 1 <= budget <= 1e18:   # the largest training runs read tens of trillions (3e13) of tokens
+        raise InputError(f"--tokens {tokens}: give a token count from 1 to 1e18, e.g. 1T or 300B")
     overrides = parse_set(list(sets))
     price = _parse_prices(prices)
+    loaded = [load_scenario(path, overrides) for path in scenarios]
+    outputs_apart_from_inputs([f for sc in loaded for f in scenario_inputs(sc)], json=json_path, plot=plot_path)
     try:
-        rows = run_compare([load_scenario(path, overrides) for path in scenarios], budget, price_per_gpu_hour=price,
-                           goodput=goodput)
+        rows = run_compare(loaded, budget, price_per_gpu_hour=price, goodput=goodput)
     except InputError as err:
         if err.field in ("price_per_gpu_hour", "goodput") and err.file is None:
             raise InputError(_cli_words(err.message)) from None

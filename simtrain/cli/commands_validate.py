@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from simtrain.cli.app import JSON_HELP, OutPath, cli, distinct_outputs, emit
+from simtrain.cli.app import JSON_HELP, OutPath, cli, distinct_outputs, emit, outputs_apart_from_inputs
 from simtrain.report.outputs import staged_outputs, write_json
 from simtrain.spec.errors import InputError
 
@@ -67,6 +67,8 @@ def validate(cases: str | None, json_path: str | None, plot_path: str | None, on
     from simtrain.decide import validate as v
 
     distinct_outputs(json=json_path, plot=plot_path)
+    inputs = [str(p) for p in (v.dev_case_files().values() if cases is None else [v.resolve_cases(cases)])]
+    outputs_apart_from_inputs(inputs, json=json_path, plot=plot_path)
     bar = None
     if sys.stderr.isatty():
         from tqdm import tqdm

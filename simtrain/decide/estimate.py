@@ -33,6 +33,7 @@ the estimate, the bound and the simulation agree (a test says so).
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 from simtrain.decide.estimate_play import play
@@ -165,6 +166,14 @@ def _zero3_op(c: ChunkPlan, forward: bool, gather: float, scatter: float, slowdo
 
 def estimate(scenario: Scenario, plan: Plan | None = None) -> EstimateResult:
     """Estimate one optimizer step of ``scenario`` and bound it from below (module docstring)."""
+    if not isinstance(scenario, Scenario):
+        if isinstance(scenario, (str, os.PathLike)):
+            from simtrain.spec.scenario import load_scenario
+
+            scenario = load_scenario(scenario)
+        else:
+            raise TypeError(f"simtrain.estimate: scenario must be a Scenario (simtrain.load_scenario) or the path of "
+                            f"a scenario file, not {type(scenario).__name__}")
     s = plan.scenario if plan is not None else resolve_split(scenario)
     plan = plan or build_plan(s)
     par, sim = s.parallel, s.simulation

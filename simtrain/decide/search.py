@@ -45,7 +45,7 @@ from simtrain.decide.sweep import ScenarioPayload, error_text
 from simtrain.decide.workers import open_executor, progress_bar, run_tasks
 from simtrain.plan.schedules import SPLIT_BACKWARD
 from simtrain.report.accuracy import LEDGER_ERROR
-from simtrain.spec.errors import InputError
+from simtrain.spec.errors import InputError, SimulationLimitError
 from simtrain.spec.scenario import Scenario
 from simtrain.spec.units import as_whole
 
@@ -61,8 +61,23 @@ _SCREENED_KEEP = 4
 CP_MIN_TOKENS = 8192
 
 
+#: layouts a search screens at most unless its caller raises it: each costs a memory check and an estimate
+#: (measured ~4.5 ms on pp4_dp4's 5,080 layouts), so 200,000 is about 15 minutes of one core before any simulation;
+#: precision, context and expert parallelism and the split-backward schedules make 20,000-50,000 common at 1,024 GPUs
+MAX_LAYOUTS = 200_000
+
+
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """The divisors of ``n`` in increasing order, in O(sqrt n) steps (a global batch of 2**30 is instant)."""
+    small, large = [], []
+    d = 1
+    while d * d <= n:
+        if n % d == 0:
+            small.append(d)
+            if d * d != n:
+                large.append(n // d)
+        d += 1
+    return small + large[::-1]
 
 
 def gpu_overrides(scenario: Scenario, gpus: int | None) -> dict[str, Any]:
@@ -76,6 +91,11 @@ def gpu_overrides(scenario: Scenario, gpus: int | None) -> dict[str, Any]:
     gpus = whole
     if gpus < 1:
         raise InputError(f"gpus={gpus}: give a positive GPU count", field="gpus")
+    if gpus > scenario.simulation.max_gpus:
+        raise SimulationLimitError(f"gpus={gpus:,} is more than simulation.max_gpus={scenario.simulation.max_gpus:,}"
+                                   ": building the network graph and plan takes time and memory in proportion; "
+                                   "raise simulation.max_gpus (e.g. --set simulation.max_gpus=N) if you mean it",
+                                   field="gpus")
     if scenario.hardware.explicit:
         raise InputError("gpus= cannot resize an explicit topology (its hardware file lists the devices)",
                          field="gpus")
@@ -110,8 +130,8 @@ def check_fix(fix: dict[str, Any] | None) -> dict[str, list]:
     return out
 
 
-def enumerate_layouts(scenario: Scenario, gpus: int | None = None,
-                      fix: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+def enumerate_layouts(scenario: Scenario, gpus: int | None = None, fix: dict[str, Any] | None = None,
+                      max_layouts: int | None = None) -> list[dict[str, Any]]:
     """Every layout worth validating for the scenario's model, cluster size (or ``gpus``) and global
     batch, in a fixed order, keeping only the values ``fix`` allows (:func:`check_fix`). Cheap arithmetic
     only; the scenario rules have the last word (:func:`screen`). Layouts that cannot differ are listed once:
@@ -177,6 +197,12 @@ def enumerate_layouts(scenario: Scenario, gpus: int | None = None,
                                        for precision in precisions if ok("precision", precision)
                                        for experts in _expert_layouts(m, tp, dp * (cp or 1))
                                        if all(ok(k, v) for k, v in experts.items()))
+            if max_layouts is not None and len(out) > max_layouts:
+                raise SimulationLimitError(
+                    f"this search would screen more than {max_layouts:,} layouts (about "
+                    f"{max_layouts * 4.5e-3:,.0f} s of one core before any simulation), more than max_layouts="
+                    f"{max_layouts:,}; narrow it with fix=, search fewer GPUs or a smaller global batch, or raise "
+                    "the limit (--max-layouts, search(max_layouts=...))", field="max_layouts")
     return out
 
 
@@ -269,9 +295,11 @@ def _screen_key(scenario: Scenario, base: dict[str, Any]) -> str:
 
 def search(scenario: Scenario, *, gpus: int | None = None, top: int = 5, workers: int | None = None,
            executor: Executor | None = None, progress: bool | None = None,
-           max_memory: float = DEFAULT_MAX_MEMORY, fix: dict[str, Any] | None = None) -> SearchResult:
+           max_memory: float = DEFAULT_MAX_MEMORY, fix: dict[str, Any] | None = None,
+           max_layouts: int = MAX_LAYOUTS) -> SearchResult:
     """The ``top`` layouts by simulated tokens/s (module docstring for the method), among those whose peak memory
-    stays within ``max_memory`` of the GPU's, and whose fields take the values ``fix`` allows."""
+    stays within ``max_memory`` of the GPU's, and whose fields take the values ``fix`` allows. More than
+    ``max_layouts`` candidate layouts is refused up front."""
     whole = as_whole(top)
     if whole is None or whole < 1:
         raise InputError(f"top={top!r}: give a whole number, 1 or more", field="top")
@@ -282,7 +310,10 @@ def search(scenario: Scenario, *, gpus: int | None = None, top: int = 5, workers
     started = time.perf_counter()
     base = gpu_overrides(scenario, gpus)
     total = base.get("gpus_per_node", scenario.gpus_per_node) * base.get("nodes", scenario.nodes)
-    layouts = enumerate_layouts(scenario, gpus, fix)
+    limit = as_whole(max_layouts)
+    if limit is None or limit < 1:
+        raise InputError(f"max_layouts={max_layouts!r}: give a whole number, 1 or more", field="max_layouts")
+    layouts = enumerate_layouts(scenario, gpus, fix, limit)
     if not layouts:
         narrowed = f" with fix={fix!r}" if fix else ""
         raise InputError(f"no layout of {total} GPUs{narrowed} divides the model and the global batch of "

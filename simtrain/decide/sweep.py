@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from simtrain.decide.workers import open_executor, progress_bar, run_tasks
-from simtrain.spec.errors import InputError
+from simtrain.spec.errors import InputError, SimulationLimitError
 from simtrain.spec.scenario import Scenario, scenario_from_dict
+from simtrain.spec.units import as_whole
 
 #: result columns of a sweep row, after the swept values
 METRICS = ("step_time_s", "tokens_per_s", "mfu", "bubble_fraction", "peak_memory_bytes_max", "fits_in_memory")
@@ -56,12 +57,26 @@ def error_text(err: BaseException) -> str:
     return " ".join(text.split()) or type(err).__name__
 
 
+#: grid points a sweep runs at most unless its caller raises it: a point is a whole simulation (0.1 s to seconds),
+#: so 100,000 points are hours to days of one core, and the points and their rows stay well under 100 MB
+MAX_POINTS = 100_000
+
+
 def grid_points(grid: dict[str, list] | list[dict[str, Any]], zip: Iterable[str] | None = None,  # noqa: A002
-                ) -> list[dict[str, Any]]:
+                max_points: int = MAX_POINTS) -> list[dict[str, Any]]:
     """The points of a sweep: the cartesian product of ``grid`` in its key order (the last key varies fastest),
     except that the keys named in ``zip`` go in step (their lists paired value by value, as one axis in the place
-    of the first of them); or, when ``grid`` is a list of override dicts, those points as given."""
+    of the first of them); or, when ``grid`` is a list of override dicts, those points as given. More than
+    ``max_points`` points is refused before any is built."""
+    limit = as_whole(max_points)
+    if limit is None or limit < 1:
+        raise InputError(f"max_points={max_points!r}: give a whole number, 1 or more", field="max_points")
+    max_points = limit
     if isinstance(grid, list):
+        if len(grid) > max_points:
+            raise SimulationLimitError(f"this sweep lists {len(grid):,} points, more than max_points={max_points:,}; "
+                                       "each point is a whole simulation: sweep fewer, or raise the limit "
+                                       "(--max-points, sweep(max_points=...))", field="grid")
         return _listed_points(grid, zip)
     if not isinstance(grid, dict) or not grid:
         raise InputError("a sweep grid needs at least one key, e.g. {'parallel.pp': [2, 4, 8]}", field="grid")
@@ -79,6 +94,15 @@ def grid_points(grid: dict[str, list] | list[dict[str, Any]], zip: Iterable[str]
                 raise InputError(f"grid key '{key}' lists {text} twice; give each value once", field=key)
             seen.add(text)
     paired = _zip_keys(grid, zip)
+    size = 1
+    for key in grid:
+        if key not in paired[1:]:
+            size *= len(list(grid[key]))
+    if size > max_points:
+        shape = " x ".join(f"{len(list(grid[k])):,}" for k in grid if k not in paired[1:])
+        raise SimulationLimitError(f"this grid has {size:,} points ({shape}), more than max_points={max_points:,}; "
+                                   "each point is a whole simulation: sweep fewer values, or raise the limit "
+                                   "(--max-points, sweep(max_points=...))", field="grid")
     axes: list[list[dict[str, Any]]] = []
     for key in grid:
         if key in paired and key != paired[0]:
@@ -140,6 +164,15 @@ def grid_values(grid: dict[str, list] | list[dict[str, Any]]) -> dict[str, list]
     return {k: [p[k] for p in grid] for k in swept_keys(grid)}
 
 
+def as_grid(grid: Any) -> dict[str, list]:
+    """A caller's grid with each key's values as a list (a generator, a set, a numpy array or a range is read once,
+    here, so that every later use sees the same values); the grid itself is checked by :func:`grid_points`."""
+    if not isinstance(grid, dict):
+        return grid
+    return {key: (list(values) if isinstance(values, Iterable) and not isinstance(values, (str, bytes, dict))
+                  else values) for key, values in grid.items()}
+
+
 def check_grid_keys(scenario: Scenario, grid: dict[str, list]) -> None:
     """A grid key the scenario schema does not have is a typo to report before any point runs, not an error
     in every row."""
@@ -170,16 +203,18 @@ def evaluate_point(payload: ScenarioPayload, overrides: dict[str, Any]) -> dict[
 
 def run_points(scenario: Scenario, points: list[dict[str, Any]], *, workers: int | None = None,
                executor: Executor | None = None, progress: bool | None = None,
-               on_point: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
-    """Rows (swept values, then :data:`COLUMNS`) for ``points``, in the order given."""
+               on_point: Callable[[dict[str, Any]], None] | None = None, keep: bool = True) -> list[dict[str, Any]]:
+    """Rows (swept values, then :data:`COLUMNS`) for ``points``, in the order given; with ``keep=False`` none are
+    kept (``on_point`` has each one), so memory holds only the points in flight."""
     payload = ScenarioPayload.of(scenario)
-    rows: list[dict[str, Any] | None] = [None] * len(points)
+    rows: list[dict[str, Any] | None] = [None] * len(points) if keep else []
     with open_executor(workers, executor, len(points)) as ex, progress_bar(len(points), progress, "sweep") as bar:
         for i, value in run_tasks(evaluate_point, [(payload, p) for p in points], ex, bar=bar):
             if isinstance(value, BaseException):
                 value = {**{k: None for k in METRICS}, "error": error_text(value)}
             row = {**points[i], **{k: value.get(k) for k in COLUMNS}}
-            rows[i] = row
+            if keep:
+                rows[i] = row
             if on_point is not None:
                 on_point(row)
     return [r for r in rows if r is not None]
@@ -187,15 +222,18 @@ def run_points(scenario: Scenario, points: list[dict[str, Any]], *, workers: int
 
 def sweep(scenario: Scenario, grid: dict[str, list] | list[dict[str, Any]], workers: int | None = None,
           executor: Executor | None = None, progress: bool | None = None,
-          on_point: Callable[[dict[str, Any]], None] | None = None, zip: Iterable[str] | None = None):  # noqa: A002
+          on_point: Callable[[dict[str, Any]], None] | None = None, zip: Iterable[str] | None = None,  # noqa: A002
+          max_points: int = MAX_POINTS):
     """Simulate every point of ``grid`` (module docstring; :func:`grid_points` for paired keys and listed points);
-    a DataFrame with one row per point (:mod:`simtrain.decide.tables` for its columns and dtypes).
+    a DataFrame with one row per point (:mod:`simtrain.decide.tables` for its columns and dtypes). A sweep of more
+    than ``max_points`` points (default 100,000) is refused before any runs.
 
     ``on_point(row)`` is called in this process as each point finishes (in finishing order).
     """
     from simtrain.decide.tables import column_name, frame_of
 
-    points = grid_points(grid, zip)
+    grid = as_grid(grid)
+    points = grid_points(grid, zip, max_points)
     check_grid_keys(scenario, grid_values(grid))
     rows = run_points(scenario, points, workers=workers, executor=executor, progress=progress, on_point=on_point)
     return frame_of([{column_name(k): v for k, v in row.items()} for row in rows],

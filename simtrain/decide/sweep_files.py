@@ -12,9 +12,10 @@ from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
 
-from simtrain.decide.sweep import COLUMNS, check_grid_keys, grid_points, run_points
+from simtrain.decide.sweep import COLUMNS, MAX_POINTS, as_grid, check_grid_keys, grid_points, run_points
+from simtrain.decide.table_lock import table_lock
 from simtrain.decide.tables import column_name, typed
-from simtrain.report.outputs import write_atomic
+from simtrain.report.outputs import special_target, write_atomic
 from simtrain.spec.errors import InputError, display_path
 from simtrain.spec.scenario import Scenario
 
@@ -90,6 +91,17 @@ class RowFile:
         self.stream_fmt = "jsonl" if self.fmt == "parquet" else self.fmt
         self.entries: dict[tuple, str] = {}
         if resume:
+            self._load_existing()
+        header = _line({c: c for c in self.columns}, self.columns, "csv") if self.stream_fmt == "csv" else ""
+        write_atomic(self.stream, header + "".join(self.entries.values()))   # valid rows only, then append
+        self._fh = open(self.stream, "a", encoding="utf-8", newline="")
+
+    def _load_existing(self) -> None:
+        """The rows already in the table (and, for Parquet, in its rows in progress). A file that is not the table
+        its name says (a CSV named .parquet, a binary file named .csv, JSON lines that are not objects) is refused
+        with what was found, never read as rows."""
+        where = self.path
+        try:
             if self.fmt == "parquet" and self.path.exists():
                 import pyarrow.parquet as pq
 
@@ -97,11 +109,17 @@ class RowFile:
                 self._check_columns(list(table.column_names), self.path)
                 for row in table.to_pylist():
                     self._add(row, _line(row, self.columns, "jsonl"))
+            where = self.stream
             if self.stream.exists():
                 self._load_stream()
-        header = _line({c: c for c in self.columns}, self.columns, "csv") if self.stream_fmt == "csv" else ""
-        write_atomic(self.stream, header + "".join(self.entries.values()))   # valid rows only, then append
-        self._fh = open(self.stream, "a", encoding="utf-8", newline="")
+        except InputError:
+            raise
+        except (Exception, RecursionError) as err:  # noqa: BLE001 - any reader's complaint means "not that table"
+            kind = {"csv": "a CSV", "jsonl": "a JSON-lines", "parquet": "a Parquet"}[
+                self.stream_fmt if where == self.stream else self.fmt]
+            detail = " ".join(str(err).split())[:120] or type(err).__name__
+            raise InputError(f"cannot resume: it is not {kind} table simtrain wrote ({type(err).__name__}: "
+                             f"{detail}); use another --out file or drop --resume", file=display_path(where)) from None
 
     def _check_columns(self, found: list[str], where: Path) -> None:
         if found != self.columns:
@@ -132,14 +150,16 @@ class RowFile:
             self._check_columns(next(csv.reader([lines[0]])), self.stream)
             for line in lines[1:]:
                 cells = next(csv.reader([line]))
-                if len(cells) == len(self.columns):
-                    self._add(dict(zip(self.columns, cells)), line)
+                if len(cells) != len(self.columns):
+                    raise ValueError(f"a row has {len(cells)} cells for {len(self.columns)} columns")
+                self._add(dict(zip(self.columns, cells)), line)
             return
         for line in lines:
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
+            if not line.strip():
                 continue
+            row = json.loads(line)      # a line that is not JSON: not a table simtrain wrote (refused above)
+            if not isinstance(row, dict):
+                raise ValueError(f"a line holds {type(row).__name__}, not a row (a JSON object)")
             self._check_columns(list(row), self.stream)
             self._add(row, line)
 
@@ -156,8 +176,9 @@ class RowFile:
     def close(self) -> None:
         self._fh.close()
 
-    def finish(self, points: list[dict[str, Any]]) -> None:
-        """Rewrite the table atomically: grid order first, then rows of other grids kept from a resume."""
+    def finish(self, points: list[dict[str, Any]]):
+        """Rewrite the table atomically: grid order first, then rows of other grids kept from a resume. Returns
+        the table as written (from this process's own rows, never read back from a path another may change)."""
         self.close()
         order = [self.key(self._named(p)) for p in points]
         known = set(order)
@@ -173,9 +194,11 @@ class RowFile:
             parquet_safe(frame).to_parquet(buf, index=False)
             write_atomic(self.path, buf.getvalue())
             self.stream.unlink(missing_ok=True)
-            return
+            return pd.read_parquet(io.BytesIO(buf.getvalue()))
         header = _line({c: c for c in self.columns}, self.columns, "csv") if self.fmt == "csv" else ""
-        write_atomic(self.path, header + "".join(lines))
+        text = header + "".join(lines)
+        write_atomic(self.path, text)
+        return _parse_table(text, self.fmt)
 
 
 def parquet_safe(frame):
@@ -196,15 +219,23 @@ def read_table(path: str | Path):
     import pandas as pd
 
     fmt = table_format(path)
+    if fmt == "parquet":
+        return typed(pd.read_parquet(path))
+    with open(path, encoding="utf-8") as fh:
+        return typed(_parse_table(fh.read(), fmt))
+
+
+def _parse_table(text: str, fmt: str):
+    """A CSV or JSON-lines table's text as a DataFrame (JSON lines through the json module: exact floats and the
+    file's column order)."""
+    import io
+
+    import pandas as pd
+
     if fmt == "csv":
         # text as written ('1f1b' stays text, 'True' stays a flag), numbers parsed: pandas' own inference
-        frame = pd.read_csv(path, keep_default_na=False, na_values=[""])
-    elif fmt == "jsonl":   # the json module: exact floats and the file's column order
-        with open(path, encoding="utf-8") as fh:
-            frame = pd.DataFrame([json.loads(line) for line in fh if line.strip()])
-    else:
-        frame = pd.read_parquet(path)
-    return typed(frame)
+        return pd.read_csv(io.StringIO(text), keep_default_na=False, na_values=[""])
+    return pd.DataFrame([json.loads(line) for line in text.splitlines() if line.strip()])
 
 
 def write_table(frame, path: str | Path) -> Path:
@@ -265,8 +296,19 @@ def _check_identity(path: Path, identity: dict[str, Any], resume: bool) -> None:
                              file=display_path(path))
 
 
+def regular_table(path: str | Path) -> None:
+    """A sweep table is appended to and read back by --resume: it must be a regular file (or none yet), and so
+    must the files beside it (its record, its Parquet rows in progress)."""
+    path = Path(path)
+    for target in (path, path.with_name(path.name + ".partial.jsonl"), _identity_file(path)):
+        if special_target(target):
+            raise InputError(f"cannot write the sweep table '{display_path(path)}': '{display_path(target)}' is a "
+                             "device or FIFO, and a table is appended to and read back; name a regular file")
+
+
 def sweep_to_file(scenario: Scenario, grid: dict[str, list], path: str | Path, *, resume: bool = False,
-                  workers: int | None = None, executor: Executor | None = None, progress: bool | None = None):
+                  workers: int | None = None, executor: Executor | None = None, progress: bool | None = None,
+                  max_points: int = MAX_POINTS):
     """:func:`sweep`, with each row appended to ``path`` as it finishes; ``resume`` skips the points
     already in the file (matched on the swept values), and refuses a file whose rows came from another
     scenario or hardware (``<path>.sweep.json`` records what they came from). Returns the whole table as
@@ -274,23 +316,30 @@ def sweep_to_file(scenario: Scenario, grid: dict[str, list], path: str | Path, *
     count the grid's points (``grid_points``), those found in the file and not run again (``resumed_points``) and,
     of those run now, the ones simulated (``simulated_points``) and the invalid or failed ones
     (``failed_points``)."""
-    points = grid_points(grid)
+    grid = as_grid(grid)
+    points = grid_points(grid, max_points=max_points)
     output_format(path)
     check_grid_keys(scenario, grid)
+    regular_table(path)
     identity = sweep_identity(scenario, grid)
-    _check_identity(Path(path), identity, resume)
-    table = RowFile(path, list(grid), resume=resume)
-    write_atomic(_identity_file(Path(path)), json.dumps(identity, sort_keys=True, indent=1) + "\n")
-    try:
-        todo = [p for p in points if not table.done(p)]
-        rows = run_points(scenario, todo, workers=workers, executor=executor, progress=progress,
-                          on_point=table.append)
-    finally:
-        table.close()
-    table.finish(points)
-    frame = read_table(path)
-    simulated = sum(1 for row in rows if not row.get("error"))
+    with table_lock(path):
+        _check_identity(Path(path), identity, resume)
+        table = RowFile(path, list(grid), resume=resume)
+        write_atomic(_identity_file(Path(path)), json.dumps(identity, sort_keys=True, indent=1) + "\n")
+        counts = {"simulated": 0, "failed": 0}
+
+        def written(row: dict[str, Any]) -> None:      # rows go to the file as they finish; only counts stay here
+            table.append(row)
+            counts["failed" if row.get("error") else "simulated"] += 1
+
+        try:
+            todo = [p for p in points if not table.done(p)]
+            run_points(scenario, todo, workers=workers, executor=executor, progress=progress, on_point=written,
+                       keep=False)
+        finally:
+            table.close()
+        frame = table.finish(points)
     frame.attrs.update(grid_points=len(points), resumed_points=len(points) - len(todo),
-                       simulated_points=simulated, failed_points=len(rows) - simulated)
+                       simulated_points=counts["simulated"], failed_points=counts["failed"])
     return frame
 

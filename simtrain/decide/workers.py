@@ -60,10 +60,10 @@ def open_executor(workers: int | None, executor: Executor | None, tasks: int) ->
     pool = ProcessPoolExecutor(max_workers=count, mp_context=multiprocessing.get_context("spawn"),
                                initializer=_ignore_interrupt)
     pool._simtrain_stops_whole = True   # run_tasks leaves its futures to _stop
-    with _interrupts_ignored():   # workers start with SIGINT ignored (a spawned child keeps SIG_IGN)
-        for _ in range(count):    # a spawn pool starts a worker per submit while none is idle
-            pool.submit(os.getpid)
-    try:
+    try:                          # an interrupt while the workers start stops the ones started
+        with _interrupts_ignored():   # workers start with SIGINT ignored (a spawned child keeps SIG_IGN)
+            for _ in range(count):    # a spawn pool starts a worker per submit while none is idle
+                pool.submit(os.getpid)
         yield pool
     except BaseException:
         _stop(pool)
@@ -95,9 +95,12 @@ def _interrupts_ignored() -> Iterator[None]:
 
 
 def _ignore_interrupt() -> None:
-    """Workers leave Ctrl-C to the parent, which stops them: a terminal sends SIGINT to the whole
-    process group, and a worker interrupted mid-task would print its own traceback."""
+    """Workers leave Ctrl-C and SIGTERM to the parent, which stops them (SIGKILL): a terminal sends SIGINT, and a
+    scheduler or ``kill -- -PGID`` sends SIGTERM, to the whole process group; a worker interrupted mid-task would
+    print its own traceback, and one ended by the signal would be taken for a worker killed from outside."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "SIGTERM") and sys.platform != "win32":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def _stop(pool: ProcessPoolExecutor) -> None:
@@ -105,7 +108,7 @@ def _stop(pool: ProcessPoolExecutor) -> None:
     processes = list((getattr(pool, "_processes", None) or {}).values())   # CPython's pool keeps them there
     for process in processes:     # first, so that no worker sees its pipes close and reports it
         if process.is_alive():
-            process.terminate()
+            process.kill()        # SIGKILL: workers ignore SIGTERM (a signal to the group is the parent's)
     for process in processes:
         process.join(timeout=5)
     pool.shutdown(wait=True)
@@ -136,13 +139,25 @@ def progress_bar(total: int | None, progress: bool | None, desc: str, *, eta: bo
                 **options)
 
 
+#: tasks in flight on an executor whose size is unknown (a Dask client's): enough to keep a cluster busy, few
+#: enough that the submitted arguments and the futures of a 100,000-point grid are not all held at once
+UNKNOWN_EXECUTOR_WINDOW = 256
+
+
+def _in_flight(executor: Executor) -> int:
+    """Tasks submitted ahead: twice the pool's workers (one running and one queued each, so none waits for the
+    parent), so memory is bounded by the points in flight, not by the grid."""
+    workers = getattr(executor, "_max_workers", None)
+    return 2 * workers if isinstance(workers, int) and workers > 0 else UNKNOWN_EXECUTOR_WINDOW
+
+
 def run_tasks(fn: Callable, args: list[tuple], executor: Executor, *, bar=None) -> Iterator[tuple[int, Any]]:
     """Submit ``fn(*a)`` for each ``a``; yield (index, result or the exception) as each finishes.
 
     A serial executor gets one task at a time, so each result is yielded (and can be written out)
-    before the next task starts; pools and cluster executors get every task at once.
+    before the next task starts; pools get twice their workers at a time, other executors 256 (:func:`_in_flight`).
     """
-    window = 1 if isinstance(executor, SerialExecutor) else max(len(args), 1)
+    window = 1 if isinstance(executor, SerialExecutor) else _in_flight(executor)
     pending: dict[Future, int] = {}
     queue = iter(enumerate(args))
 

@@ -43,7 +43,9 @@ def estimate_events(plan: Plan, full: bool) -> int:
         # per layer: a gather (process start, rendezvous, phase timeouts, flow end, done) and two to
         # four compute/TP timeouts, plus the reduce-scatter in the backward: about 12
         per_op += 12 * max(c.layers for c in plan.chunks)
-    return int(lanes * ops * per_op + lanes * 64)
+    layers_per_lane = max(sum(c.layers for c in plan.chunks) / max(par.pp, 1), 1)
+    per_layer = 2 if par.dp > 1 and plan.scenario.simulation.overlap_dp else 0   # each layer's gradients ready
+    return int(lanes * ops * per_op + lanes * 64 + lanes * layers_per_lane * per_layer)
 
 
 class Engine(CommMixin):

@@ -176,6 +176,11 @@ def simulate(scenario: Scenario, *, fidelity: str | None = None, seed: int | Non
         whole = as_whole(seed)
         if whole is None:
             raise InputError(f"{seed!r} is not a seed; give a whole number", field="seed")
+        from simtrain.spec.bounds import number_problem
+
+        problem = number_problem("Simulation", "seed", whole)     # the range a file's simulation.seed has
+        if problem:
+            raise InputError(problem, field="seed")
         seed = whole
     s = resolve_split(scenario)
     sim = s.simulation

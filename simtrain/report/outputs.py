@@ -1,10 +1,18 @@
 """Writing files safely: a temporary file beside the target, then an atomic rename,
-so an interrupted run never leaves half a report, trace or chart on disk."""
+so an interrupted run never leaves half a report, trace or chart on disk.
+
+A target that exists and is not a regular file is never renamed over (that would replace ``/dev/null`` or a
+user's FIFO with a regular file): a character device (``/dev/null``, a terminal) or a FIFO with a reader is
+written into directly; a FIFO without a reader (writing would block), a socket, a block device (a disk) or a
+folder is refused.
+"""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,7 +22,7 @@ from typing import Any
 
 from simtrain.spec.errors import InputError
 
-_STAGE: ContextVar[list[tuple[str, Path]] | None] = ContextVar("simtrain_staged_outputs", default=None)
+_STAGE: ContextVar[list[tuple[str | bytes, Path]] | None] = ContextVar("simtrain_staged_outputs", default=None)
 
 
 @contextmanager
@@ -37,18 +45,62 @@ def staged_outputs() -> Iterator[None]:
         _STAGE.reset(token)
     for done, (tmp, path) in enumerate(pending):
         try:
-            os.replace(tmp, path)
+            if isinstance(tmp, bytes):      # a device or FIFO: its data, written in at the end like a rename
+                _write_special(path, tmp)
+            else:
+                os.replace(tmp, path)
         except BaseException:
             for rest, _ in pending[done:]:
                 _unlink(rest)
             raise
 
 
-def _unlink(tmp: str) -> None:
+def _unlink(tmp: str | bytes) -> None:
+    if isinstance(tmp, bytes):
+        return
     try:
         os.unlink(tmp)
     except FileNotFoundError:
         pass
+
+
+def special_target(path: str | Path) -> str | None:
+    """What kind of existing non-regular file ``path`` names (following symlinks): 'device', 'fifo', or the
+    reason it is refused; None for a regular file or no file."""
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISCHR(mode):
+        return "device"
+    if stat.S_ISFIFO(mode):
+        return "fifo"
+    kind = ("a folder" if stat.S_ISDIR(mode) else "a block device (a disk)" if stat.S_ISBLK(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+    raise InputError(f"cannot write '{path}': it is {kind}, which simtrain never writes into or replaces; "
+                     "name a regular file")
+
+
+def _write_special(path: Path, data: bytes) -> None:
+    """Write ``data`` into an existing character device or FIFO, never replacing it. A FIFO is opened without
+    blocking: with no reader at the other end the write could wait forever, so it is refused."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    except OSError as err:
+        if err.errno == errno.ENXIO:
+            raise InputError(f"cannot write '{path}': it is a FIFO with no reader (start the reader first, or name "
+                             "a regular file)") from None
+        raise
+    try:
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "wb", closefd=True) as fh:
+            fd = -1
+            fh.write(data)
+    finally:
+        if fd >= 0:
+            os.close(fd)
 
 
 def write_atomic(path: str | Path, data: str | bytes) -> Path:
@@ -58,6 +110,14 @@ def write_atomic(path: str | Path, data: str | bytes) -> Path:
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
         raise InputError(f"cannot write '{path}': folder '{parent}' does not exist")
+    if special_target(path):
+        raw = data if isinstance(data, bytes) else data.encode("utf-8")
+        stage = _STAGE.get()
+        if stage is None:
+            _write_special(path, raw)
+        else:
+            stage.append((raw, path))
+        return path
     mode = "wb" if isinstance(data, bytes) else "w"
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
     try:

@@ -9,6 +9,7 @@ Every number in a bundled file carries a ``source:``.
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -247,6 +248,24 @@ class ExplicitLink(Closed):
     efficiency: Fraction = 1.0
 
 
+#: the cluster graph calls the i-th GPU of an explicit topology gpu{i} (simtrain.spec.topology); a switch of that
+#: name would merge with the GPU, and a device of that name at another position would mean another GPU
+_GPU_NODE = re.compile(r"gpu(\d+)")
+
+
+def _not_an_internal_name(name: str, section: str, index: int) -> None:
+    """Refuse a user's name that the cluster graph uses for another GPU, at its line."""
+    m = _GPU_NODE.fullmatch(name)
+    if m is None or (section == "devices" and m.group(1) == str(index)):
+        return
+    if section == "switches":
+        raise FieldError(f"'{name}' is the cluster graph's name of GPU {m.group(1)} (devices are gpu0, gpu1, ... "
+                         "in list order): name the switch otherwise, e.g. 'sw0'", section, index, "name")
+    raise FieldError(f"'{name}' is the cluster graph's name of GPU {m.group(1)}, but this is device {index} "
+                     f"(gpu{index}): name devices after their position or otherwise, e.g. 'dev{index}'",
+                     section, index, "name")
+
+
 class HardwareSpec(Closed):
     """A whole system description: the contents of one ``hardware/*.yaml``."""
 
@@ -279,6 +298,7 @@ class HardwareSpec(Closed):
                 if name in seen:
                     raise FieldError(f"'{name}' is used twice: device and switch names must be unique",
                                      section, i, "name")
+                _not_an_internal_name(name, section, i)
                 seen.add(name)
             for i, link in enumerate(self.links):
                 for end in ("a", "b"):

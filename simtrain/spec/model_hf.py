@@ -10,6 +10,7 @@ its class default. A config that describes a block simtrain does not build is re
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -73,6 +74,10 @@ def from_hf_config(config: dict[str, Any], *, file: str, name: str | None = None
     experts in a family whose routing keys simtrain does not read) is refused rather than read as the
     nearest model it does build.
     """
+    for key in ("model_type", "hidden_act", "activation_function", "_name_or_path"):   # names: text, or absent
+        if config.get(key) is not None and not isinstance(config[key], str):
+            raise InputError(f"{_json_value(config[key])} is not text (a name, e.g. \"llama\")", file=file,
+                             line=_json_line(text, key), field=key)
     # multi_query last: in a Falcon config the parallel block is the news, not the missing mapping
     for key, message in sorted(_unsupported(config), key=lambda problem: problem[0] == "multi_query"):
         raise InputError(message, file=file, line=_json_line(text, key.rsplit(".", 1)[-1]), field=key)
@@ -309,10 +314,34 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+class _NotFinite(ValueError):
+    """Infinity, NaN or a number beyond floating point in a config.json (json.loads reads them as inf and nan)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+
+def _no_constant(text: str) -> float:
+    raise _NotFinite(text)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NotFinite(text)
+    return value
+
+
 def load_hf_json(path: Path) -> ModelSpec:
     text, shown = read_text(path, "JSON file")
     try:
-        config = json.loads(text, object_pairs_hook=_unique_keys)
+        config = json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant,
+                            parse_float=_finite_float)
+    except _NotFinite as bad:
+        at = text.find(bad.text)
+        raise InputError(f"{bad.text} is not a finite number (JSON has none; Python's json reader would accept it)",
+                         file=shown, line=text.count("\n", 0, at) + 1 if at >= 0 else None) from None
     except _DuplicateKey as dup:
         line = [m.start() for m in re.finditer(rf'"{re.escape(dup.key)}"\s*:', text)]
         raise InputError(f"key '{dup.key}' appears twice in the same object", file=shown,

@@ -11,6 +11,7 @@ from typing import Annotated
 
 from pydantic import BeforeValidator, ValidationInfo
 
+from simtrain.spec.bounds import quantity_problem
 from simtrain.spec.errors import InputError
 from simtrain.spec.units import KINDS, has_unit, parse_quantity
 
@@ -47,7 +48,7 @@ def _fraction(x: float, raw: object) -> None:
         raise ValueError(f"{_shown(raw, x)} must be a fraction in (0, 1]")
 
 
-def _quantity(kind: str, check, value: object, info: ValidationInfo) -> float:
+def _quantity(kind: str, check, value: object, info: ValidationInfo, bounds: str | None = None) -> float:
     raw = _number(value)
     try:
         x = parse_quantity(raw, kind)
@@ -58,6 +59,9 @@ def _quantity(kind: str, check, value: object, info: ValidationInfo) -> float:
         raise ValueError(f"{raw!r} has no unit: write {example[0]} with one, "
                          f"e.g. {example[1].split(' or ')[0].split(', ')[0]}")
     check(x, raw)
+    problem = quantity_problem(bounds or kind, x)     # the range of simtrain.spec.bounds, for every caller
+    if problem:
+        raise ValueError(problem)
     return x
 
 
@@ -67,19 +71,27 @@ def from_file(info: ValidationInfo | None) -> bool:
     return bool(info is not None and info.context and info.context.get("file"))
 
 
-def _q(kind: str, check) -> BeforeValidator:
+class QuantityMark:
+    """Marks a quantity type's annotation: its range is checked where it is parsed (simtrain.spec.bounds), so the
+    schemas' check of plain numbers leaves it alone."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+
+def _q(kind: str, check, bounds: str | None = None) -> BeforeValidator:
     def validator(value: object, info: ValidationInfo) -> float:
-        return _quantity(kind, check, value, info)
+        return _quantity(kind, check, value, info, bounds)
 
     return BeforeValidator(validator)
 
 
-Bytes = Annotated[float, _q("bytes", _positive)]
-BytesOrZero = Annotated[float, _q("bytes", _non_negative)]
-Bandwidth = Annotated[float, _q("bandwidth", _positive)]
-Flops = Annotated[float, _q("flops", _positive)]
-Seconds = Annotated[float, _q("time", _non_negative)]
-Watts = Annotated[float, _q("power", _positive)]
-Fraction = Annotated[float, _q("number", _fraction)]
-Number = Annotated[float, _q("number", _non_negative)]
-PositiveNumber = Annotated[float, _q("number", _positive)]
+Bytes = Annotated[float, _q("bytes", _positive), QuantityMark("bytes")]
+BytesOrZero = Annotated[float, _q("bytes", _non_negative), QuantityMark("bytes")]
+Bandwidth = Annotated[float, _q("bandwidth", _positive), QuantityMark("bandwidth")]
+Flops = Annotated[float, _q("flops", _positive), QuantityMark("flops")]
+Seconds = Annotated[float, _q("time", _non_negative), QuantityMark("time")]
+Watts = Annotated[float, _q("power", _positive), QuantityMark("power")]
+Fraction = Annotated[float, _q("number", _fraction, "fraction"), QuantityMark("fraction")]
+Number = Annotated[float, _q("number", _non_negative), QuantityMark("number")]
+PositiveNumber = Annotated[float, _q("number", _positive), QuantityMark("number")]

@@ -9,6 +9,7 @@ ties them together and returns a frozen :class:`Scenario`. Problems raise an
 from __future__ import annotations
 
 import copy
+import os
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -101,11 +102,19 @@ class Scenario:
     def with_overrides(self, overrides: dict[str, Any]) -> Scenario:
         """This scenario with dotted keys set (sweeps, search, notebooks). A quantity may be an SI number here,
         as everywhere in Python; the file's own values had their units checked when it was loaded."""
+        _overrides_mapping(overrides, "Scenario.with_overrides")
         return scenario_from_dict(apply_overrides(self.raw, overrides, file=self.file),
                                   file=self.file, base_dir=self.base_dir, units=False)
 
 
 # --- overrides -------------------------------------------------------------
+
+def _overrides_mapping(overrides: Any, where: str) -> None:
+    """A Python caller's overrides must be a mapping of dotted keys: anything else is named, not an AttributeError."""
+    if overrides is not None and not isinstance(overrides, dict):
+        raise TypeError(f"simtrain: {where}: overrides must be a mapping of dotted keys to values, e.g. "
+                        f"{{'training.micro_batch': 2}}, not {type(overrides).__name__}")
+
 
 def parse_set(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
     """``['parallel.pp=8', 'training.recompute=full']`` -> {'parallel.pp': 8, ...}."""
@@ -176,6 +185,10 @@ def load_scenario(path: str | Path, overrides: dict[str, Any] | None = None) -> 
     (``load_scenario("pp4_dp4")``; :func:`simtrain.spec.bundled.scenario_names` lists them)."""
     from simtrain.spec.bundled import scenario_path
 
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"simtrain.load_scenario: path must be a file path (str or pathlib.Path) or a bundled "
+                        f"scenario's name, not {type(path).__name__}")
+    _overrides_mapping(overrides, "load_scenario")
     path = scenario_path(path)
     raw = load_yaml(path)
     if not isinstance(raw, dict):

@@ -17,16 +17,21 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 
+from simtrain.spec.bounds import FIELD_RANGES as _KEYED
+from simtrain.spec.bounds import number_problem
 from simtrain.spec.errors import InputError, suggest
+from simtrain.spec.quantity import QuantityMark
 from simtrain.spec.yamlio import locate
 
 T = TypeVar("T", bound=BaseModel)
 
 
 class Closed(BaseModel):
-    """Base for every schema: unknown keys are errors, values are immutable, numbers are finite, and
+    """Base for every schema: unknown keys are errors, values are immutable, numbers are finite and inside
+    the ranges of simtrain.spec.bounds (so a field added later is checked without a line of its own), and
     a boolean is never a number.
 
     Pydantic's lax mode turns ``true`` into 1 for an ``int`` (and 1.0 for a ``float``), so
@@ -37,6 +42,17 @@ class Closed(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False)
 
+    @model_validator(mode="after")
+    def _numbers_in_range(self) -> Any:
+        """Every number of the schema inside the range simtrain.spec.bounds gives it (plain numbers here; the
+        quantity types check theirs as they parse), including numbers inside lists and mappings."""
+        owner = type(self).__name__
+        for name, field in type(self).model_fields.items():
+            problem = _range_problem(owner, name, getattr(self, name), _is_quantity(field))
+            if problem:
+                raise FieldError(problem[0], name, *problem[1:])
+        return self
+
     @field_validator("*", mode="before")
     @classmethod
     def _no_boolean_numbers(cls, value: Any, info: ValidationInfo) -> Any:
@@ -45,6 +61,36 @@ class Closed(BaseModel):
             if problem:
                 raise FieldError(*problem)
         return value
+
+
+def _is_quantity(field: Any) -> bool:
+    """A field typed with a quantity type (simtrain.spec.quantity): its own range was checked as it was parsed."""
+    def marked(ann: Any) -> bool:
+        if get_origin(ann) is Annotated and any(isinstance(m, QuantityMark) for m in get_args(ann)[1:]):
+            return True
+        return any(marked(arg) for arg in get_args(ann))
+
+    return any(isinstance(m, QuantityMark) for m in field.metadata) or marked(field.annotation)
+
+
+def _range_problem(owner: str, name: str, value: Any, quantity: bool, *where: Any) -> tuple | None:
+    """(message, *place inside the field) for a number out of its range in ``value``, else None."""
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            problem = _range_problem(owner, name, item, quantity, *where, i)
+            if problem:
+                return problem
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            problem = _range_problem(owner, name, item, quantity, *where, key)
+            if problem:
+                return problem
+        return None
+    if quantity and (where or f"{owner}.{name}" not in _KEYED):    # checked as it was parsed, unless keyed here
+        return None
+    problem = number_problem(owner, name, value)
+    return (problem, *where) if problem else None
 
 
 class FieldError(ValueError):
@@ -148,6 +194,7 @@ _SENTENCES = {
     "int_parsing": "{v} is not a whole number",
     "int_type": "{v} is not a whole number",
     "int_from_float": "{v} is not a whole number",
+    "int_parsing_size": "{v} is outside the range simtrain accepts (magnitude at most 2**40)",
     "float_parsing": "{v} is not a number",
     "float_type": "{v} is not a number",
     "finite_number": "{v} is not a finite number",
