@@ -93,3 +93,25 @@ def test_cuda_graphs_shorten_kernel_gaps():
     graphed = simtrain.simulate(_scenario("dgx-b200", "fp8", cuda_graphs="full"))
     assert costs.GRAPH_GAP_FRACTION == pytest.approx(0.5 / 0.9)
     assert graphed.step_time_s < eager.step_time_s
+
+
+def test_expert_gemms_run_at_the_fp8_rate():
+    """Under fp8 a MoE layer's expert GEMMs (TE GroupedLinear) are linear GEMMs at the FP8 rate: the forward's
+    change equals the two expert GEMMs' change from gemm_time to linear_gemm_time, by hand for 8 local experts."""
+    from simtrain.plan.costs_moe import MoEShape, moe_cost
+
+    hw = _scenario("dgx-h100", "fp8").hardware
+    bf16 = costs.Device(gpu=hw.gpu, compute=hw.compute, dtype="bf16")
+    fp8 = costs.Device(gpu=hw.gpu, compute=hw.compute, dtype="fp8")
+    sh = MoEShape(tokens=8192, hidden=4096, experts=8, top_k=2, expert_ffn=8192, shared_ffn=0, mlp_matrices=3,
+                  tp=1, ep=1, etp=1)
+    m = 8192 * 2 / 8                     # tokens per expert: T k / E
+    shapes = [(m, 2 * 8192, 4096), (m, 4096, 8192)]   # up (gate and up fused), down
+
+    def experts(dev, gemm):
+        return 8 * sum(gemm(dev)(a, b, c) for a, b, c in shapes)
+
+    gain_bf16_to_fp8 = experts(bf16, lambda d: d.gemm_time) - experts(fp8, lambda d: d.linear_gemm_time)
+    # the fp8 device's memory-bound kernels move 2-byte activations as bf16 does; only the GEMMs differ
+    assert moe_cost(sh, bf16).forward - moe_cost(sh, fp8).forward == pytest.approx(gain_bf16_to_fp8, rel=1e-9)
+    assert gain_bf16_to_fp8 > 0

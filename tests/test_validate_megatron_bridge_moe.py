@@ -51,12 +51,14 @@ def test_targets_are_the_published_throughput():
 
 
 # Today's state (not the issue's target, mean <= 10% and worst <= 20%): every case predicts too fast; gated mean
-# |error| 32.1%, worst -63.6% (Qwen3-30B-A3B MXFP8 dropless on 8 B200, measured at half the 25.09 token-drop row's
-# speed on the same GPUs). Guards are today's figures rounded up: a change that makes them worse fails here.
+# |error| 40.2%, worst -69.5% (Qwen3-30B-A3B MXFP8 dropless on 8 B200, measured at half the 25.09 token-drop row's
+# speed on the same GPUs). It was 32.1% / -63.6% while the expert GEMMs ran at the BF16 rate under fp8 (a defect:
+# Transformer Engine's GroupedLinear runs them in FP8); the FP8 quantize kernels of the expert inputs are not
+# costed yet. Guards are today's figures rounded up: a change that makes them worse fails here.
 def test_gated_error_does_not_regress(results):
-    """The gated MoE cases' mean |error| stays at or below 33% and the worst at or below 64%."""
+    """The gated MoE cases' mean |error| stays at or below 41% and the worst at or below 70%."""
     gated = [r for r in results if r.gate]
     assert len(gated) == 4
     s = v.summarize(gated)
-    assert s.mean_abs_error <= 0.33
-    assert s.worst_abs_error <= 0.64
+    assert s.mean_abs_error <= 0.41
+    assert s.worst_abs_error <= 0.70

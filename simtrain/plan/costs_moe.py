@@ -111,10 +111,11 @@ def moe_cost(sh: MoEShape, dev: Device) -> MoECost:
     if n_local > 1:
         one_way += dev.memory_time(2 * sh.rows_received * h * e, kernels=1)
     permute_f = permute_b = 2 * one_way
-    # expert GEMMs, one per local expert (TE GroupedLinear on Hopper)
+    # expert GEMMs, one per local expert (TE GroupedLinear on Hopper); TE's linears, GroupedLinear among them, run in
+    # FP8 under fp8 training (linear_gemm_time; the router stays in BF16, Megatron-Core's TopKRouter is no TE linear)
     shapes = [(m, up, h), (m, h, down)]
-    experts_f = n_local * sum(dev.gemm_time(a, b, c) for a, b, c in shapes)
-    experts_b = n_local * sum(dev.gemm_time(a, c, b) + dev.gemm_time(c, b, a) for a, b, c in shapes)
+    experts_f = n_local * sum(dev.linear_gemm_time(a, b, c) for a, b, c in shapes)
+    experts_b = n_local * sum(dev.linear_gemm_time(a, c, b) + dev.linear_gemm_time(c, b, a) for a, b, c in shapes)
     act_bytes = (3 if sh.mlp_matrices == 3 else 2) * m * n_local * down * e
     act_f = dev.memory_time(act_bytes, kernels=1)
     act_b = dev.memory_time(2 * act_bytes, kernels=1)
@@ -124,9 +125,9 @@ def moe_cost(sh: MoEShape, dev: Device) -> MoECost:
     if sh.shared_ffn:
         s_up = (sh.mlp_matrices - 1) * sh.shared_ffn / sh.tp
         s_shapes = [(sh.tokens, s_up, h), (sh.tokens, h, sh.shared_ffn / sh.tp)]
-        shared_f = sum(dev.gemm_time(a, b, c) for a, b, c in s_shapes) + \
+        shared_f = sum(dev.linear_gemm_time(a, b, c) for a, b, c in s_shapes) + \
             dev.memory_time((3 if sh.mlp_matrices == 3 else 2) * sh.tokens * sh.shared_ffn / sh.tp * e, kernels=1)
-        shared_b = sum(dev.gemm_time(a, c, b) + dev.gemm_time(c, b, a) for a, b, c in s_shapes) + \
+        shared_b = sum(dev.linear_gemm_time(a, c, b) + dev.linear_gemm_time(c, b, a) for a, b, c in s_shapes) + \
             dev.memory_time(2 * (3 if sh.mlp_matrices == 3 else 2) * sh.tokens * sh.shared_ffn / sh.tp * e, kernels=1)
         shared_flops = sum(2.0 * a * b * c for a, b, c in s_shapes)
     router_flops = 2.0 * T * E * h
