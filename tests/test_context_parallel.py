@@ -186,3 +186,13 @@ def test_dp_auto_counts_context_parallel_ranks():
     sc = make_scenario(nodes=2, gpus_per_node=8, training={"seq_len": 4096, "global_batch": 8},
                        parallel={"dp": "auto", "tp": 2, "pp": 2, "cp": 2})
     assert sc.parallel.dp == 2 and sc.gpus == 16
+
+
+def test_the_text_report_header_names_cp_ep_and_fp8():
+    """`simtrain run`'s first line names the dimensions a scenario uses beyond dp/tp/pp/vpp: cp, ep/etp, fp8."""
+    from simtrain.report.text import _extra_dims
+
+    assert _extra_dims({"parallel": {"cp": 16}, "training": {"precision": "bf16"}}) == " cp=16"
+    assert _extra_dims({"parallel": {"cp": 1, "ep": 64, "etp": 1},
+                        "training": {"precision": "fp8", "fp8_recipe": "mxfp8"}}) == " ep=64 etp=1 fp8 (mxfp8)"
+    assert _extra_dims({"parallel": {"dp": 4}, "training": {"precision": "bf16"}}) == ""

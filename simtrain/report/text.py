@@ -59,13 +59,27 @@ def band_text(result: Any) -> str:
             f"{info.get('basis', '')})")
 
 
+def _extra_dims(config: dict) -> str:
+    """The layout's other dimensions where the scenario uses them (context and expert parallelism, FP8): ' cp=16
+    ep=64 etp=1 fp8'; nothing for a dense BF16 layout (its header stays as it was)."""
+    par, tr = config.get("parallel", {}), config.get("training", {})
+    out = ""
+    if par.get("cp", 1) > 1:
+        out += f" cp={par['cp']}"
+    if "ep" in par:
+        out += f" ep={par['ep']} etp={par.get('etp')}"
+    if tr.get("precision") == "fp8":
+        out += f" fp8 ({tr.get('fp8_recipe', 'tensorwise')})"
+    return out
+
+
 def run_text(result: Any) -> str:
     c = result.config
     par = c.get("parallel", {})
     lines = [
         f"{result.scenario}: {result.gpus} x {c.get('gpu')} ({c.get('hardware')}), model {c.get('model')} "
         f"({result.params_total / 1e9:.2f} B), dp={par.get('dp')} tp={par.get('tp')} pp={par.get('pp')}"
-        f" vpp={par.get('vpp')} {par.get('schedule')} zero={par.get('zero')}",
+        f" vpp={par.get('vpp')}{_extra_dims(c)} {par.get('schedule')} zero={par.get('zero')}",
         "",
         f"step time        {format_time(result.step_time_s)}",
         f"  band           {band_text(result)}",
