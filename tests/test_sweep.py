@@ -201,11 +201,13 @@ def test_resume_drops_a_half_written_last_line(pipe, tmp_path):
 
 
 def test_resume_refuses_a_file_of_another_grid(pipe, tmp_path):
-    """Resuming into a table with other columns is an InputError naming the file."""
+    """Resuming into a table with other columns is an InputError naming the file, in the Python API's words
+    (another path or resume=False; the command line says --out and --resume)."""
     path = tmp_path / "out.csv"
     sweep_to_file(pipe, {"training.global_batch": [4]}, path, workers=1, progress=False)
-    with pytest.raises(simtrain.InputError, match="cannot resume"):
+    with pytest.raises(simtrain.InputError, match="cannot resume") as info:
         sweep_to_file(pipe, GRID, path, resume=True, workers=1, progress=False)
+    assert "use another path or resume=False" in str(info.value) and "--" not in str(info.value)
 
 
 def test_resume_refuses_rows_of_another_scenario(pipe, tmp_path):

@@ -170,6 +170,9 @@ def sweep(scenario: str, grids: tuple[str, ...], out: str, resume: bool, max_poi
     except InputError as err:     # a grid key the schema lacks (sweeps.check_grid_keys), named as the option gave it
         if err.field in grid and err.message.startswith(f"grid key '{err.field}': "):
             raise InputError(f"--grid {err.field}: {err.message.split(': ', 1)[1]}") from None
+        # the Python API's words for the table and resuming, as the options say them
+        err.message = err.message.replace("use another path or resume=False", "use another --out file or drop "
+                                          "--resume").replace("or use another path", "or use another --out file")
         raise
     keys = list(grid)
     grid_rows = df.iloc[:df.attrs["grid_points"]]

@@ -119,12 +119,12 @@ class RowFile:
                 self.stream_fmt if where == self.stream else self.fmt]
             detail = " ".join(str(err).split())[:120] or type(err).__name__
             raise InputError(f"cannot resume: it is not {kind} table simtrain wrote ({type(err).__name__}: "
-                             f"{detail}); use another --out file or drop --resume", file=display_path(where)) from None
+                             f"{detail}); use another path or resume=False", file=display_path(where)) from None
 
     def _check_columns(self, found: list[str], where: Path) -> None:
         if found != self.columns:
             raise InputError(f"cannot resume: its columns {found} are not this sweep's {self.columns} "
-                             "(a different grid?); use another --out file or drop --resume", file=str(where))
+                             "(a different grid?); use another path or resume=False", file=str(where))
 
     def key(self, row: dict[str, Any]) -> tuple:
         return tuple(cell(row.get(k)) for k in self.keys)
@@ -292,7 +292,7 @@ def _check_identity(path: Path, identity: dict[str, Any], resume: bool) -> None:
                                                 ("model", "model (its file changed)"), ("hardware", "hardware"))
                          if found.get(key) != identity[key]), "scenario")
             raise InputError(f"cannot resume: its rows were computed for another {what} "
-                             f"(recorded in {display_path(side)}); use another --out file or drop --resume",
+                             f"(recorded in {display_path(side)}); use another path or resume=False",
                              file=display_path(path))
 
 

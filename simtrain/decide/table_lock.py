@@ -46,7 +46,7 @@ def table_lock(table: str | Path) -> Iterator[None]:
             os.close(fd)
             by = f" by process {holder}" if holder.isdigit() else ""
             raise InputError(f"cannot write '{display_path(table)}': another sweep is writing it (locked{by} in "
-                             f"{display_path(path)}); wait for it to end, or use another --out file") from None
+                             f"{display_path(path)}); wait for it to end, or use another path") from None
         except BaseException:
             os.close(fd)
             raise
