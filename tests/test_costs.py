@@ -3,15 +3,16 @@
 import pytest
 
 from simtrain.plan import costs
+from simtrain.plan.device import Device
 from simtrain.spec.hardware import ComputeModel, GpuSpec
 
 PEAK = 100e12        # FLOP/s, round numbers so the hand calculations below are easy to follow
 HBM = 1e12           # bytes/s
 
 
-def device(**compute) -> costs.Device:
+def device(**compute) -> Device:
     gpu = GpuSpec(name="test", memory="80 GB", memory_bandwidth=HBM, peak_flops={"bf16": PEAK})
-    return costs.Device(gpu=gpu, compute=ComputeModel(**compute), dtype="bf16")
+    return Device(gpu=gpu, compute=ComputeModel(**compute), dtype="bf16")
 
 
 def test_large_gemm_is_flops_over_peak_times_efficiency_plus_overhead():
@@ -94,7 +95,7 @@ def test_other_flash_kernels_scale_the_flashattention2_curve():
     assert compute.attention_speed("flash1") == 0.55
     assert compute.attention_speed("flash2") == 1.0 and compute.attention_speed("none") == 1.0
     gpu = GpuSpec(name="test", memory="80 GB", memory_bandwidth=HBM, peak_flops={"bf16": PEAK})
-    fa1 = costs.Device(gpu=gpu, compute=compute, dtype="bf16", attention_speed=compute.attention_speed("flash1"))
+    fa1 = Device(gpu=gpu, compute=compute, dtype="bf16", attention_speed=compute.attention_speed("flash1"))
     executed = 4 * 1 * 1024**2 * 4096 / 2   # causal forward, b=1, s=1024, h=4096
     # hand: 0.6 x 1024 / (1024 + 1024) = 0.3 of peak for FlashAttention-2; x 0.55 = 0.165 for flash1
     assert fa1.attention_time(executed, 1024) == pytest.approx(executed / (100e12 * 0.165), rel=1e-12)
@@ -128,7 +129,7 @@ def test_pure_fp32_adam_step_moves_28_bytes_per_parameter():
     from simtrain.plan.build import build_plan
     s = make_scenario(model="llama2-7b", training={"seq_len": 512, "global_batch": 1, "precision": "fp32"})
     n = s.model.params_total
-    dev = costs.Device(gpu=s.hardware.gpu, compute=s.hardware.compute, dtype="fp32")
+    dev = Device(gpu=s.hardware.gpu, compute=s.hardware.compute, dtype="fp32")
     assert build_plan(s).optimizer_time[0] == pytest.approx(dev.memory_time(28.0 * n, kernels=4), rel=1e-12)
 
 
@@ -136,7 +137,7 @@ def test_mfu_flops_per_token_match_narayanan_eq3_without_recompute():
     """6N + 12Lhs per token, N = GEMM weights, equals 72 l h^2 (1 + s/6h + V/12lh) exactly
     (Narayanan et al. 2021 Eq. 3 divided by the tokens of a batch, without the recompute factor)."""
     from simtrain import scenario_from_dict
-    from simtrain.plan.build import model_flops_per_token
+    from simtrain.plan.flops import model_flops_per_token
 
     sc = scenario_from_dict({"hardware": "dgx-a100", "nodes": 128, "model": "gpt3-175b",
                              "training": {"seq_len": 2048, "global_batch": 1024},

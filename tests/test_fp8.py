@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import simtrain
-from simtrain.plan import costs
+from simtrain.plan import device
 from simtrain.plan.memory import stage_memory
 from simtrain.spec.scenario import scenario_from_dict
 
@@ -58,8 +58,8 @@ def test_fp8_gemm_speedup_from_the_hardware_file():
     """A large FP8 GEMM on H100 beats BF16 by the ratio of the measured rates: 1979 x 0.652 / (989.5 x 0.806)."""
     scenario = _scenario("dgx-h100", "fp8")
     hw = scenario.hardware
-    bf16 = costs.Device(gpu=hw.gpu, compute=hw.compute, dtype="bf16")
-    fp8 = costs.Device(gpu=hw.gpu, compute=hw.compute, dtype="fp8")
+    bf16 = device.Device(gpu=hw.gpu, compute=hw.compute, dtype="bf16")
+    fp8 = device.Device(gpu=hw.gpu, compute=hw.compute, dtype="fp8")
     n = 8192.0   # both curves have a measured point here (Azure cuBLASLt FP8; torch.mm BF16)
     expected = (1979e12 * 0.652) / (989.5e12 * 0.806)   # 1.618
     overhead = hw.compute.kernel_overhead
@@ -84,14 +84,14 @@ def test_mfu_stays_over_the_bf16_peak():
 
 def test_fp8_cast_bytes_per_recipe():
     """Quantizing one BF16 element moves 6 bytes tensorwise (amax + cast, two FP8 copies), 2 x (2 + copy) blockwise."""
-    assert costs.FP8_CAST_BYTES == {"tensorwise": 6.0, "blockwise": 2 * (3 + 4 / 128), "mxfp8": 2 * (3 + 1 / 32)}
+    assert device.FP8_CAST_BYTES == {"tensorwise": 6.0, "blockwise": 2 * (3 + 4 / 128), "mxfp8": 2 * (3 + 1 / 32)}
 
 
 def test_cuda_graphs_shorten_kernel_gaps():
     """Inside a CUDA graph a kernel's launch gap is 0.5 / 0.9 of the eager one (NVIDIA's CUDA Graphs blog)."""
     eager = simtrain.simulate(_scenario("dgx-b200", "fp8"))
     graphed = simtrain.simulate(_scenario("dgx-b200", "fp8", cuda_graphs="full"))
-    assert costs.GRAPH_GAP_FRACTION == pytest.approx(0.5 / 0.9)
+    assert device.GRAPH_GAP_FRACTION == pytest.approx(0.5 / 0.9)
     assert graphed.step_time_s < eager.step_time_s
 
 
@@ -101,8 +101,8 @@ def test_expert_gemms_run_at_the_fp8_rate():
     from simtrain.plan.costs_moe import MoEShape, moe_cost
 
     hw = _scenario("dgx-h100", "fp8").hardware
-    bf16 = costs.Device(gpu=hw.gpu, compute=hw.compute, dtype="bf16")
-    fp8 = costs.Device(gpu=hw.gpu, compute=hw.compute, dtype="fp8")
+    bf16 = device.Device(gpu=hw.gpu, compute=hw.compute, dtype="bf16")
+    fp8 = device.Device(gpu=hw.gpu, compute=hw.compute, dtype="fp8")
     sh = MoEShape(tokens=8192, hidden=4096, experts=8, top_k=2, expert_ffn=8192, shared_ffn=0, mlp_matrices=3,
                   tp=1, ep=1, etp=1)
     m = 8192 * 2 / 8                     # tokens per expert: T k / E

@@ -112,7 +112,7 @@ def test_raising_the_limit_lets_a_run_through():
 ])
 def test_estimate_is_not_an_underestimate(sets):
     """The engine's estimate is at least half the events it then schedules, so the bound means something."""
-    from simtrain.engine.core import estimate_events
+    from simtrain.engine.limits import estimate_events
     from simtrain.plan.build import build_plan
 
     scenario = load_scenario(GOOD / "base.yaml", parse_set(sets))
@@ -156,7 +156,7 @@ def test_the_limit_binds_while_the_run_goes():
     """simulation.max_events is a limit, not only a check of the estimate: where the estimate falls short of the
     events a run schedules, the run may schedule exactly the limit, one fewer stops it, and a folded run is not
     told to fold."""
-    from simtrain.engine.core import estimate_events
+    from simtrain.engine.limits import estimate_events
     from simtrain.plan.build import build_plan
     from simtrain.spec.scenario import scenario_from_dict
 

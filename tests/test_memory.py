@@ -15,8 +15,8 @@ import json
 import pytest
 from conftest import REPO, make_scenario, run_cli
 
+from simtrain.plan.activations import activation_bytes_per_layer
 from simtrain.plan.memory import (
-    activation_bytes_per_layer,
     inflight_microbatches,
     local_params,
     stage_memory,
@@ -334,7 +334,7 @@ def test_eager_loss_peak_of_llama3_8b_at_16k_tokens():
     log-probabilities and the gradient of the logits, 4 + 4 + 4 = 12 bytes per logit, of which the 4 kept are
     already in the ledger. Llama 3.1 8B, s = 8192, b = 2, V = 128,256, t = 1: 8 x 16384 x 128256 = 16.81 GB above
     the kept terms, on the last stage only."""
-    from simtrain.plan.memory import loss_transient_bytes_per_logit
+    from simtrain.plan.activations import loss_transient_bytes_per_logit
     assert loss_transient_bytes_per_logit("eager", 2.0) == 8.0
     assert loss_transient_bytes_per_logit("fused", 2.0) == 2.0
     model = {"layers": 2, "hidden": 4096, "heads": 32, "kv_heads": 8, "ffn_hidden": 14336, "vocab": 128256,

@@ -11,8 +11,8 @@ import pytest
 from conftest import make_scenario
 
 from simtrain.engine.simulation import simulate
-from simtrain.plan.build import model_flops_per_token
 from simtrain.plan.collectives import all_to_all_shape, phase_time_alone
+from simtrain.plan.flops import model_flops_per_token
 from simtrain.spec.errors import InputError
 
 NVLINK = 450e9 * 0.82      # bytes/s per GPU per direction

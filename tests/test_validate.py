@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from simtrain.decide import cases as case_files
 from simtrain.decide import validate as v
 
 
@@ -16,7 +17,7 @@ def results():
 
 def test_bundled_cases_keep_every_source_line():
     """The bundled cases are the shared dev cases, every case with its source."""
-    cases, _ = v.load_cases()
+    cases, _ = case_files.load_cases()
     assert len(cases) >= 90
     assert all(str(c.get("source", "")).strip() for c in cases)
 
@@ -135,10 +136,10 @@ def test_per_gpu_family_summary_by_hand():
 
 def test_the_dev_set_leaves_the_companions_out():
     """`simtrain validate` without CASES runs every bundled file but llm_foundry_a100 and llm_foundry_sweeps."""
-    dev = v.dev_case_files()
+    dev = case_files.dev_case_files()
     assert list(dev)[0] == "cases"
     assert not set(dev) & {"llm_foundry_a100", "llm_foundry_sweeps"}
-    assert set(dev) | set(v.COMPANIONS) == set(v.bundled_case_files())
+    assert set(dev) | set(case_files.COMPANIONS) == set(case_files.bundled_case_files())
 
 
 def test_cli_json(tmp_path):
@@ -180,13 +181,13 @@ def test_bundled_cases_files_by_name(tmp_path, monkeypatch):
     from simtrain.spec.errors import InputError
 
     monkeypatch.chdir(tmp_path)
-    assert v.resolve_cases("llm_foundry_a100").name == "llm_foundry_a100.yaml"
-    assert v.resolve_cases(None) == v.bundled_cases_path()
+    assert case_files.resolve_cases("llm_foundry_a100").name == "llm_foundry_a100.yaml"
+    assert case_files.resolve_cases(None) == case_files.bundled_cases_path()
     with pytest.raises(InputError, match=r"bundled: (.*, )?cases, .*llm_foundry_a100"):
-        v.resolve_cases("no_such_cases")
+        case_files.resolve_cases("no_such_cases")
     own = tmp_path / "llm_foundry_a100.yaml"
     own.write_text("[]\n")
-    assert v.resolve_cases("llm_foundry_a100.yaml") == own.relative_to(tmp_path)
+    assert case_files.resolve_cases("llm_foundry_a100.yaml") == own.relative_to(tmp_path)
 
 
 def test_configuration_names_non_default_kernels(results):
@@ -239,7 +240,7 @@ def test_the_bands_error_table_is_this_validation(results):
     """The errors `simtrain run` draws its band from are the dev set's as validated now."""
     from conftest import assert_error_table_matches
 
-    for name in v.dev_case_files():
+    for name in case_files.dev_case_files():
         assert_error_table_matches([r for r in results if r.file == name], name)
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from simtrain.decide import cases as case_files
 from simtrain.decide import validate as v
 from simtrain.spec.scenario import scenario_from_dict
 
@@ -21,7 +22,7 @@ README_ROWS = 61
 
 @pytest.fixture(scope="module")
 def cases():
-    return {c["id"]: c for c in v.load_cases(A100_CASES)[0]}
+    return {c["id"]: c for c in case_files.load_cases(A100_CASES)[0]}
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +32,7 @@ def results():
 
 def test_one_case_per_readme_row(cases):
     """Every row of the A100 80GB table is a case, none merged or dropped (ids are unique)."""
-    assert len(v.load_cases(A100_CASES)[0]) == README_ROWS
+    assert len(case_files.load_cases(A100_CASES)[0]) == README_ROWS
     assert len(cases) == README_ROWS
     assert all(c["id"].startswith("mosaic_a100_80gb_") for c in cases.values())
 

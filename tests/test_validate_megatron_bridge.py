@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from simtrain.decide import cases as case_files
 from simtrain.decide import validate as v
 
 CASES = Path(str(resources.files("simtrain.validation") / "megatron_bridge_dense.yaml"))
@@ -23,7 +24,7 @@ def results():
 
 def test_the_expressible_dense_rows_are_bundled():
     """Every dense Llama-3 row simtrain can express is a case, and nothing else."""
-    assert {c["id"] for c in v.load_cases(CASES)[0]} == EXPRESSIBLE
+    assert {c["id"] for c in case_files.load_cases(CASES)[0]} == EXPRESSIBLE
 
 
 def test_targets_per_gpu_type(results):
@@ -35,7 +36,7 @@ def test_targets_per_gpu_type(results):
 
 def test_targets_are_the_published_throughput():
     """Each target is global_batch x seq_len / (GPUs x measured tokens/s/GPU), as the source states it."""
-    for case in v.load_cases(CASES)[0]:
+    for case in case_files.load_cases(CASES)[0]:
         sc = case["scenario"]
         gpus = sc["nodes"] * 8
         implied = sc["training"]["global_batch"] * sc["training"]["seq_len"] / (

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from simtrain.decide import cases as case_files
 from simtrain.decide import validate as v
 
 CASES = Path(str(resources.files("simtrain.validation") / "megatron_bridge_moe.yaml"))
@@ -30,19 +31,19 @@ def results():
 
 def test_the_expressible_moe_rows_are_bundled():
     """Every MoE row simtrain can express is a case, with its gate as the shared file has it, and nothing else."""
-    cases = v.load_cases(CASES)[0]
+    cases = case_files.load_cases(CASES)[0]
     assert {c["id"] for c in cases} == EXPRESSIBLE
     assert {c["id"] for c in cases if c["gate"]} == GATED
 
 
 def test_no_rack_scale_rows():
     """Only DGX-H100 and DGX-B200 rows: the GB200/GB300 rows are reserved for an independent check."""
-    assert {c["scenario"]["hardware"] for c in v.load_cases(CASES)[0]} == {"dgx-h100", "dgx-b200"}
+    assert {c["scenario"]["hardware"] for c in case_files.load_cases(CASES)[0]} == {"dgx-h100", "dgx-b200"}
 
 
 def test_targets_are_the_published_throughput():
     """Each target is global_batch x seq_len / (GPUs x measured tokens/s/GPU), as the source states it."""
-    for case in v.load_cases(CASES)[0]:
+    for case in case_files.load_cases(CASES)[0]:
         sc = case["scenario"]
         gpus = sc["nodes"] * 8
         implied = sc["training"]["global_batch"] * sc["training"]["seq_len"] / (

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from simtrain.decide import validate as v
+from simtrain.decide import cases as case_files
 from simtrain.spec.scenario import scenario_from_dict
 
 
 def _cases(stem: str) -> dict[str, dict]:
     path = Path(str(resources.files("simtrain.validation") / f"{stem}.yaml"))
-    cases, _ = v.load_cases(path)
+    cases, _ = case_files.load_cases(path)
     for case in cases:
         assert str(case.get("source", "")).strip(), case["id"]
         assert isinstance(case.get("assumed"), list), case["id"]

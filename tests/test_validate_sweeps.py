@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from simtrain.decide import cases as case_files
 from simtrain.decide import validate as v
 from simtrain.spec.scenario import scenario_from_dict
 
@@ -30,7 +31,7 @@ def per_microbatch_s(micro_batch: int, tokens_per_s_per_gpu: float) -> float:
 
 @pytest.fixture(scope="module")
 def cases():
-    return {c["id"]: c for c in v.load_cases(SWEEP_CASES)[0]}
+    return {c["id"]: c for c in case_files.load_cases(SWEEP_CASES)[0]}
 
 
 @pytest.fixture(scope="module")
@@ -39,14 +40,14 @@ def results():
 
 
 def test_one_case_per_row(cases):
-    assert len(v.load_cases(SWEEP_CASES)[0]) == ROWS == len(cases)
+    assert len(case_files.load_cases(SWEEP_CASES)[0]) == ROWS == len(cases)
     assert sum("_mb_sweep_" in c for c in cases) == 6
     assert sum("_torch201_" in c for c in cases) == 11
     assert sum("_torch113_" in c for c in cases) == 13
 
 
 def test_bundled_by_name():
-    assert v.resolve_cases("llm_foundry_sweeps") == SWEEP_CASES
+    assert case_files.resolve_cases("llm_foundry_sweeps") == SWEEP_CASES
 
 
 def test_every_case_simulates(results):

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from simtrain.decide.validate import CaseResult, load_cases, run_case, speedups
+from simtrain.decide.cases import load_cases
+from simtrain.decide.validate import CaseResult, run_case, speedups
 
 CASES, BASE = load_cases("zero_bubble")
 BY_ID = {c["id"]: c for c in CASES}

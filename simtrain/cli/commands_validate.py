@@ -65,9 +65,10 @@ def validate(cases: str | None, json_path: str | None, plot_path: str | None, on
     Figures are given per source and per GPU family; `simtrain validate NAME` runs one bundled file (the names
     are listed when a name is unknown)."""
     from simtrain.decide import validate as v
+    from simtrain.decide.cases import dev_case_files, resolve_cases
 
     distinct_outputs(json=json_path, plot=plot_path)
-    inputs = [str(p) for p in (v.dev_case_files().values() if cases is None else [v.resolve_cases(cases)])]
+    inputs = [str(p) for p in (dev_case_files().values() if cases is None else [resolve_cases(cases)])]
     outputs_apart_from_inputs(inputs, json=json_path, plot=plot_path)
     bar = None
     if sys.stderr.isatty():

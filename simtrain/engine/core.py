@@ -26,26 +26,10 @@ from simtrain.engine.lane import (  # noqa: F401  (Record, Timeline re-exported)
     Record,
     Timeline,
 )
+from simtrain.engine.limits import estimate_events, over_limit
 from simtrain.plan import segments
 from simtrain.plan.build import ChunkPlan, Plan
 from simtrain.plan.schedules import split_backwards
-from simtrain.spec.errors import SimulationLimitError
-from simtrain.spec.yamlio import locate
-
-
-def estimate_events(plan: Plan, full: bool) -> int:
-    """Simpy events the run will schedule, counted from the plan before running it."""
-    par = plan.scenario.parallel
-    lanes = par.pp * (par.dp if full else 1)
-    ops = sum(len(ops) for ops in plan.schedule) / max(par.pp, 1)
-    per_op = 4
-    if par.zero >= 3 and par.dp > 1:
-        # per layer: a gather (process start, rendezvous, phase timeouts, flow end, done) and two to
-        # four compute/TP timeouts, plus the reduce-scatter in the backward: about 12
-        per_op += 12 * max(c.layers for c in plan.chunks)
-    layers_per_lane = max(sum(c.layers for c in plan.chunks) / max(par.pp, 1), 1)
-    per_layer = 2 if par.dp > 1 and plan.scenario.simulation.overlap_dp else 0   # each layer's gradients ready
-    return int(lanes * ops * per_op + lanes * 64 + lanes * layers_per_lane * per_layer)
 
 
 class Engine(CommMixin):
@@ -115,29 +99,20 @@ class Engine(CommMixin):
                 lanes.append(lane)
         return lanes
 
-    def _over_limit(self, what: str) -> SimulationLimitError:
-        """The refusal of a run beyond simulation.max_events, with the ways out that apply to it."""
-        line, note = locate(self.sc.raw, "simulation.max_events")
-        # stragglers, jitter and degraded links need every lane: folding is then no way out
-        can_fold = self.full and self.sc.simulation.fidelity == "full"
-        way = ("use simulation.fidelity: folded (one lane per stage), a larger micro_batch" if can_fold
-               else "use a larger micro_batch (fewer micro-batches)")
-        return SimulationLimitError(f"{what}; {way} or raise the limit{note}", file=self.sc.file, line=line,
-                                    field="simulation.max_events")
-
     def run(self) -> Timeline:
         est = estimate_events(self.plan, self.full)
         if est > self.sim.max_events:     # refused before any work, from the plan
-            raise self._over_limit(f"this run needs about {est:,} simulated events, more than "
-                                   f"simulation.max_events={self.sim.max_events:,}")
+            raise over_limit(self.sc, self.full, f"this run needs about {est:,} simulated events, more than "
+                                                 f"simulation.max_events={self.sim.max_events:,}")
         self.lanes = self._make_lanes()
         for lane in self.lanes:
             self.env.process(self._lane(lane))
         try:
             self.env.run()
         except EventLimitReached:          # the estimate fell short: stop at the limit all the same
-            raise self._over_limit(f"this run reached simulation.max_events={self.sim.max_events:,} simulated events "
-                                   f"before its step ended (estimated {est:,} beforehand)") from None
+            raise over_limit(self.sc, self.full,
+                             f"this run reached simulation.max_events={self.sim.max_events:,} simulated events "
+                             f"before its step ended (estimated {est:,} beforehand)") from None
         step = max(lane.end for lane in self.lanes)
         self.records.sort(key=lambda r: (r[0], r[3], r[4], r[1]))
         return Timeline(step_time=step, lanes=self.lanes, records=self.records,

@@ -17,9 +17,9 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from simtrain.plan.activations import activation_bytes_per_layer
 from simtrain.plan.build import build_plan
 from simtrain.plan.memory import (
-    activation_bytes_per_layer,
     edge_params,
     memory_report,
     rank_edges,

@@ -12,26 +12,23 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
-from simtrain.plan import costs
+from simtrain.plan import costs, device
+from simtrain.plan.activations import weight_grad_fraction
 from simtrain.plan.build_moe import chunk_fields, layer_figures, varied_layers
-from simtrain.plan.collectives import (
-    Phase,
-    collective_shape,
-    p2p_phase,
-    phase_time_alone,
-)
+from simtrain.plan.collectives import Phase, collective_shape, p2p_phase
 from simtrain.plan.context import CPFigures, cp_figures, local_shape
+from simtrain.plan.flops import model_flops_per_step
 from simtrain.plan.memory import (
     StageMemory,
     edge_params,
     layer_params_per_rank,
     stage_memory,
     state_bytes_per_param,
-    weight_grad_fraction,
 )
 from simtrain.plan.memory_moe import expert_params_local
 from simtrain.plan.recompute import modules_of, selective_extra, selective_tp_factor
 from simtrain.plan.schedules import Op, StageLayout, rank_schedules, stage_layout
+from simtrain.plan.tp_comm import TP_RECOMPUTE, tp_collectives, tp_time
 from simtrain.plan.tp_overlap import exposed_tp
 from simtrain.spec.placement import Placement, placement_of
 from simtrain.spec.scenario import Scenario
@@ -207,8 +204,8 @@ class Plan:
             return 1.0
         tr, m = self.scenario.training, self.scenario.model
         nbytes = tr.micro_batch * tr.seq_len // self.placement.cp * m.hidden * self.dtype_bytes
-        base = _tp_time(self.scenario, self.placement, nbytes, pp_rank)
-        own = _tp_time(self.scenario, self.placement, nbytes, pp_rank, dp_index)
+        base = tp_time(self.scenario, self.placement, nbytes, pp_rank)
+        own = tp_time(self.scenario, self.placement, nbytes, pp_rank, dp_index)
         return own / base if base > 0 else 1.0
 
     @cached_property
@@ -218,50 +215,12 @@ class Plan:
         return tr.micro_batch * tr.seq_len * m.hidden * self.dtype_bytes / self.placement.tp / self.placement.cp
 
 
-def _tp_time(scenario: Scenario, placement: Placement, nbytes: float, pp_rank: int,
-             dp_index: int | None = None) -> float:
-    """Seconds of the TP collectives of one layer pass (``_tp_collectives``): each kind twice."""
-    return 2.0 * sum(_tp_collectives(scenario, placement, nbytes, pp_rank, dp_index).values())
-
-
-def _tp_collectives(scenario: Scenario, placement: Placement, nbytes: float, pp_rank: int,
-                    dp_index: int | None = None) -> dict[str, float]:
-    """Seconds of the TP collectives of one layer pass: 2 all-reduces of the activations
-    (Megatron: one after attention, one after the MLP), or with sequence parallelism
-    2 all-gathers + 2 reduce-scatters of the same size (Korthikanti et al. 2022, Sec. 4.2.2).
-    ``dp_index`` None: all replicas' TP groups at once (folded); an index: that replica's group alone,
-    its slowest flow setting the pace (full fidelity, degraded links)."""
-    if placement.tp == 1:
-        return {}
-    cluster = scenario.cluster
-    kinds = ("all_gather", "reduce_scatter") if scenario.parallel.sequence_parallel else ("all_reduce",)
-    scale = {(d.a, d.b): d.factor for d in scenario.simulation.degraded_links}
-    times = {}
-    for kind in kinds:
-        key = ("tp", kind, placement.dp, placement.tp, placement.pp, pp_rank, dp_index)
-        shapes = cluster.shapes.get(key)
-        if shapes is None:
-            dps = range(placement.dp) if dp_index is None else [dp_index]
-            groups = [placement.tp_group(d, pp_rank) for d in dps]
-            shapes = collective_shape(kind, groups, cluster, every=dp_index is not None)
-            cluster.shapes[key] = shapes
-        times[kind] = sum(phase_time_alone(shape.phase(nbytes), cluster, scale) for shape in shapes)
-    return times
-
-
-#: the backward's TP collectives, in forward-collective units, per recompute mode: full recompute runs the forward's
-#: again; torchtitan's op-level policy (selective_op) re-runs the collective after the attention output (an
-#: all-reduce, or with sequence parallelism the all-gathers before the attention and the MLP; reduce-scatter outputs
-#: are kept), i.e. half of them
-_TP_RECOMPUTE = {"full": 2.0, "selective_op": 1.5}
-
-
 def build_plan(scenario: Scenario) -> Plan:
     par, tr, m, hw = scenario.parallel, scenario.training, scenario.model, scenario.hardware
     graphs = tr.cuda_graphs
-    dev = costs.Device(gpu=hw.gpu, compute=hw.compute, dtype=tr.precision,
-                       attention_speed=hw.compute.attention_speed(tr.attention_kernel), fp8_recipe=tr.fp8_recipe,
-                       graph_gap=costs.graph_gap(hw.compute) if graphs != "none" else None)
+    dev = device.Device(gpu=hw.gpu, compute=hw.compute, dtype=tr.precision,
+                        attention_speed=hw.compute.attention_speed(tr.attention_kernel), fp8_recipe=tr.fp8_recipe,
+                        graph_gap=device.graph_gap(hw.compute) if graphs != "none" else None)
     # partial capture graphs the transformer layers (TE make_graphed_callables); full also the embedding, output
     # layer and loss (Megatron-Core full_iteration); the optimizer step runs eagerly in both
     edge_dev = dev if graphs == "full" else replace(dev, graph_gap=None)
@@ -297,8 +256,8 @@ def build_plan(scenario: Scenario) -> Plan:
     state = state_bytes_per_param(tr.precision, tr.optimizer, tr.grad_dtype)
     act_full = tokens * m.hidden * dev.element_bytes
     mems = tuple(stage_memory(scenario, r) for r in range(par.pp))
-    tp_cost = [_tp_time(scenario, placement, act_full, r) for r in range(par.pp)]
-    tp_factor = selective_tp_factor(modules) if modules else _TP_RECOMPUTE.get(tr.recompute, 1.0)
+    tp_cost = [tp_time(scenario, placement, act_full, r) for r in range(par.pp)]
+    tp_factor = selective_tp_factor(modules) if modules else TP_RECOMPUTE.get(tr.recompute, 1.0)
     tp_bwd_cost = [t * tp_factor for t in tp_cost]
     tp_bwd_plain = list(tp_cost)
     if par.tp_comm_overlap and par.sequence_parallel and par.tp > 1:
@@ -307,7 +266,7 @@ def build_plan(scenario: Scenario) -> Plan:
         slowdown = hw.overlap_slowdown(False)
         tp_cost, tp_bwd_cost = [], []
         for r in range(par.pp):
-            parts = _tp_collectives(scenario, placement, act_full, r)
+            parts = tp_collectives(scenario, placement, act_full, r)
             fwd, bwd = exposed_tp(parts["all_gather"], parts["reduce_scatter"], gemm_times, par.tp, slowdown)
             tp_cost.append(fwd)
             tp_bwd_plain[r] = bwd
@@ -414,60 +373,3 @@ def build_plan(scenario: Scenario) -> Plan:
                 hardware_flops_per_step=hardware_flops, dtype_bytes=dev.element_bytes,
                 framework_overhead_layer=unit_overhead, has_experts=experts, has_cp=cp > 1,
                 expert_grad_bytes=tuple(n * state.grads for n in expert_local), expert_params_local=expert_local)
-
-
-def model_flops_per_token(scenario: Scenario) -> float:
-    """Model FLOP per token for MFU: 6 N + 12 L h s (Narayanan et al. 2021 Eq. 3 without the
-    recompute term; PaLM, Chowdhery et al. 2022, App. B), with N the weights of the matrix
-    multiplies: every layer's QKV, output, MLP matrices and the output projection (vocab x h).
-    Norm weights and biases do no matrix multiply and are left out. Models whose layers differ
-    (experts, latent attention, sliding windows, heads of their own width) count the weights a token
-    passes through (``active_flops_per_token``)."""
-    m = scenario.model
-    if varied_layers(scenario) or m.q_width != m.hidden or m.mtp_layers:
-        return active_flops_per_token(scenario)
-    n_matmul = m.layers * m.matmul_params_per_layer + m.vocab * m.hidden
-    return 6.0 * n_matmul + 12.0 * m.layers * m.hidden * scenario.training.seq_len
-
-
-def active_flops_per_token(scenario: Scenario) -> float:
-    """6 x the matrix-multiply weights one token passes through, plus the attention scores, per token:
-
-    - per layer, the attention projections (MLA: its down and up projections too) and either the dense MLP or,
-      in a MoE layer, the router (E h), top_k routed experts and the shared experts;
-    - the output projection (V h), once for the model and once per MTP module, and each MTP module's
-      projection [2h -> h] and layer;
-    - the scores in the same non-causal convention as the dense formula's 12 L h s: 12 s (heads x head_dim) per
-      layer (MLA: 6 s heads (qk_nope + qk_rope + v_head_dim)); a sliding-window layer counts 2 x its causal
-      fraction of that (costs.causal_fraction: W - W^2/(2s) keys per query against s/2).
-
-    This is Megatron-Bridge's flop_utils.transformer_flops (v0.2.0-v0.4.2; /work/research/moe.md section 2.1) except
-    for three conventions: it halves the attention scores (causal), leaves out the router GEMM, and counts the
-    latent norms; docs/model.md section 8 gives the formula and the difference."""
-    m, s = scenario.model, scenario.training.seq_len
-    at = m.attention
-    per_layer_attn = m.attention_matmul_params
-    dense_mlp = m.mlp_matrices * m.hidden * m.ffn_hidden
-    if m.moe is not None:
-        moe = m.moe
-        moe_mlp = moe.experts * m.hidden + moe.top_k * m.mlp_matrices * m.hidden * moe.expert_ffn_hidden + \
-            moe.shared_experts * m.mlp_matrices * m.hidden * moe.shared_width
-    else:
-        moe_mlp = dense_mlp
-    n = m.dense_layer_count * (per_layer_attn + dense_mlp) + m.moe_layer_count * (per_layer_attn + moe_mlp)
-    n += m.vocab * m.hidden
-    n += m.mtp_layers * (2 * m.hidden * m.hidden + per_layer_attn + moe_mlp + m.vocab * m.hidden)
-    if at.kind == "mla":
-        score = 6.0 * s * m.heads * (at.qk_nope_head_dim + at.qk_rope_head_dim + at.v_head_dim)
-    else:
-        score = 12.0 * s * m.q_width
-    scores = 0.0
-    for i in range(m.layers + m.mtp_layers):
-        w = at.sliding_window if at.windowed(i) and i < m.layers else 0
-        fraction = 2.0 * (s * w - w * w / 2.0) / (s * s) if w and w < s else 1.0
-        scores += score * fraction
-    return 6.0 * n + scores
-
-
-def model_flops_per_step(scenario: Scenario) -> float:
-    return model_flops_per_token(scenario) * scenario.tokens_per_step

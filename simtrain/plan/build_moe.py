@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from simtrain.plan import costs
+from simtrain.plan import costs, device
 from simtrain.plan.collectives import all_to_all_shape, collective_shape, phase_time_alone, stage_shape
 from simtrain.plan.costs_moe import MoEShape, allgather_bytes, dispatch_bytes, moe_cost
 from simtrain.plan.memory import layer_params_per_rank
@@ -58,11 +58,11 @@ def ep_time(scenario: Scenario, placement: Placement, msh: MoEShape, pp_rank: in
     return 2.0 * phase_time_alone(shape.phase(dispatch_bytes(msh, element_bytes)), cluster)
 
 
-def layer_figures(scenario: Scenario, dev: costs.Device, placement: Placement, base: costs.LayerShape,
+def layer_figures(scenario: Scenario, dev: device.Device, placement: Placement, base: costs.LayerShape,
                   pp_rank: int) -> list[LayerFigures | None]:
     """Figures of every layer of the model (None for layers on other pipeline ranks)."""
     m, tr = scenario.model, scenario.training
-    state_grads = dev.element_bytes if tr.grad_dtype == "auto" else costs.DTYPE_BYTES[tr.grad_dtype]
+    state_grads = dev.element_bytes if tr.grad_dtype == "auto" else device.DTYPE_BYTES[tr.grad_dtype]
     msh = moe_shape(scenario)
     moe = moe_cost(msh, dev) if msh is not None else None
     ep = ep_time(scenario, placement, msh, pp_rank, dev.element_bytes) if msh is not None else 0.0
@@ -81,7 +81,7 @@ def layer_figures(scenario: Scenario, dev: costs.Device, placement: Placement, b
     return out
 
 
-def _one_layer(scenario: Scenario, dev: costs.Device, base: costs.LayerShape, is_moe: bool, windowed: bool,
+def _one_layer(scenario: Scenario, dev: device.Device, base: costs.LayerShape, is_moe: bool, windowed: bool,
                moe, ep: float, grad_bytes: float) -> LayerFigures:
     m, tr, par = scenario.model, scenario.training, scenario.parallel
     shape = replace(base, ffn=0 if is_moe else base.ffn, window=m.attention.sliding_window if windowed else 0)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from simtrain.plan import costs
+from simtrain.plan import costs, device
 from simtrain.plan.collectives import all_to_all_shape, collective_shape, p2p_phase, phase_time_alone
 from simtrain.spec.placement import Placement
 from simtrain.spec.scenario import Scenario
@@ -99,7 +99,7 @@ def _collective_time(scenario: Scenario, placement: Placement, kind: str, nbytes
     return sum(phase_time_alone(s.phase(nbytes), cluster) for s in shapes)
 
 
-def cp_figures(scenario: Scenario, placement: Placement, full: costs.LayerShape, dev: costs.Device, pp_rank: int,
+def cp_figures(scenario: Scenario, placement: Placement, full: costs.LayerShape, dev: device.Device, pp_rank: int,
                attention_recomputed: bool) -> CPFigures:
     """Context parallelism's share of one layer: ``full`` is the layer's shape over the whole sequence (the
     costs of the token-local work come from ``local_shape``), ``attention_recomputed`` whether the backward

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from simtrain.plan.costs import Device
+from simtrain.plan.device import Device
 
 #: bytes of one fp32 router score (Megatron-Core moe_router_dtype fp32, the DeepSeek and Qwen recipes' setting)
 ROUTER_SCORE_BYTES = 4

@@ -15,7 +15,7 @@ before the backward (/work/research/schedules_cp.md section 5).
 
 from __future__ import annotations
 
-from simtrain.plan import costs
+from simtrain.plan import costs, device
 
 #: the default module list of selective recompute (Megatron-Core transformer_config.py)
 DEFAULT_MODULES = ("core_attn",)
@@ -28,7 +28,7 @@ def modules_of(training) -> tuple[str, ...]:
     return tuple(training.recompute_modules or DEFAULT_MODULES)
 
 
-def mlp_forward(sh: costs.LayerShape, dev: costs.Device) -> tuple[float, float]:
+def mlp_forward(sh: costs.LayerShape, dev: device.Device) -> tuple[float, float]:
     """(seconds, FLOP) of a dense MLP forward on one TP rank: its GEMMs (gemm_shapes' last two) and the
     activation function's element-wise pass (as layer_cost counts it: 2 or 3 x sbf/t 16-bit elements)."""
     if not sh.ffn:
@@ -40,14 +40,14 @@ def mlp_forward(sh: costs.LayerShape, dev: costs.Device) -> tuple[float, float]:
     return seconds, sum(2.0 * m * n * k for m, n, k in gemms)
 
 
-def norms_forward(sh: costs.LayerShape, dev: costs.Device) -> float:
+def norms_forward(sh: costs.LayerShape, dev: device.Device) -> float:
     """Seconds of the two norms' forward (layer_cost's figure: read and write sbh each)."""
     split = sh.tp if sh.sequence_parallel else 1
     sbh = sh.tokens * sh.hidden * dev.element_bytes / split
     return dev.norm_time(2 * 2 * sbh, backward=False, kernels=2)
 
 
-def selective_extra(sh: costs.LayerShape, dev: costs.Device, modules: tuple[str, ...]) -> tuple[float, float]:
+def selective_extra(sh: costs.LayerShape, dev: device.Device, modules: tuple[str, ...]) -> tuple[float, float]:
     """(seconds, FLOP) re-run before one layer's backward for the listed modules."""
     seconds = flops = 0.0
     if "core_attn" in modules:

@@ -5,6 +5,7 @@
 
 from pathlib import Path
 
+from simtrain.decide import cases as case_files
 from simtrain.decide import validate as v
 from simtrain.report.outputs import dumps_json
 
@@ -12,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def main() -> None:
-    results = [r for name in v.bundled_case_files() for r in v.validate(name)]
+    results = [r for name in case_files.bundled_case_files() for r in v.validate(name)]
     table = v.error_table(results)
     (ROOT / "simtrain" / "validation" / "errors.json").write_text(dumps_json(table))
     print(f"{len(table['cases'])} gated cases")

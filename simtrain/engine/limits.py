@@ -1,0 +1,36 @@
+"""The work one run may do: the simpy events it will schedule, counted from the plan before it runs, and the
+refusal of a run beyond ``simulation.max_events`` with the ways out that apply to it.
+"""
+
+from __future__ import annotations
+
+from simtrain.plan.build import Plan
+from simtrain.spec.errors import SimulationLimitError
+from simtrain.spec.scenario import Scenario
+from simtrain.spec.yamlio import locate
+
+
+def estimate_events(plan: Plan, full: bool) -> int:
+    """Simpy events the run will schedule, counted from the plan before running it."""
+    par = plan.scenario.parallel
+    lanes = par.pp * (par.dp if full else 1)
+    ops = sum(len(ops) for ops in plan.schedule) / max(par.pp, 1)
+    per_op = 4
+    if par.zero >= 3 and par.dp > 1:
+        # per layer: a gather (process start, rendezvous, phase timeouts, flow end, done) and two to
+        # four compute/TP timeouts, plus the reduce-scatter in the backward: about 12
+        per_op += 12 * max(c.layers for c in plan.chunks)
+    layers_per_lane = max(sum(c.layers for c in plan.chunks) / max(par.pp, 1), 1)
+    per_layer = 2 if par.dp > 1 and plan.scenario.simulation.overlap_dp else 0   # each layer's gradients ready
+    return int(lanes * ops * per_op + lanes * 64 + lanes * layers_per_lane * per_layer)
+
+
+def over_limit(scenario: Scenario, full: bool, what: str) -> SimulationLimitError:
+    """The refusal of a run beyond simulation.max_events, with the ways out that apply to it."""
+    line, note = locate(scenario.raw, "simulation.max_events")
+    # stragglers, jitter and degraded links need every lane: folding is then no way out
+    can_fold = full and scenario.simulation.fidelity == "full"
+    way = ("use simulation.fidelity: folded (one lane per stage), a larger micro_batch" if can_fold
+           else "use a larger micro_batch (fewer micro-batches)")
+    return SimulationLimitError(f"{what}; {way} or raise the limit{note}", file=scenario.file, line=line,
+                                field="simulation.max_events")

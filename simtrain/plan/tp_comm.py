@@ -1,0 +1,48 @@
+"""The tensor-parallel collectives of one layer pass, each timed alone on the cluster graph: Megatron's
+all-reduces, or with sequence parallelism its all-gathers and reduce-scatters, and how many of them a backward
+runs again under each recompute mode.
+"""
+
+from __future__ import annotations
+
+from simtrain.plan.collectives import collective_shape, phase_time_alone
+from simtrain.spec.placement import Placement
+from simtrain.spec.scenario import Scenario
+
+
+def tp_time(scenario: Scenario, placement: Placement, nbytes: float, pp_rank: int,
+            dp_index: int | None = None) -> float:
+    """Seconds of the TP collectives of one layer pass (``tp_collectives``): each kind twice."""
+    return 2.0 * sum(tp_collectives(scenario, placement, nbytes, pp_rank, dp_index).values())
+
+
+def tp_collectives(scenario: Scenario, placement: Placement, nbytes: float, pp_rank: int,
+                   dp_index: int | None = None) -> dict[str, float]:
+    """Seconds of the TP collectives of one layer pass: 2 all-reduces of the activations
+    (Megatron: one after attention, one after the MLP), or with sequence parallelism
+    2 all-gathers + 2 reduce-scatters of the same size (Korthikanti et al. 2022, Sec. 4.2.2).
+    ``dp_index`` None: all replicas' TP groups at once (folded); an index: that replica's group alone,
+    its slowest flow setting the pace (full fidelity, degraded links)."""
+    if placement.tp == 1:
+        return {}
+    cluster = scenario.cluster
+    kinds = ("all_gather", "reduce_scatter") if scenario.parallel.sequence_parallel else ("all_reduce",)
+    scale = {(d.a, d.b): d.factor for d in scenario.simulation.degraded_links}
+    times = {}
+    for kind in kinds:
+        key = ("tp", kind, placement.dp, placement.tp, placement.pp, pp_rank, dp_index)
+        shapes = cluster.shapes.get(key)
+        if shapes is None:
+            dps = range(placement.dp) if dp_index is None else [dp_index]
+            groups = [placement.tp_group(d, pp_rank) for d in dps]
+            shapes = collective_shape(kind, groups, cluster, every=dp_index is not None)
+            cluster.shapes[key] = shapes
+        times[kind] = sum(phase_time_alone(shape.phase(nbytes), cluster, scale) for shape in shapes)
+    return times
+
+
+#: the backward's TP collectives, in forward-collective units, per recompute mode: full recompute runs the forward's
+#: again; torchtitan's op-level policy (selective_op) re-runs the collective after the attention output (an
+#: all-reduce, or with sequence parallelism the all-gathers before the attention and the MLP; reduce-scatter outputs
+#: are kept), i.e. half of them
+TP_RECOMPUTE = {"full": 2.0, "selective_op": 1.5}
