@@ -11,17 +11,17 @@ from simtrain.decide import cases as case_files
 from simtrain.decide import validate as v
 
 CASES = Path(str(resources.files("simtrain.validation") / "megatron_bridge_moe.yaml"))
-# the expressible MoE rows of the shared file, by hand: the ones that set no ep_overlap, recompute_modules, deepep or
-# hybridep (the file's header lists the others and the key each lacks)
+# the expressible MoE rows of the shared file, by hand: the ones that set no ep_overlap, recompute_modules, deepep,
+# hybridep, or tp_comm_overlap (the file's header lists the others and the key each lacks)
 EXPRESSIBLE = {
     "mbridge_2509_h100_qwen3_30b_a3b_fp8cs_16gpu", "mbridge_2509_b200_qwen3_30b_a3b_fp8cs_8gpu",
-    "mbridge_2602_b200_qwen3_30b_a3b_mxfp8_8gpu", "mbridge_2509_h100_qwen3_235b_a22b_fp8cs_256gpu",
+    "mbridge_2602_b200_qwen3_30b_a3b_mxfp8_8gpu",
     "mbridge_2509_b200_qwen3_235b_a22b_fp8cs_64gpu", "mbridge_2509_b200_qwen3_235b_a22b_mxfp8_64gpu",
     "mbridge_260401_b200_qwen3_235b_a22b_mxfp8_256gpu", "mbridge_2509_b200_deepseek_v3_fp8cs_256gpu",
     "mbridge_2509_b200_deepseek_v3_mxfp8_256gpu", "mbridge_2511_h100_gpt_oss_120b_bf16_64gpu",
     "mbridge_2511_b200_gpt_oss_120b_bf16_64gpu"}
 GATED = {"mbridge_2509_h100_qwen3_30b_a3b_fp8cs_16gpu", "mbridge_2602_b200_qwen3_30b_a3b_mxfp8_8gpu",
-         "mbridge_2509_h100_qwen3_235b_a22b_fp8cs_256gpu", "mbridge_260401_b200_qwen3_235b_a22b_mxfp8_256gpu"}
+         "mbridge_260401_b200_qwen3_235b_a22b_mxfp8_256gpu"}
 
 
 @pytest.fixture(scope="module")
@@ -52,14 +52,15 @@ def test_targets_are_the_published_throughput():
 
 
 # Today's state (not the issue's target, mean <= 10% and worst <= 20%): every case predicts too fast; gated mean
-# |error| 40.2%, worst -69.5% (Qwen3-30B-A3B MXFP8 dropless on 8 B200, measured at half the 25.09 token-drop row's
+# |error| 46.5%, worst -69.4% (Qwen3-30B-A3B MXFP8 dropless on 8 B200, measured at half the 25.09 token-drop row's
 # speed on the same GPUs). It was 32.1% / -63.6% while the expert GEMMs ran at the BF16 rate under fp8 (a defect:
-# Transformer Engine's GroupedLinear runs them in FP8); the FP8 quantize kernels of the expert inputs are not
-# costed yet. Guards are today's figures rounded up: a change that makes them worse fails here.
+# Transformer Engine's GroupedLinear runs them in FP8), over four gated rows: the Qwen3-235B H100 row (-21.0%) left
+# when tp_comm_overlap with a mixture of experts became a refusal (its cost was a dense layer's). The FP8 quantize
+# kernels of the expert inputs are not costed yet. Guards are today's figures rounded up.
 def test_gated_error_does_not_regress(results):
-    """The gated MoE cases' mean |error| stays at or below 41% and the worst at or below 70%."""
+    """The gated MoE cases' mean |error| stays at or below 47% and the worst at or below 70%."""
     gated = [r for r in results if r.gate]
-    assert len(gated) == 4
+    assert len(gated) == 3
     s = v.summarize(gated)
-    assert s.mean_abs_error <= 0.41
+    assert s.mean_abs_error <= 0.47
     assert s.worst_abs_error <= 0.70

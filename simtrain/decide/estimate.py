@@ -118,13 +118,14 @@ def _bucketed_backward(c: ChunkPlan, bucket: float, comm, slowdown: float) -> tu
     if c.has_head:
         seg(c.head_bwd)
         pending += c.grad_bytes_edge if not c.has_embedding else 0.0
-    for i in range(c.layers):
-        if c.recompute_layer > 0 and c.recomputes(i):
-            seg(c.recompute_layer)
-        seg(c.bwd_layer)
+    for i in reversed(range(c.layers)):   # the engine's order (plan.segments.backward_layers)
+        _fwd, bwd, rec, _ep_fwd, ep_bwd, grads = c.layer_costs(i)   # MoE and dense leading layers differ
+        if rec > 0:
+            seg(rec)
+        seg(bwd)
         tp_bwd, cp_bwd, _hidden = c.bwd_comm(i)
-        seg(tp_bwd + cp_bwd, compute=False)
-        pending += c.grad_bytes_layer
+        seg(tp_bwd + cp_bwd + ep_bwd, compute=False)
+        pending += grads
         if pending >= bucket:
             launch(pending)
             pending = 0.0
@@ -241,9 +242,16 @@ def estimate(scenario: Scenario, plan: Plan | None = None) -> EstimateResult:
     tail_lb, tail_est, last_b_est = [], [], list(b_est[:p])
     for r in range(p):
         opt = plan.optimizer_time[r]
-        gather = 0.0
+        gather = gather_est = 0.0
         if zero in (1, 2):
-            gather = _dp_time(plan, "all_gather", plan.stage_memory[r].params_local * plan.dtype_bytes, r, full)
+            # the dense weights over dp; a mixture of experts' routed weights over their own (expert data-parallel)
+            # group, queued before them on the DP stream (the engine's end of step): the bound counts the dense
+            # gather only, the estimate both
+            expert_bytes = plan.expert_params_local[r] * plan.dtype_bytes if plan.has_experts else 0.0
+            dense_bytes = plan.stage_memory[r].params_local * plan.dtype_bytes - expert_bytes
+            gather = gather_est = _dp_time(plan, "all_gather", dense_bytes, r, full)
+            if expert_bytes and plan.placement.edp > 1:
+                gather_est += _alone(plan, plan.edp_phases("all_gather", expert_bytes, r))
         dp_lb = dp_est = 0.0
         if bucketed:      # the last bucket leaves when the last backward ends: at least its time is exposed
             op_time, past, last = _bucketed_backward(chunks[r], sim.dp_bucket_size, comm(r), slow[r])
@@ -254,13 +262,13 @@ def estimate(scenario: Scenario, plan: Plan | None = None) -> EstimateResult:
         elif dp_sync and zero < 3:   # no overlap: every bucket after the last backward, one after another
             for v in plan.layout.stages_of(r):
                 c = chunks[v]
-                total = c.grad_bytes_layer * c.layers + c.grad_bytes_edge
+                total = c.grad_bytes_layers + c.grad_bytes_edge
                 if total > 0:
                     n = max(1, math.ceil(total / sim.dp_bucket_size))
                     dp_lb += n * comm(r)(total / n)
             dp_est = dp_lb
         tail_lb.append(dp_lb + opt * slow_lb + gather)
-        tail_est.append((dp_est, opt, gather))
+        tail_est.append((dp_est, opt, gather_est))
 
     if played:   # split backwards, V layouts, two directions, overlapped pairs: play the op lists out
         layout = plan.layout

@@ -203,6 +203,14 @@ def enumerate_layouts(scenario: Scenario, gpus: int | None = None, fix: dict[str
                     f"{max_layouts * 4.5e-3:,.0f} s of one core before any simulation), more than max_layouts="
                     f"{max_layouts:,}; narrow it with fix=, search fewer GPUs or a smaller global batch, or raise "
                     "the limit (--max-layouts, search(max_layouts=...))", field="max_layouts")
+    why = {"cp": f"context parallelism is searched only where every CP rank keeps at least {CP_MIN_TOKENS:,} tokens "
+                 f"of a sequence (seq_len {tr.seq_len:,})",
+           "ep": "expert parallelism is searched only for a mixture of experts",
+           "etp": "expert tensor parallelism is searched only for a mixture of experts"}
+    for name in ("cp", "ep", "etp"):   # a fixed key no layout carries would otherwise be ignored silently
+        if name in fixed and not any(name in layout for layout in out):
+            raise InputError(f"fix: {LAYOUT_KEYS[name]} = {fixed[name]}: no searched layout has it ({why[name]})",
+                             field="fix")
     return out
 
 

@@ -349,7 +349,7 @@ class Engine(CommMixin):
         if dp_sync and self.zero < 2 and not overlap:
             for v in plan.layout.stages_of(lane.rank):
                 c = plan.chunks[v]
-                total = c.grad_bytes_layer * c.layers + c.grad_bytes_edge
+                total = c.grad_bytes_layers + c.grad_bytes_edge
                 for nbytes in _buckets(total, self.sim.dp_bucket_size):
                     self._collective(lane, "dp", "dp_" + grad_kind,
                                      plan.dp_phases(grad_kind, nbytes, lane.rank, self.full), nbytes,

@@ -92,6 +92,11 @@ class ChunkPlan:
             return self.tp_bwd_layer, self.cp_bwd_layer, self.cp_bwd_hidden
         return self.tp_bwd_plain, self.cp_bwd_plain, self.cp_bwd_hidden_plain
 
+    @property
+    def grad_bytes_layers(self) -> float:
+        """Gradient bytes of all the chunk's layers (dense leading layers and MoE layers differ)."""
+        return sum(self.layer_costs(i)[5] for i in range(self.layers))
+
     def layer_costs(self, i: int) -> tuple[float, float, float, float, float, float]:
         """(forward, backward, recompute, EP forward, EP backward, gradient bytes) of the chunk's i-th layer
         (counted from the chunk's first); the TP figures are the same for every layer."""
@@ -345,7 +350,15 @@ def build_plan(scenario: Scenario) -> Plan:
             chunks[-1] = replace(chunks[-1], **fields)
 
     shards = scenario.dp_cp if par.zero >= 1 else 1
-    opt = tuple(costs.optimizer_time(mems[r].params_local / shards, tr.optimizer, eager_dev,
+    # routed experts' optimizer state is sharded over their own (expert data-parallel) group, as the ledger has it
+    expert_local = tuple(expert_params_local(scenario, r) for r in range(par.pp)) if m.moe is not None else ()
+    expert_shards = placement.edp if par.zero >= 1 else 1
+
+    def local_optimizer_params(r: int) -> float:
+        experts_here = expert_local[r] if expert_local else 0.0
+        return (mems[r].params_local - experts_here) / shards + experts_here / expert_shards
+
+    opt = tuple(costs.optimizer_time(local_optimizer_params(r), tr.optimizer, eager_dev,
                                      max(0.0, state.grads - state.weights), kernel=tr.optimizer_kernel,
                                      grad_bytes=4.0 if fsdp1 else state.grads)   # FSDP upcasts the shard
                 for r in range(par.pp))
@@ -366,7 +379,6 @@ def build_plan(scenario: Scenario) -> Plan:
         hardware_flops = (layer_hw * par.tp + 3.0 * edge.head_model_flops * par.tp + mtp_hw * par.tp) * replicas
     schedule = rank_schedules(par.schedule, par.pp, mb, par.vpp)
     experts = m.moe is not None
-    expert_local = tuple(expert_params_local(scenario, r) for r in range(par.pp)) if experts else ()
     return Plan(scenario=scenario, placement=placement, chunks=tuple(chunks), schedule=schedule, layout=layout,
                 microbatches=mb,
                 stage_memory=mems, optimizer_time=opt, model_flops_per_step=model_flops,

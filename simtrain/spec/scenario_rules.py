@@ -90,6 +90,16 @@ def check_rules(s, raw: dict) -> list[str]:
                  f"is '{par.schedule}', which runs one; set both, or vpp: 1")
         fail("parallel.schedule", f"'{par.schedule}' runs one chunk per rank but vpp={par.vpp}; "
              "use schedule: interleaved-1f1b or vpp: 1")
+    varied_model = m.moe is not None or m.attention.kind == "mla" or m.attention.sliding_window is not None \
+        or m.mtp_layers > 0
+    if par.layers_per_stage == "auto" and (varied_model or par.cp > 1):
+        fail("parallel.layers_per_stage", "auto is not simulated yet for models whose layers differ (experts, latent "
+             "or sliding-window attention, MTP modules) or with context parallelism: the balance is costed on a "
+             "uniform dense layer; give the split explicitly")
+    if isinstance(par.layers_per_stage, list) and 0 in par.layers_per_stage and varied_model:
+        fail("parallel.layers_per_stage", f"{par.layers_per_stage}: an embedding- or loss-only stage (0 layers) is "
+             "not simulated yet for models whose layers differ (experts, latent or sliding-window attention, MTP "
+             "modules); give every stage a layer")
     if par.layers_per_stage == "auto":
         if par.pp > m.layers:
             fail("parallel.layers_per_stage", f"auto cannot give each of pp={par.pp} pipeline ranks a layer: the model "
@@ -253,6 +263,9 @@ def check_moe_rules(s, raw: dict, fail) -> None:
         if par.etp is not None and par.etp != par.tp:
             fail("parallel.etp", f"{par.etp}: the model has no experts to split (model.moe is not set); leave it out")
         return
+    if par.tp_comm_overlap:
+        fail("parallel.tp_comm_overlap", "true with a mixture of experts is not simulated yet (the overlap is costed "
+             "under a dense layer's GEMMs); use false")
     experts = m.moe.experts
     if experts % par.ep:
         fail("parallel.ep", f"{par.ep} does not divide experts={experts} (allowed: {_divisors(experts)})")
