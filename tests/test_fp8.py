@@ -3,6 +3,8 @@ calculations from the model's dimensions and the hardware files' published figur
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import simtrain
@@ -115,3 +117,16 @@ def test_expert_gemms_run_at_the_fp8_rate():
     # the fp8 device's memory-bound kernels move 2-byte activations as bf16 does; only the GEMMs differ
     assert moe_cost(sh, bf16).forward - moe_cost(sh, fp8).forward == pytest.approx(gain_bf16_to_fp8, rel=1e-9)
     assert gain_bf16_to_fp8 > 0
+
+
+def test_fp8_weight_copies_of_a_mixture_of_experts():
+    """Qwen3-30B-A3B on H100 (tensorwise: 2 FP8 bytes per weight on Hopper, a copy and its transpose), ep 8: per
+    layer the attention matrices 2048 x (4096 + 2 x 512) + 4096 x 2048 = 18,874,368 weights and the 128 / 8 = 16
+    local experts of 3 x 2048 x 768 = 75,497,472; over 48 layers 4,529,848,320 weights = 9.0597 GB of copies."""
+    from simtrain.plan.memory import stage_memory
+
+    sc = simtrain.load_scenario(Path(__file__).resolve().parent.parent / "scenarios" / "pp4_dp4.yaml", {
+        "model": "qwen3-30b-a3b", "parallel.pp": 1, "parallel.dp": 8, "nodes": 1, "parallel.ep": 8,
+        "parallel.zero": 1, "training.global_batch": 16, "training.precision": "fp8"})
+    per_layer = 2048 * (4096 + 2 * 512) + 4096 * 2048 + 16 * 3 * 2048 * 768
+    assert stage_memory(sc, 0).fp8_weights == pytest.approx(48 * per_layer * 2.0, rel=1e-12)

@@ -260,8 +260,14 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
     if tr.precision == "fp8":
         # the FP8 copies of the transformer layers' linear weights (embedding and output layer stay BF16);
         # GPUs with MXFP8 (Blackwell) read FP8 columnwise
-        fp8_copies = layers * (m.matmul_params_per_layer // par.tp) * fp8_weight_copies(
-            tr.fp8_recipe, "mxfp8" in hw.gpu.peak_flops) / (dp if par.zero >= 3 else 1)
+        linear = layers * (m.matmul_params_per_layer // par.tp)
+        if m.moe is not None:   # MoE layers: attention and shared experts split by tp, the local routed experts
+            moe_layers = sum(1 for i in layer_indices(scenario, pp_rank) if m.is_moe_layer(i))
+            moe_layer = (m.attention_matmul_params + m.shared_expert_params) // par.tp + \
+                experts_per_rank(m, par.ep, par.etp or par.tp)
+            linear += moe_layers * (moe_layer - m.matmul_params_per_layer // par.tp)
+        fp8_copies = linear * fp8_weight_copies(tr.fp8_recipe, "mxfp8" in hw.gpu.peak_flops) / \
+            (dp if par.zero >= 3 else 1)
         weights += fp8_copies
     grads = n * stored.grads / (dp if par.zero >= 2 else 1)
     optim = n * stored.optimizer / (dp if par.zero >= 1 else 1)
