@@ -59,6 +59,8 @@ class Cluster:
         if self.spec.explicit:
             nodes = [d.node for d in self.spec.devices]
             self.node_of = nodes.__getitem__          # type: ignore[method-assign]
+        # GPUs per scale-up domain, looked up once: domain_of runs for every flow of a collective's neighbours
+        self._domain_per = 0 if self.spec.explicit else self.domain_gpus
 
     def node_of(self, index: int) -> int:
         return index // self.gpus_per_node
@@ -73,9 +75,8 @@ class Cluster:
 
     def domain_of(self, index: int) -> int:
         """The scale-up domain of GPU ``index`` (its node on explicit topologies)."""
-        if self.spec.explicit:
-            return self.node_of(index)
-        return index // self.domain_gpus
+        per = self._domain_per
+        return index // per if per else self.node_of(index)
 
     # --- the graph --------------------------------------------------------
     @cached_property
