@@ -72,3 +72,22 @@ def test_run_reports_its_band_and_the_cases_behind_it():
     e_low, e_high = d["step_time_band"]["error_range"]
     assert lo == pytest.approx(r.step_time_s / (1 + e_high), rel=1e-6)
     assert hi == pytest.approx(r.step_time_s / (1 + e_low), rel=1e-6)
+
+
+def test_compare_says_when_two_options_are_closer_than_their_bands():
+    """Throughput bands from the step-time bands (tokens per step / step-band ends): A 1,000 tokens/s with a step
+    band of 0.9-1.25 s per 1,000-token step gives 800-1,111 tokens/s; B at 1,050 tokens/s (band 875-1,167) overlaps
+    it and is named; C at 2,000 (1,818-2,222) overlaps neither; a row without a band is never named."""
+    from simtrain.decide.compare import closer_than_bands
+
+    def row(name, tps, low, high):
+        return {"scenario": name, "tokens_per_s": tps, "step_time_s": 1000 / tps,
+                "step_time_band_low_s": low, "step_time_band_high_s": high}
+
+    a = row("A", 1000.0, 0.9, 1.25)
+    b = row("B", 1050.0, 1000 / 1167, 1000 / 875)
+    c = row("C", 2000.0, 0.45, 0.55)
+    none = row("D", 1000.0, None, None)
+    said = closer_than_bands([a, b, c, none])
+    assert len(said) == 1 and said[0].startswith("A and B are closer than their bands: 1,000 vs 1,050 tokens/s")
+    assert "bands 800-1,111 and 875-1,167" in said[0]

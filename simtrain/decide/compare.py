@@ -104,6 +104,9 @@ def compare(scenarios: list[Scenario], tokens: float | str = DEFAULT_TOKENS, *,
             "gpus": s.gpus, "model": s.model.name, "global_batch": s.training.global_batch,
             "seq_len": s.training.seq_len, "layout": layout_text(s),
             "step_time_s": r.step_time_s, "tokens_per_s": r.tokens_per_s, "mfu": r.mfu,
+            # the step-time band from validated runs like this one (report.bands): None where there is none
+            "step_time_band_low_s": r.step_time_band_s[0] if r.step_time_band_s else None,
+            "step_time_band_high_s": r.step_time_band_s[1] if r.step_time_band_s else None,
             "peak_memory_bytes_max": r.peak_memory_bytes_max, "memory_capacity_bytes": r.capacity_bytes,
             "fits_in_memory": r.fits_in_memory, "tokens": tokens, "goodput": goodput, "time_to_train_s": seconds,
             "days": seconds / 86400.0, "gpu_hours": s.gpus * seconds / 3600.0,
@@ -124,6 +127,7 @@ def warnings_for(rows: list[dict[str, Any]]) -> list[str]:
         if len(values) > 1:
             out.append(f"the scenarios train different {what} ({', '.join(values)}): not like for like")
     out += [f"{r['scenario']}: does not fit in memory" for r in rows if not r["fits_in_memory"]]
+    out += closer_than_bands(rows)
     from simtrain.report.accuracy import LEDGER_ERROR
 
     out += [f"{r['scenario']}: its peak is {fraction:.1%} of the GPU's memory, a headroom inside the memory ledger's "
@@ -131,6 +135,28 @@ def warnings_for(rows: list[dict[str, Any]]) -> list[str]:
             for r in rows if r["fits_in_memory"]
             and 1.0 - (fraction := r["peak_memory_bytes_max"] / r["memory_capacity_bytes"]) < LEDGER_ERROR]
     out += [f"{r['scenario']}: {w}" for r in rows for w in r.get("warnings", ()) if not w.startswith("does not fit")]
+    return out
+
+
+def _throughput_band(row: dict[str, Any]) -> tuple[float, float] | None:
+    """Tokens/s at the ends of the row's step-time band (the band's high end is the lower throughput)."""
+    low, high = row.get("step_time_band_low_s"), row.get("step_time_band_high_s")
+    if low is None or high is None:
+        return None
+    per_step = row["tokens_per_s"] * row["step_time_s"]
+    return per_step / high, per_step / low
+
+
+def closer_than_bands(rows: list[dict[str, Any]]) -> list[str]:
+    """Pairs of scenarios whose tokens/s bands overlap: the validated runs' errors do not tell them apart."""
+    out = []
+    for i, a in enumerate(rows):
+        for b in rows[i + 1:]:
+            band_a, band_b = _throughput_band(a), _throughput_band(b)
+            if band_a and band_b and band_a[0] <= band_b[1] and band_b[0] <= band_a[1]:
+                out.append(f"{a['scenario']} and {b['scenario']} are closer than their bands: {a['tokens_per_s']:,.0f} "
+                           f"vs {b['tokens_per_s']:,.0f} tokens/s, bands {band_a[0]:,.0f}-{band_a[1]:,.0f} and "
+                           f"{band_b[0]:,.0f}-{band_b[1]:,.0f} (from the errors of validated runs like each)")
     return out
 
 
@@ -204,6 +230,8 @@ def compare_text(rows: list[dict[str, Any]]) -> str:
         ("model", [r["model"] for r in rows]),
         ("layout", [r["layout"] for r in rows]),
         ("step time", [f"{r['step_time_s']:.3f} s" for r in rows]),
+        ("step time band", ["-" if r.get("step_time_band_low_s") is None else
+                            f"{r['step_time_band_low_s']:.3f}-{r['step_time_band_high_s']:.3f} s" for r in rows]),
         ("tokens/s", [f"{r['tokens_per_s']:,.0f}" for r in rows]),
         ("MFU", [f"{r['mfu']:.1%}" for r in rows]),
         ("peak memory / GPU", [f"{format_bytes(r['peak_memory_bytes_max'])} of "

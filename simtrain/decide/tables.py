@@ -29,6 +29,7 @@ DTYPES: dict[str, str] = {
     # compare
     "scenario": "string", "file": "string", "hardware": "string", "gpu": "string", "gpus": "int64",
     "model": "string", "global_batch": "int64", "seq_len": "int64", "layout": "string",
+    "step_time_band_low_s": "float64", "step_time_band_high_s": "float64",
     "memory_capacity_bytes": "float64", "tokens": "float64", "goodput": "float64", "time_to_train_s": "float64",
     "days": "float64", "gpu_hours": "float64", "price_per_gpu_hour": "float64", "price_source": "string",
     "cost_usd": "float64", "gpu_power_w": "float64", "energy_j": "float64", "energy_mwh": "float64",
