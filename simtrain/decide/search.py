@@ -156,8 +156,7 @@ def enumerate_layouts(scenario: Scenario, gpus: int | None = None, fix: dict[str
     # for MoE layers), so they are not listed
     zeros = (0, 1, 2) if m.moe is not None else (0, 1, 2, 3)
     recomputes = tuple(r for r in RECOMPUTE if m.moe is None or r != "selective_op")
-    varied = m.moe is not None or m.attention.kind == "mla" or m.attention.sliding_window is not None \
-        or m.mtp_layers > 0
+    varied = m.layers_differ
     cps = [c for c in _divisors(total) if tr.seq_len % (2 * c) == 0 and tr.seq_len // c >= CP_MIN_TOKENS]
     cps = cps if len(cps) > 1 else [None]     # None: the layouts carry no cp key (short sequences)
     out = []

@@ -158,6 +158,13 @@ class ModelSpec(Closed):
         return self.head_dim or self.hidden // self.heads
 
     @property
+    def layers_differ(self) -> bool:
+        """True when the model's layers are not all one dense Llama-style layer: experts, latent or sliding-window
+        attention, or MTP modules (what the split-backward schedules and auto splits do not cost yet)."""
+        return self.moe is not None or self.attention.kind == "mla" or self.attention.sliding_window is not None \
+            or self.mtp_layers > 0
+
+    @property
     def is_moe(self) -> bool:
         return self.moe is not None
 

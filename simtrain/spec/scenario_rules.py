@@ -90,8 +90,7 @@ def check_rules(s, raw: dict) -> list[str]:
                  f"is '{par.schedule}', which runs one; set both, or vpp: 1")
         fail("parallel.schedule", f"'{par.schedule}' runs one chunk per rank but vpp={par.vpp}; "
              "use schedule: interleaved-1f1b or vpp: 1")
-    varied_model = m.moe is not None or m.attention.kind == "mla" or m.attention.sliding_window is not None \
-        or m.mtp_layers > 0
+    varied_model = m.layers_differ
     if par.layers_per_stage == "auto" and (varied_model or par.cp > 1):
         fail("parallel.layers_per_stage", "auto is not simulated yet for models whose layers differ (experts, latent "
              "or sliding-window attention, MTP modules) or with context parallelism: the balance is costed on a "
@@ -166,8 +165,7 @@ def check_rules(s, raw: dict) -> list[str]:
         fail("training.global_batch", f"{tr.global_batch} gives {mb} micro-batches per pipeline, but "
              f"{par.schedule} needs at least 2 x pp = {2 * par.pp}{even} (deepseek-ai/DualPipe asserts "
              "num_chunks >= 2 x num_ranks)")
-    varied = m.moe is not None or m.attention.kind == "mla" or m.attention.sliding_window is not None \
-        or m.mtp_layers > 0
+    varied = m.layers_differ
     if par.schedule in ("zb-h1", "zb-v", "dualpipe", "dualpipev") and varied:
         fail("parallel.schedule", f"{par.schedule!r} with a model whose layers differ (experts, latent or "
              "sliding-window attention, MTP modules) is not simulated yet: the split backward's weight-gradient "
