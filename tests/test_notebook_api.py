@@ -271,6 +271,20 @@ def test_python_errors_name_arguments_and_the_cli_names_flags(small_case, capsys
     assert code == 2 and "--gpus 12 is not a whole number of 8-GPU nodes" in err
 
 
+def test_an_override_error_names_no_flag_in_python_and_set_on_the_command_line(capsys):
+    """A value from ``overrides=`` is "set by an override" in Python (no CLI flag named); the command line says
+    --set, the flag the user typed."""
+    path = REPO / "scenarios" / "pp4_dp4.yaml"
+    with pytest.raises(InputError) as err:
+        simtrain.load_scenario(path, {"parallel.tp": "abc"})
+    assert "(value set by an override, not by the file)" in err.value.message and "--" not in err.value.message
+    with pytest.raises(InputError) as err:          # a section rule: the keys an override set inside it
+        simtrain.load_scenario(path, {"parallel.vpp": 3})
+    assert "set by an override" in err.value.message and "--set" not in err.value.message
+    code, _, err_text = run_cli(["run", str(path), "--set", "parallel.tp=abc"], capsys)
+    assert code == 2 and "(value set by an override such as --set, not by the file)" in err_text
+
+
 # --- 10. defaults from the model family ---------------------------------------------------------------------
 
 def test_llama_presets_train_without_dropout_unless_the_scenario_says_so():

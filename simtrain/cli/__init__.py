@@ -79,7 +79,10 @@ def _main(args: list[str]) -> None:
             import traceback
 
             traceback.print_exc()
-        click.echo(f"error: {err}", err=True)
+        from simtrain.spec.yamlio import CLI_OVERRIDE_WORDS
+
+        # Python's errors name arguments; on the command line an override is --set
+        click.echo(f"error: {err}".replace(*CLI_OVERRIDE_WORDS), err=True)
         sys.exit(2)
     except click.exceptions.Abort:
         raise KeyboardInterrupt from None

@@ -224,8 +224,11 @@ def line_of(data: Any, dotted: str) -> int | None:
     return line
 
 
-#: what an error says of a value that came from --set (or a sweep grid), not from the file
-OVERRIDE_NOTE = " (value set by an override such as --set, not by the file)"
+#: what an error says of a value that came from an override (``overrides=``, a sweep grid), not from the file; the
+#: command line names its flag (CLI_OVERRIDE_WORDS)
+OVERRIDE_NOTE = " (value set by an override, not by the file)"
+#: (Python's words, the command line's words) for a value an override set
+CLI_OVERRIDE_WORDS = ("set by an override", "set by an override such as --set")
 
 
 def locate(data: Any, dotted: str) -> tuple[int | None, str]:
@@ -240,7 +243,7 @@ def locate(data: Any, dotted: str) -> tuple[int | None, str]:
         node = node.get(part) if isinstance(node, LineDict) else None
     overridden = _overridden(node, dotted) if isinstance(node, LineDict) else []
     if overridden:
-        return line, f" (with {', '.join(overridden)} set by an override such as --set)"
+        return line, f" (with {', '.join(overridden)} set by an override)"
     return line, ""
 
 
