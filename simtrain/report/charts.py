@@ -6,7 +6,8 @@ The figures (plotly, imported on first use so ``import simtrain`` stays fast):
 - :func:`memory_figure`: allocated bytes over the step per stage (simtrain.report.charts_memory);
 - :func:`sweep_figure`, :func:`heatmap_figure`: sweep tables (simtrain.report.charts_sweep);
 
-and :func:`trace_events`, the Chrome/Perfetto trace (simtrain.report.trace). Each takes
+and :func:`trace_events`, the Chrome/Perfetto trace (simtrain.report.trace); :func:`figure_svg` draws any of the
+figures as static SVG (simtrain.report.svg). Each takes
 a :class:`~simtrain.report.result.Result` or its JSON report, so saved runs redraw
 without a second simulation (``simtrain plot``).
 
@@ -27,41 +28,48 @@ from simtrain.report.charts_gantt import gantt_figure
 from simtrain.report.charts_memory import memory_figure
 from simtrain.report.charts_sweep import heatmap_figure, sweep_figure
 from simtrain.report.outputs import write_atomic
+from simtrain.report.svg import figure_svg
 from simtrain.report.trace import trace_events
 from simtrain.spec.errors import InputError
 
 __all__ = ["gantt_figure", "memory_figure", "sweep_figure", "heatmap_figure", "trace_events", "figures_html",
            "write_figure", "write_outputs", "plot_saved", "plot_sweep", "plot_compare", "plot_search",
            "plot_validate", "plot_gantt", "plot_memory", "compare_figure", "search_figure", "validate_figure",
-           "notebook_renderer"]
+           "notebook_renderer", "figure_svg"]
 
 #: notebook_renderer's modes -> plotly renderers. plotly_mimetype draws the figure live in JupyterLab and VS Code;
 #: notebook adds an HTML copy with plotly.js embedded once per notebook (about 4.8 MB), which nbconvert --to html
 #: and nbviewer keep and which opens offline; notebook_connected's HTML copy loads plotly.js from its CDN instead
-#: (a small notebook; the reader's browser needs the network); png adds a static image, the only form GitHub shows
-#: (it runs no JavaScript), which plotly makes with kaleido
+#: (a small notebook; the reader's browser needs the network); simtrain_svg adds a static SVG drawn by
+#: report/svg.py, the form GitHub shows (it runs no JavaScript), with no HTML copy that a viewer would prefer to it
 RENDERERS = {"embedded": "plotly_mimetype+notebook", "cdn": "plotly_mimetype+notebook_connected",
-             "static": "plotly_mimetype+notebook+png"}
+             "static": "plotly_mimetype+simtrain_svg"}
 
 
 def notebook_renderer(mode: str = "embedded") -> str:
     """Make the figures a notebook shows survive export: ``embedded`` (default) for ``jupyter nbconvert --to html``
-    and nbviewer, offline; ``cdn`` for the same with a small notebook; ``static`` also for GitHub (needs
-    ``pip install kaleido`` and the Chrome it drives). Sets ``plotly.io.renderers.default`` (this process only) and
+    and nbviewer, offline; ``cdn`` for the same with a small notebook; ``static`` for GitHub too (a static SVG
+    beside the live figure; exports show the SVG). Sets ``plotly.io.renderers.default`` (this process only) and
     returns it; nothing is shown or written."""
     import plotly.io as pio
 
     if mode not in RENDERERS:
         raise InputError(f"mode={mode!r}: give one of {', '.join(RENDERERS)}", field="mode")
-    if mode == "static":
-        import importlib.util
-
-        if importlib.util.find_spec("kaleido") is None:
-            raise InputError("mode='static': plotly draws PNG images with kaleido, which is not installed (pip install "
-                             "kaleido, then kaleido.get_chrome()); 'embedded' renders everywhere but GitHub",
-                             field="mode")
+    if mode == "static" and "simtrain_svg" not in pio.renderers:
+        pio.renderers["simtrain_svg"] = _svg_renderer()
     pio.renderers.default = RENDERERS[mode]
     return pio.renderers.default
+
+
+def _svg_renderer():
+    """A plotly renderer whose display bundle is the figure as static SVG (image/svg+xml)."""
+    from plotly.io.base_renderers import MimetypeRenderer
+
+    class SvgRenderer(MimetypeRenderer):
+        def to_mimebundle(self, fig_dict):
+            return {"image/svg+xml": figure_svg(fig_dict)}
+
+    return SvgRenderer()
 
 
 # --- one name per table: the Figure the CLI writes for it ------------------------------------------------
