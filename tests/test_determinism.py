@@ -100,3 +100,19 @@ def test_charts_are_the_same_page_twice(tmp_path):
         charts.write_outputs(result, gantt=tmp_path / f"g{k}.html", memory=tmp_path / f"m{k}.html")
         pages.append(((tmp_path / f"g{k}.html").read_bytes(), (tmp_path / f"m{k}.html").read_bytes()))
     assert pages[0] == pages[1]
+
+
+def test_report_json_layout_is_a_key_a_line_and_a_row_a_line():
+    """dumps_json's layout, written out by hand: sorted keys one per line, each list item (row, sentence) on its own
+    line, a list of numbers on one line, empty containers inline; it parses back to the same value."""
+    import json
+
+    from simtrain.report.outputs import dumps_json
+
+    value = {"b": [1, 2.5], "a": {"z": None, "y": []}, "rows": [{"k": 1, "j": [0, 1]}, {"k": 2}], "says": ["é"],
+             "grid": [[1, 2], [3]], "empty": {}}
+    expected = ('{\n "a": {\n  "y": [],\n  "z": null\n },\n "b": [1, 2.5],\n "empty": {},\n'
+                ' "grid": [\n  [1, 2],\n  [3]\n ],\n "rows": [\n  {"j": [0, 1], "k": 1},\n  {"k": 2}\n ],\n'
+                ' "says": [\n  "é"\n ]\n}\n')
+    assert dumps_json(value) == expected
+    assert json.loads(expected) == value

@@ -145,13 +145,15 @@ def memory(scenario: Scenario) -> Result:
 
 def _slowdowns(s: Scenario) -> dict[int, float]:
     out: dict[int, float] = {}
-    import numpy as np  # seeded choice of straggler ranks
-
-    rng = np.random.default_rng(s.simulation.seed)
+    rng = None
     for st in s.simulation.stragglers:
         if st.rank is not None:
             out[st.rank] = max(out.get(st.rank, 1.0), st.slowdown)
         else:
+            if rng is None:     # a seeded choice of straggler ranks: numpy only here, off the common path
+                import numpy as np
+
+                rng = np.random.default_rng(s.simulation.seed)
             count = max(1, round(st.fraction * s.gpus))
             for r in sorted(rng.choice(s.gpus, size=count, replace=False).tolist()):
                 out[int(r)] = max(out.get(int(r), 1.0), st.slowdown)

@@ -14,11 +14,10 @@ matched errors (the extremes where fewer than ten cases match). No matching case
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-
-import numpy as np
 
 #: the fewest matched cases a band is drawn from
 MIN_CASES = 3
@@ -59,6 +58,19 @@ def validation_errors() -> tuple[dict, ...]:
     return tuple(json.loads(text)["cases"])
 
 
+def percentile(values: list[float], p: float) -> float:
+    """The p-th percentile with linear interpolation between closest ranks (Hyndman & Fan 1996, definition 7; the
+    default of numpy.percentile, which the band used before: this keeps the run's import free of numpy). The
+    interpolation is written the way numpy's _lerp does it, from the upper point when the fraction is >= 0.5, so
+    the results agree to the last bit."""
+    ordered = sorted(values)
+    index = p / 100 * (len(ordered) - 1)
+    below = math.floor(index)
+    t = index - below
+    a, b = ordered[below], ordered[min(below + 1, len(ordered) - 1)]
+    return b - (b - a) * (1 - t) if t >= 0.5 else a + (b - a) * t
+
+
 def no_band_text(gpu: str, stack: str) -> str:
     return (f"no validated run on {gpu or 'this GPU'} resembles this scenario (simtrain validate): the step time "
             "has no measured error band")
@@ -72,11 +84,11 @@ def band(step_time_s: float, gpu: str, stack: str, rows: tuple[dict, ...] | None
     for basis, chosen in ((f"{gpu}, {stack}", [r for r in kin if r["stack"] == stack]),
                           (f"{gpu}, any {'MoE ' if moe else ''}stack (no validated {gpu} run with {stack})", kin)):
         if len(chosen) >= MIN_CASES:
-            errors = np.array([r["error"] for r in chosen])
+            errors = [float(r["error"]) for r in chosen]
             if len(chosen) >= PERCENTILE_FROM:
-                e_low, e_high = (float(x) for x in np.percentile(errors, PERCENTILES))
+                e_low, e_high = (percentile(errors, p) for p in PERCENTILES)
             else:
-                e_low, e_high = float(errors.min()), float(errors.max())
+                e_low, e_high = min(errors), max(errors)
             return Band(low_s=step_time_s / (1 + e_high), high_s=step_time_s / (1 + e_low), basis=basis,
                         cases=tuple(sorted(r["id"] for r in chosen)), errors=(e_low, e_high))
     return None
