@@ -15,7 +15,7 @@ from functools import cached_property
 from simtrain.plan import costs, device
 from simtrain.plan.activations import weight_grad_fraction
 from simtrain.plan.build_moe import chunk_fields, layer_figures, varied_layers
-from simtrain.plan.collectives import Phase, collective_shape, p2p_phase
+from simtrain.plan.collectives import Phase, collective_shape, p2p_phase, stage_shape
 from simtrain.plan.context import CPFigures, cp_figures, local_shape
 from simtrain.plan.flops import model_flops_per_step
 from simtrain.plan.memory import (
@@ -170,11 +170,10 @@ class Plan:
         """A DP/ZeRO collective of one stage: the tp DP groups of that stage run it together."""
         pl = self.placement
         cluster = self.scenario.cluster
-        key = ("dp", collective, pl.dp, pl.tp, pl.pp, pp_rank, every)   # the groups follow from the layout
-        shape = cluster.shapes.get(key)
-        if shape is None:
-            shape = collective_shape(collective, self._groups("dp", pp_rank, None), cluster, every)
-            cluster.shapes[key] = shape
+        # the groups follow from the layout; stage pp_rank's are stage 0's moved by pp_rank x tp x dp GPUs (rank
+        # order tp-dp-pp), so stages a translation period apart share one computation (stage_shape)
+        shape = stage_shape(cluster, ("dp", collective, pl.dp, pl.tp, pl.pp, every), pp_rank * pl.tp * pl.dp,
+                            lambda: collective_shape(collective, self._groups("dp", pp_rank, None), cluster, every))
         return [s.phase(nbytes) for s in shape] if nbytes > 0 else []
 
     def edp_phases(self, collective: str, nbytes: float, pp_rank: int) -> list[Phase]:

@@ -267,14 +267,19 @@ def stage_shape(cluster: Cluster, key: tuple, offset: int, build):
     """The shape ``build()`` makes for the groups of a pipeline stage whose first GPU is ``offset``, cached under
     ``key``: stages whose offsets differ by a multiple of the cluster's translation period share one computation
     (the first one asked for), moved onto their own links. ``build`` returns a shape, a list of shapes or None."""
+    exact = (*key, "at", offset)
+    if exact in cluster.shapes:          # this stage's shape, built or moved before
+        return cluster.shapes[exact]
     period = cluster.translation_period()
-    key = (*key, "at", offset) if period is None else (*key, "mod", offset % period)
-    hit = cluster.shapes.get(key)
-    if hit is None:
-        hit = cluster.shapes[key] = (build(), offset)
-    shape, base = hit
-    if shape is None or offset == base:
+    if period is None:
+        shape = cluster.shapes[exact] = build()
         return shape
-    if isinstance(shape, list):
-        return [shifted(s, cluster, offset - base) for s in shape]
-    return shifted(shape, cluster, offset - base)
+    hit = cluster.shapes.get((*key, "mod", offset % period))
+    if hit is None:
+        hit = cluster.shapes[(*key, "mod", offset % period)] = (build(), offset)
+    shape, base = hit
+    if shape is not None and offset != base:
+        shape = ([shifted(s, cluster, offset - base) for s in shape] if isinstance(shape, list)
+                 else shifted(shape, cluster, offset - base))
+    cluster.shapes[exact] = shape
+    return shape
