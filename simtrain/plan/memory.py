@@ -316,10 +316,10 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
         # log-softmax output with the eager loss (4sbv/t), the 16-bit logits with the fused one (2sbv/t)
         logit_bytes = 4.0 if tr.cross_entropy == "eager" else 2.0
         per_mb += (4.0 * s * b * h / (t if sp else 1) + logit_bytes * s * b * m.vocab / t) * scale
-    if par.schedule in SPLIT_BACKWARD or par.schedule in V_SHAPED:
+    if par.schedule in SPLIT_BACKWARD or par.schedule in V_SHAPED or par.ep_overlap:
         per_chunk = rank_layers(scenario, pp_rank)
         share = {c: (n / layers if layers else 1.0 / len(per_chunk)) for c, n in per_chunk.items()}
-        ops = rank_schedules(par.schedule, par.pp, scenario.microbatches, par.vpp)[pp_rank]
+        ops = rank_schedules(par.schedule, par.pp, scenario.microbatches, par.vpp, par.ep_overlap)[pp_rank]
         inflight = inflight_peak(ops, share, weight_grad_fraction(scenario))
     else:
         inflight = inflight_microbatches(par.schedule, scenario.microbatches, par.pp, pp_rank, par.vpp)
