@@ -303,7 +303,8 @@ def build_plan(scenario: Scenario) -> Plan:
     if varied and m.mtp_layers:
         # each MTP module on the last stage: one layer like the model's last, its projection of [h; h] to h, and
         # its own output layer and loss (DeepSeek-V3 section 2.2; Megatron-Core runs them after the decoder)
-        last = figures[par.pp - 1][-1] or next(f for f in reversed(figures[par.pp - 1]) if f)
+        last_rank = stage_layout(par.schedule, par.pp, par.vpp).rank[-1]   # the last virtual stage's rank
+        last = figures[last_rank][-1] or next(f for f in reversed(figures[last_rank]) if f)
         proj_f = dev.gemm_time(tokens, m.hidden / par.tp, 2 * m.hidden)
         proj_b = dev.gemm_time(tokens, 2 * m.hidden, m.hidden / par.tp) + \
             dev.gemm_time(2 * m.hidden, m.hidden / par.tp, tokens)
@@ -384,9 +385,11 @@ def build_plan(scenario: Scenario) -> Plan:
         plain_layers = m.layers - tr.recompute_layers * vstages
         hardware_flops -= plain_layers * (lc.hardware_flops - 3.0 * lc.model_flops + cpf[0].flops) * par.tp * replicas
     if varied:
-        layer_hw = sum(f.hardware_flops for per_rank in figures for f in per_rank if f is not None)
+        # each layer once (DualPipe holds every layer on two ranks; a micro-batch runs through one copy)
+        per_layer = [next(f[i] for f in figures if f[i] is not None) for i in range(m.layers)]
+        layer_hw = sum(f.hardware_flops for f in per_layer)
         mtp_hw = m.mtp_layers * (3.0 * edge.head_model_flops + 3 * 2.0 * tokens * m.hidden / par.tp * 2 * m.hidden
-                                 + figures[par.pp - 1][-1].hardware_flops) if m.mtp_layers else 0.0
+                                 + per_layer[-1].hardware_flops) if m.mtp_layers else 0.0
         layer_hw += cp_flops * m.layers
         hardware_flops = (layer_hw * par.tp + 3.0 * edge.head_model_flops * par.tp + mtp_hw * par.tp) * replicas
     schedule = rank_schedules(par.schedule, par.pp, mb, par.vpp, par.ep_overlap)

@@ -165,11 +165,6 @@ def check_rules(s, raw: dict) -> list[str]:
         fail("training.global_batch", f"{tr.global_batch} gives {mb} micro-batches per pipeline, but "
              f"{par.schedule} needs at least 2 x pp = {2 * par.pp}{even} (deepseek-ai/DualPipe asserts "
              "num_chunks >= 2 x num_ranks)")
-    varied = m.layers_differ
-    if par.schedule in ("zb-h1", "zb-v", "dualpipe", "dualpipev") and varied:
-        fail("parallel.schedule", f"{par.schedule!r} with a model whose layers differ (experts, latent or "
-             "sliding-window attention, MTP modules) is not simulated yet: the split backward's weight-gradient "
-             "pass is costed for uniform layers only (allowed here: gpipe, 1f1b, interleaved-1f1b)")
     if par.schedule in ("zb-h1", "zb-v", "dualpipe", "dualpipev") and par.zero >= 2 and par.dp > 1:
         fail("parallel.zero", f"{par.zero}: {par.schedule} splits each backward into B and W; simtrain runs it with "
              "zero 0 or 1 (the optimizer state sharded, as Megatron's distributed optimizer), not with gradients "
