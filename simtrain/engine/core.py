@@ -18,6 +18,7 @@ import math
 import simpy
 
 from simtrain.engine.comm import CommMixin, _buckets
+from simtrain.engine.dualpipe import mirror_gradient_sum
 from simtrain.engine.fluid import FluidNetwork
 from simtrain.engine.lane import (  # noqa: F401  (Record, Timeline re-exported)
     CountingEnvironment,
@@ -363,6 +364,8 @@ class Engine(CommMixin):
             else:
                 yield from self._pair(lane, op, part, buckets)
 
+        if self.sc.parallel.schedule == "dualpipe" and self.pp > 1:   # the two model copies' gradients summed
+            yield from mirror_gradient_sum(self, lane)
         # gradient synchronisation, optimizer step, ZeRO parameter all-gather
         t_compute_end = env.now
         if dp_sync and self.zero < 2 and not overlap:

@@ -236,9 +236,6 @@ def check_rules(s, raw: dict) -> list[str]:
         warnings.append(f"training.recompute: selective recomputes the attention scores, softmax and dropout "
                         f"(Korthikanti et al. 2022, Sec. 4.2), which {tr.attention_kernel} attention never stores: it "
                         "saves no memory here and costs the attention forward again; use none, selective_op or full")
-    if par.schedule == "dualpipe" and par.pp > 1:
-        warnings.append("dualpipe: each stage's weights live on two ranks (r and pp - 1 - r), whose gradients "
-                        "DeepSeek-V3 sums before the optimizer step; simtrain does not time that exchange")
     warnings += setup_warnings(s)
     if par.backward_prefetch != "pre" and (par.zero < 3 or par.dp == 1):
         warnings.append(f"parallel.backward_prefetch: {par.backward_prefetch} has no effect with zero {par.zero} and "
