@@ -18,6 +18,7 @@ import math
 import simpy
 
 from simtrain.engine.comm import CommMixin, _buckets
+from simtrain.engine.dualpipe import mirror_gradient_sum
 from simtrain.engine.fluid import FluidNetwork
 from simtrain.engine.lane import (  # noqa: F401  (Record, Timeline re-exported)
     CountingEnvironment,
@@ -27,6 +28,7 @@ from simtrain.engine.lane import (  # noqa: F401  (Record, Timeline re-exported)
     Timeline,
 )
 from simtrain.engine.limits import estimate_events, over_limit
+from simtrain.engine.merged_pair import play_merged_pair
 from simtrain.plan import segments
 from simtrain.plan.build import ChunkPlan, Plan
 from simtrain.plan.schedules import split_backwards
@@ -232,16 +234,24 @@ class Engine(CommMixin):
 
     def _locked(self, lane: Lane, segments: list, mb: int, v: int):
         """Run segments one by one, compute under the lane's compute lock: the other half of an overlapped pair
-        computes while this one communicates (DeepSeek-V3 Sec. 3.2.1, Fig. 4)."""
+        computes while this one communicates (DeepSeek-V3 Sec. 3.2.1, Fig. 4). TP collectives hold the lock too:
+        they run inside the attention and MLP modules on the compute stream; only the EP dispatch and combine (and
+        the pipeline sends) run on the communication stream (Megatron-Core model_chunk_schedule_plan.py)."""
         if lane.compute_lock is None:
             lane.compute_lock = simpy.Resource(self.env, capacity=1)
-        for stream, kind, sec, layer in segments:
-            if stream == "compute":
-                with lane.compute_lock.request() as req:
-                    yield req
-                    yield from self._segment(lane, stream, kind, sec, mb, v, layer)
-            else:
-                yield from self._segment(lane, stream, kind, sec, mb, v, layer, exposed=False)
+        i, n = 0, len(segments)
+        while i < n:
+            if segments[i][0] not in ("compute", "tp"):
+                yield from self._segment(lane, *segments[i][:3], mb, v, segments[i][3], exposed=False)
+                i += 1
+                continue
+            with lane.compute_lock.request() as req:   # one compute segment and the TP collectives after it
+                yield req
+                yield from self._segment(lane, *segments[i][:3], mb, v, segments[i][3])
+                i += 1
+                while i < n and segments[i][0] == "tp":
+                    yield from self._segment(lane, *segments[i][:3], mb, v, segments[i][3])
+                    i += 1
 
     def _forward(self, lane: Lane, mb: int, chunk: int, paired: bool = False):
         layout = self.plan.layout
@@ -301,13 +311,23 @@ class Engine(CommMixin):
             yield from self._wait_recv(lane, (lane.dp, vf, op.mb, "F"))
         if layout.next[vb] >= 0:
             yield from self._wait_recv(lane, (lane.dp, vb, op.mb2, "B"))
-        fwd = self.env.process(self._forward(lane, op.mb, op.chunk, paired=True))
-        bwd = self.env.process(self._backward(lane, op.mb2, op.chunk2, part, buckets, paired=True))
-        yield fwd & bwd
+        if self.sc.parallel.ep_overlap and not buckets and self.zero < 3:
+            yield from play_merged_pair(self, lane, op, vf, vb, part)
+        else:
+            yield from self._overlapped_pair(lane, op, part, buckets)
         if layout.next[vf] >= 0:
             self._send(lane, "F", op.mb, vf, layout.next[vf])
         if layout.prev[vb] >= 0:
             self._send(lane, "B", op.mb2, vb, layout.prev[vb])
+
+    def _overlapped_pair(self, lane: Lane, op, part: str, buckets: bool):
+        """Both halves of a pair as processes, their compute taking turns under the lane's compute lock."""
+        t0, busy0 = self.env.now, lane.busy["compute"] + lane.busy["tp"]
+        fwd = self.env.process(self._forward(lane, op.mb, op.chunk, paired=True))
+        bwd = self.env.process(self._backward(lane, op.mb2, op.chunk2, part, buckets, paired=True))
+        yield fwd & bwd
+        if "ep" in lane.exposed:   # the pair's compute stream idle: waiting for an all-to-all neither half hid
+            lane.exposed["ep"] += max(0.0, self.env.now - t0 - (lane.busy["compute"] + lane.busy["tp"] - busy0))
 
     def _lane(self, lane: Lane):
         env, plan = self.env, self.plan
@@ -344,6 +364,8 @@ class Engine(CommMixin):
             else:
                 yield from self._pair(lane, op, part, buckets)
 
+        if self.sc.parallel.schedule == "dualpipe" and self.pp > 1:   # the two model copies' gradients summed
+            yield from mirror_gradient_sum(self, lane)
         # gradient synchronisation, optimizer step, ZeRO parameter all-gather
         t_compute_end = env.now
         if dp_sync and self.zero < 2 and not overlap:

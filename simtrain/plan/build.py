@@ -107,6 +107,14 @@ class ChunkPlan:
         return self.fwd_layer, self.bwd_layer, self.recompute_layer, self.ep_fwd_layer, self.ep_bwd_layer, \
             self.grad_bytes_layer
     wgrad_layer: float = 0.0  # s, the weight-gradient part of bwd_layer (a split backward's W per layer)
+    lead_wgrad: float = 0.0   # s, the weight-gradient part of lead_bwd
+    moe_fwd_layer: float = 0.0    # s, of fwd_layer: the MoE block (router, permutation, experts, shared experts)
+    moe_bwd_layer: float = 0.0    # s, of bwd_layer: the MoE block
+    moe_wgrad_layer: float = 0.0  # s, of wgrad_layer: the MoE block's weight-gradient GEMMs
+
+    def layer_wgrad(self, i: int) -> float:
+        """Seconds of the weight-gradient GEMMs of the chunk's i-th layer (a split backward's W)."""
+        return self.lead_wgrad if self.recomputes(i) and i < self.lead_layers else self.wgrad_layer
     embed_wgrad: float = 0.0  # s, the weight-gradient part of embed_bwd
     head_wgrad: float = 0.0   # s, the weight-gradient part of head_bwd
     act_w_bytes: float = 0.0  # of act_bytes, what a split backward keeps from its B until its W
@@ -290,16 +298,20 @@ def build_plan(scenario: Scenario) -> Plan:
     vstages = scenario.virtual_stages
     varied = varied_layers(scenario)
     figures = [layer_figures(scenario, dev, placement, shape, r) for r in range(par.pp)] if varied else []
-    mtp_fwd = mtp_bwd = 0.0
+    mtp_fwd = mtp_bwd = mtp_wgrad = 0.0
     if varied and m.mtp_layers:
         # each MTP module on the last stage: one layer like the model's last, its projection of [h; h] to h, and
         # its own output layer and loss (DeepSeek-V3 section 2.2; Megatron-Core runs them after the decoder)
-        last = figures[par.pp - 1][-1] or next(f for f in reversed(figures[par.pp - 1]) if f)
+        last_rank = stage_layout(par.schedule, par.pp, par.vpp).rank[-1]   # the last virtual stage's rank
+        last = figures[last_rank][-1] or next(f for f in reversed(figures[last_rank]) if f)
         proj_f = dev.gemm_time(tokens, m.hidden / par.tp, 2 * m.hidden)
         proj_b = dev.gemm_time(tokens, 2 * m.hidden, m.hidden / par.tp) + \
             dev.gemm_time(2 * m.hidden, m.hidden / par.tp, tokens)
         mtp_fwd = m.mtp_layers * (last.forward + last.ep_forward + proj_f + edge.head_forward)
         mtp_bwd = m.mtp_layers * (last.recompute + last.backward + last.ep_backward + proj_b + edge.head_backward)
+        # a split backward's W of the MTP modules: their layer's, their projection's and their output layer's
+        mtp_wgrad = m.mtp_layers * (last.wgrad + dev.gemm_time(2 * m.hidden, m.hidden / par.tp, tokens)
+                                    + edge.head_backward_weight)
     layout = stage_layout(par.schedule, par.pp, par.vpp)
     w_fraction = weight_grad_fraction(scenario)
     starts = [sum(scenario.layers_per_stage[:s]) for s in range(vstages)]
@@ -345,7 +357,8 @@ def build_plan(scenario: Scenario) -> Plan:
                 fields.update(lead_fwd=fields["lead_fwd"] + cf.forward, lead_bwd=fields["lead_bwd"] + cf.backward,
                               lead_recompute=fields["lead_recompute"] + cf.recompute)
             if last:
-                fields.update(head_fwd=chunks[-1].head_fwd + mtp_fwd, head_bwd=chunks[-1].head_bwd + mtp_bwd)
+                fields.update(head_fwd=chunks[-1].head_fwd + mtp_fwd, head_bwd=chunks[-1].head_bwd + mtp_bwd,
+                              head_wgrad=chunks[-1].head_wgrad + mtp_wgrad)
             chunks[-1] = replace(chunks[-1], **fields)
 
     shards = scenario.dp_cp if par.zero >= 1 else 1
@@ -371,12 +384,14 @@ def build_plan(scenario: Scenario) -> Plan:
         plain_layers = m.layers - tr.recompute_layers * vstages
         hardware_flops -= plain_layers * (lc.hardware_flops - 3.0 * lc.model_flops + cpf[0].flops) * par.tp * replicas
     if varied:
-        layer_hw = sum(f.hardware_flops for per_rank in figures for f in per_rank if f is not None)
+        # each layer once (DualPipe holds every layer on two ranks; a micro-batch runs through one copy)
+        per_layer = [next(f[i] for f in figures if f[i] is not None) for i in range(m.layers)]
+        layer_hw = sum(f.hardware_flops for f in per_layer)
         mtp_hw = m.mtp_layers * (3.0 * edge.head_model_flops + 3 * 2.0 * tokens * m.hidden / par.tp * 2 * m.hidden
-                                 + figures[par.pp - 1][-1].hardware_flops) if m.mtp_layers else 0.0
+                                 + per_layer[-1].hardware_flops) if m.mtp_layers else 0.0
         layer_hw += cp_flops * m.layers
         hardware_flops = (layer_hw * par.tp + 3.0 * edge.head_model_flops * par.tp + mtp_hw * par.tp) * replicas
-    schedule = rank_schedules(par.schedule, par.pp, mb, par.vpp)
+    schedule = rank_schedules(par.schedule, par.pp, mb, par.vpp, par.ep_overlap)
     experts = m.moe is not None
     return Plan(scenario=scenario, placement=placement, chunks=tuple(chunks), schedule=schedule, layout=layout,
                 microbatches=mb,

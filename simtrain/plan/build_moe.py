@@ -28,6 +28,10 @@ class LayerFigures:
     grad_bytes: float          # dense-part gradient bytes (reduced over DP)
     expert_grad_bytes: float   # routed-expert gradient bytes (reduced over the expert data-parallel group)
     hardware_flops: float      # per GPU, forward + backward + recompute
+    wgrad: float = 0.0         # s, the weight-gradient GEMMs within backward (attention's, and the MoE block's)
+    moe_forward: float = 0.0   # s, within forward: the MoE block (router, permutation, experts, shared experts)
+    moe_backward: float = 0.0  # s, within backward: the MoE block
+    moe_wgrad: float = 0.0     # s, within wgrad: the MoE block's weight-gradient GEMMs
 
 
 def varied_layers(scenario: Scenario) -> bool:
@@ -89,7 +93,7 @@ def _one_layer(scenario: Scenario, dev: device.Device, base: costs.LayerShape, i
     if not is_moe:
         return LayerFigures(forward=lc.forward, backward=lc.backward, recompute=lc.recompute, ep_forward=0.0,
                             ep_backward=0.0, grad_bytes=layer_params_per_rank(m, par.tp) * grad_bytes,
-                            expert_grad_bytes=0.0, hardware_flops=lc.hardware_flops)
+                            expert_grad_bytes=0.0, hardware_flops=lc.hardware_flops, wgrad=lc.backward_weight)
     full = tr.recompute == "full"
     recompute = lc.recompute + (moe.forward if full else 0.0)
     return LayerFigures(
@@ -97,7 +101,9 @@ def _one_layer(scenario: Scenario, dev: device.Device, base: costs.LayerShape, i
         ep_forward=ep, ep_backward=ep * (2.0 if full else 1.0),
         grad_bytes=moe_dense_part_per_rank(m, par.tp) * grad_bytes,
         expert_grad_bytes=experts_per_rank(m, par.ep, par.etp or par.tp) * grad_bytes,
-        hardware_flops=lc.hardware_flops + moe.hardware_flops + (moe.model_flops if full else 0.0))
+        hardware_flops=lc.hardware_flops + moe.hardware_flops + (moe.model_flops if full else 0.0),
+        wgrad=lc.backward_weight + moe.backward_weight, moe_forward=moe.forward, moe_backward=moe.backward,
+        moe_wgrad=moe.backward_weight)
 
 
 def chunk_fields(figures: list[LayerFigures | None], lo: int, n: int) -> dict:
@@ -117,9 +123,10 @@ def chunk_fields(figures: list[LayerFigures | None], lo: int, n: int) -> dict:
     out = {"fwd_layer": avg("forward"), "bwd_layer": avg("backward"), "recompute_layer": avg("recompute"),
            "ep_fwd_layer": avg("ep_forward"), "ep_bwd_layer": avg("ep_backward"),
            "grad_bytes_layer": avg("grad_bytes"), "expert_grad_bytes_layer": avg("expert_grad_bytes"),
-           "lead_layers": lead}
+           "wgrad_layer": avg("wgrad"), "moe_fwd_layer": avg("moe_forward"), "moe_bwd_layer": avg("moe_backward"),
+           "moe_wgrad_layer": avg("moe_wgrad"), "lead_layers": lead}
     if lead:
         first = layers[0]
         out.update(lead_fwd=first.forward, lead_bwd=first.backward, lead_recompute=first.recompute,
-                   lead_grad_bytes=first.grad_bytes)
+                   lead_grad_bytes=first.grad_bytes, lead_wgrad=first.wgrad)
     return out

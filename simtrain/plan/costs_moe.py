@@ -92,6 +92,8 @@ class MoECost:
     backward: float
     model_flops: float       # forward FLOP of the routed tokens' experts, router and shared experts on this GPU
     hardware_flops: float    # forward + backward FLOP executed, padding included
+    backward_weight: float = 0.0   # s, within backward: the router's, experts' and shared experts' weight-gradient
+                                   # GEMMs (a split backward's W; Megatron-Core's delayed expert wgrad)
 
 
 def moe_cost(sh: MoEShape, dev: Device) -> MoECost:
@@ -116,6 +118,7 @@ def moe_cost(sh: MoEShape, dev: Device) -> MoECost:
     shapes = [(m, up, h), (m, h, down)]
     experts_f = n_local * sum(dev.linear_gemm_time(a, b, c) for a, b, c in shapes)
     experts_b = n_local * sum(dev.linear_gemm_time(a, c, b) + dev.linear_gemm_time(c, b, a) for a, b, c in shapes)
+    wgrad = dev.gemm_time(h, E, T) + n_local * sum(dev.linear_gemm_time(c, b, a) for a, b, c in shapes)
     act_bytes = (3 if sh.mlp_matrices == 3 else 2) * m * n_local * down * e
     act_f = dev.memory_time(act_bytes, kernels=1)
     act_b = dev.memory_time(2 * act_bytes, kernels=1)
@@ -130,11 +133,13 @@ def moe_cost(sh: MoEShape, dev: Device) -> MoECost:
         shared_b = sum(dev.linear_gemm_time(a, c, b) + dev.linear_gemm_time(c, b, a) for a, b, c in s_shapes) + \
             dev.memory_time(2 * (3 if sh.mlp_matrices == 3 else 2) * sh.tokens * sh.shared_ffn / sh.tp * e, kernels=1)
         shared_flops = sum(2.0 * a * b * c for a, b, c in s_shapes)
+        wgrad += sum(dev.linear_gemm_time(c, b, a) for a, b, c in s_shapes)
     router_flops = 2.0 * T * E * h
     forward = router_f + permute_f + experts_f + act_f + shared_f
     backward = router_b + permute_b + experts_b + act_b + shared_b
     flops = expert_flops + shared_flops + router_flops
-    return MoECost(forward=forward, backward=backward, model_flops=flops, hardware_flops=3.0 * flops)
+    return MoECost(forward=forward, backward=backward, model_flops=flops, hardware_flops=3.0 * flops,
+                   backward_weight=wgrad)
 
 
 def dispatch_bytes(sh: MoEShape, element_bytes: int) -> float:

@@ -25,6 +25,7 @@ from simtrain.plan.memory_moe import (
     dispatch_buffer_bytes,
     expert_params_local,
     experts_per_rank,
+    holds_last_stage,
     layer_indices,
     moe_activation_bytes,
     moe_dense_part_per_rank,
@@ -234,7 +235,7 @@ def local_params(scenario: Scenario, pp_rank: int) -> tuple[int, int]:
         count = (layers - moe_layers) * per_layer + moe_layers * moe_layer
     first, last = rank_edges(scenario, pp_rank)
     count += edge_params(m, t, par.pp, first=first, last=last)
-    if m.mtp_layers and pp_rank == par.pp - 1:
+    if m.mtp_layers and holds_last_stage(scenario, pp_rank):
         count += mtp_dense_params_local(scenario, pp_rank) + m.mtp_layers * experts_per_rank(m, par.ep, par.etp or t)
     return count, layers
 
@@ -302,7 +303,7 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
     msh = moe_shape(scenario)
     if msh is not None:
         moe_layers = sum(1 for i in layer_indices(scenario, pp_rank) if m.is_moe_layer(i))
-        moe_layers += m.mtp_layers if pp_rank == par.pp - 1 else 0
+        moe_layers += m.mtp_layers if holds_last_stage(scenario, pp_rank) else 0
         attention_only = activation_bytes_per_layer(
             s, b, h, a, ffn=0, mlp=m.mlp, t=t, sequence_parallel=sp, **_attention_widths(m),
             attention_scores=not tr.flash_attention, recompute=tr.recompute, dropout=tr.dropout) * scale
@@ -316,10 +317,10 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
         # log-softmax output with the eager loss (4sbv/t), the 16-bit logits with the fused one (2sbv/t)
         logit_bytes = 4.0 if tr.cross_entropy == "eager" else 2.0
         per_mb += (4.0 * s * b * h / (t if sp else 1) + logit_bytes * s * b * m.vocab / t) * scale
-    if par.schedule in SPLIT_BACKWARD or par.schedule in V_SHAPED:
+    if par.schedule in SPLIT_BACKWARD or par.schedule in V_SHAPED or par.ep_overlap:
         per_chunk = rank_layers(scenario, pp_rank)
         share = {c: (n / layers if layers else 1.0 / len(per_chunk)) for c, n in per_chunk.items()}
-        ops = rank_schedules(par.schedule, par.pp, scenario.microbatches, par.vpp)[pp_rank]
+        ops = rank_schedules(par.schedule, par.pp, scenario.microbatches, par.vpp, par.ep_overlap)[pp_rank]
         inflight = inflight_peak(ops, share, weight_grad_fraction(scenario))
     else:
         inflight = inflight_microbatches(par.schedule, scenario.microbatches, par.pp, pp_rank, par.vpp)

@@ -10,6 +10,7 @@ group (moe.md section 3.5); so ZeRO divides dense state by dp and expert state b
 from __future__ import annotations
 
 from simtrain.plan.costs_moe import ROUTER_SCORE_BYTES, MoEShape
+from simtrain.plan.schedules import stage_layout
 from simtrain.spec.scenario import Scenario
 
 
@@ -25,16 +26,24 @@ def moe_shape(scenario: Scenario) -> MoEShape | None:
                     capacity_factor=moe.capacity_factor, imbalance=moe.imbalance)
 
 
+def _model_stages(scenario: Scenario, pp_rank: int) -> list[int]:
+    """The model stages one pipeline rank holds, wherever the schedule places them (interleaved: v = chunk x pp + r;
+    a V: r and 2 pp - 1 - r; DualPipe's two copies: r and pp - 1 - r)."""
+    par = scenario.parallel
+    layout = stage_layout(par.schedule, par.pp, par.vpp)
+    return [layout.model_stage[v] for v in layout.stages_of(pp_rank)]
+
+
 def layer_indices(scenario: Scenario, pp_rank: int) -> list[int]:
     """The model's layer indices held by one pipeline rank (all its chunks)."""
-    out: list[int] = []
-    lo = 0
-    pp = scenario.parallel.pp
-    for v, n in enumerate(scenario.layers_per_stage):
-        if v % pp == pp_rank:
-            out.extend(range(lo, lo + n))
-        lo += n
-    return out
+    lps = scenario.layers_per_stage
+    starts = [sum(lps[:s]) for s in range(len(lps))]
+    return sorted(i for s in _model_stages(scenario, pp_rank) for i in range(starts[s], starts[s] + lps[s]))
+
+
+def holds_last_stage(scenario: Scenario, pp_rank: int) -> bool:
+    """Whether the rank holds the last model stage (its output layer, loss and MTP modules)."""
+    return scenario.virtual_stages - 1 in _model_stages(scenario, pp_rank)
 
 
 def moe_dense_part_per_rank(model, tp: int) -> int:
@@ -55,7 +64,7 @@ def expert_params_local(scenario: Scenario, pp_rank: int) -> int:
     if m.moe is None:
         return 0
     n = sum(1 for i in layer_indices(scenario, pp_rank) if m.is_moe_layer(i))
-    if pp_rank == par.pp - 1:
+    if holds_last_stage(scenario, pp_rank):
         n += m.mtp_layers
     return n * experts_per_rank(m, par.ep, par.etp or par.tp)
 
@@ -64,7 +73,7 @@ def mtp_dense_params_local(scenario: Scenario, pp_rank: int) -> int:
     """MTP modules' weights outside the routed experts on one GPU of the last stage: the projection [2h -> h] split
     by tp, the norms, one layer's dense part."""
     m, par = scenario.model, scenario.parallel
-    if not m.mtp_layers or pp_rank != par.pp - 1:
+    if not m.mtp_layers or not holds_last_stage(scenario, pp_rank):
         return 0
     layer = moe_dense_part_per_rank(m, par.tp) if m.moe is not None else m.params_per_layer // par.tp
     return m.mtp_layers * (2 * m.hidden * m.hidden // par.tp + 3 * m.norm_params + layer)

@@ -19,6 +19,8 @@ The engine executes these lists and knows nothing of how they were made: a new s
 - Interleaved 1F1B (Narayanan et al. 2021 Sec. 2.2.2): each rank holds vpp
   chunks; micro-batches go through the chunks in groups of pp, with
   (pp - r - 1) x 2 + (vpp - 1) x pp warm-up chunk forwards (Megatron-LM's count).
+- Megatron-Core's EP all-to-all overlap (``parallel.ep_overlap``): interleaved 1F1B (or 1F1B with pp 1) with one
+  more warm-up forward and every steady-state F and B merged into an "FB" pair (:func:`interleaved`).
 - The zero-bubble and DualPipe schedules are in :mod:`simtrain.plan.schedules_zb`.
 """
 
@@ -129,25 +131,39 @@ def _interleaved_op(k: int, pp: int, vpp: int, forward: bool) -> tuple[int, int]
     return group * pp + within % pp, chunk
 
 
-def interleaved(pp: int, m: int, vpp: int) -> list[list[Op]]:
+def interleaved(pp: int, m: int, vpp: int, ep_overlap: bool = False) -> list[list[Op]]:
+    """Interleaved 1F1B (module docstring); with ``ep_overlap``, Megatron-Core's EP all-to-all overlap: one more
+    warm-up forward, "so that the forward and backward computations are independent in all 1f1b steps", and each
+    steady-state forward merged with its backward into one "FB" pair (megatron/core/pipeline_parallel/schedules.py
+    get_pp_rank_microbatches and combined_1f1b.py, NVIDIA/Megatron-LM at d98e8a6). With pp = 1 and vpp = 1 this is
+    forward_backward_no_pipelining's combined 1F1B: F0, then F(i+1) with B(i), then the last B."""
     if m % pp:
         raise ValueError(f"interleaved schedule needs micro-batches ({m}) to be a multiple of pp ({pp})")
     total = m * vpp
     out = []
     for rank in range(pp):
-        warmup = min((pp - rank - 1) * 2 + (vpp - 1) * pp, total)
+        warmup = min((pp - rank - 1) * 2 + (vpp - 1) * pp + (1 if ep_overlap else 0), total)
         ops = [Op("F", *_interleaved_op(k, pp, vpp, True)) for k in range(warmup)]
         f, b = warmup, 0
         while f < total:
-            ops.append(Op("F", *_interleaved_op(f, pp, vpp, True)))
-            ops.append(Op("B", *_interleaved_op(b, pp, vpp, False)))
+            fwd, bwd = _interleaved_op(f, pp, vpp, True), _interleaved_op(b, pp, vpp, False)
+            if ep_overlap:
+                ops.append(Op("FB", *fwd, *bwd))
+            else:
+                ops.append(Op("F", *fwd))
+                ops.append(Op("B", *bwd))
             f, b = f + 1, b + 1
         ops.extend(Op("B", *_interleaved_op(k, pp, vpp, False)) for k in range(b, total))
         out.append(ops)
     return out
 
 
-def build_schedule(name: str, pp: int, m: int, vpp: int = 1) -> list[list[Op]]:
+def build_schedule(name: str, pp: int, m: int, vpp: int = 1, ep_overlap: bool = False) -> list[list[Op]]:
+    """Each rank's op list; ``ep_overlap`` (1f1b with pp 1, or interleaved-1f1b) merges the steady state's pairs."""
+    if ep_overlap:
+        if name not in ("1f1b", "interleaved-1f1b") or (name == "1f1b" and pp > 1):
+            raise ValueError(f"ep_overlap runs on 1f1b with pp 1 or interleaved-1f1b, not {name!r} with pp {pp}")
+        return interleaved(pp, m, vpp, ep_overlap=True)
     if name == "gpipe":
         return gpipe(pp, m)
     if name == "1f1b":
@@ -166,10 +182,10 @@ def build_schedule(name: str, pp: int, m: int, vpp: int = 1) -> list[list[Op]]:
 
 
 @lru_cache(maxsize=4)
-def rank_schedules(name: str, pp: int, m: int, vpp: int = 1) -> tuple[tuple[Op, ...], ...]:
+def rank_schedules(name: str, pp: int, m: int, vpp: int = 1, ep_overlap: bool = False) -> tuple[tuple[Op, ...], ...]:
     """``build_schedule`` as tuples, kept for the last few layouts: the memory ledger asks for one rank's list at a
     time, and a pure function of its arguments need not be built pp times."""
-    return tuple(tuple(ops) for ops in build_schedule(name, pp, m, vpp))
+    return tuple(tuple(ops) for ops in build_schedule(name, pp, m, vpp, ep_overlap))
 
 
 def virtual_stage(chunk: int, rank: int, pp: int) -> int:

@@ -31,20 +31,22 @@ def forward_segments(c) -> list:
 
 
 def backward_layers(c, part: str = "full") -> list:
-    """Per layer, in backward order: (layer, its segments) for one part of the backward. A split backward (only
-    for models whose layers are alike: the scenario rules refuse it otherwise) takes the uniform wgrad_layer as W."""
+    """Per layer, in backward order: (layer, its segments) for one part of the backward. A split backward's W is
+    each layer's own weight-gradient GEMMs (``layer_wgrad``: a MoE layer's router, experts and shared experts with
+    its attention's; a dense leading layer's its own); B is the rest, its all-to-alls included (the expert input
+    gradient crosses the EP group, the weight gradients stay local)."""
     out = []
     for i in reversed(range(c.layers)):
         layer = c.layer_lo + i
         segs = []
         if part == "weight":
-            segs.append(("compute", "wgrad", c.wgrad_layer, layer))
+            segs.append(("compute", "wgrad", c.layer_wgrad(i), layer))
             out.append((layer, segs))
             continue
         _fwd, bwd, rec, _ep_fwd, ep_bwd, _grads = c.layer_costs(i)
         if rec > 0:
             segs.append(("compute", "recompute", rec, layer))
-        segs.append(("compute", "backward", bwd - (c.wgrad_layer if part == "input" else 0.0), layer))
+        segs.append(("compute", "backward", bwd - (c.layer_wgrad(i) if part == "input" else 0.0), layer))
         tp_bwd, cp_bwd, cp_hidden = c.bwd_comm(i)
         segs.append(("tp", "tp_comm", tp_bwd, layer))
         if cp_hidden > 0:

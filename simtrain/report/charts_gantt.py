@@ -44,6 +44,7 @@ KIND_STYLE = {
     "tp_comm": ("#B279A2", "TP all-reduce"),
     "send_act": ("#72B7B2", "PP send activations"),
     "send_grad": ("#3B8A85", "PP send gradients"),
+    "mirror_grad_sum": ("#2F6F6A", "DualPipe gradient sum (mirror ranks)"),
     "dp_all_reduce": ("#9D755D", "DP all-reduce"),
     "dp_reduce_scatter": ("#BAB0AC", "DP reduce-scatter"),
     "zero_all_gather": ("#79706E", "ZeRO all-gather (params)"),

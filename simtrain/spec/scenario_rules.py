@@ -165,11 +165,6 @@ def check_rules(s, raw: dict) -> list[str]:
         fail("training.global_batch", f"{tr.global_batch} gives {mb} micro-batches per pipeline, but "
              f"{par.schedule} needs at least 2 x pp = {2 * par.pp}{even} (deepseek-ai/DualPipe asserts "
              "num_chunks >= 2 x num_ranks)")
-    varied = m.layers_differ
-    if par.schedule in ("zb-h1", "zb-v", "dualpipe", "dualpipev") and varied:
-        fail("parallel.schedule", f"{par.schedule!r} with a model whose layers differ (experts, latent or "
-             "sliding-window attention, MTP modules) is not simulated yet: the split backward's weight-gradient "
-             "pass is costed for uniform layers only (allowed here: gpipe, 1f1b, interleaved-1f1b)")
     if par.schedule in ("zb-h1", "zb-v", "dualpipe", "dualpipev") and par.zero >= 2 and par.dp > 1:
         fail("parallel.zero", f"{par.zero}: {par.schedule} splits each backward into B and W; simtrain runs it with "
              "zero 0 or 1 (the optimizer state sharded, as Megatron's distributed optimizer), not with gradients "
@@ -241,9 +236,6 @@ def check_rules(s, raw: dict) -> list[str]:
         warnings.append(f"training.recompute: selective recomputes the attention scores, softmax and dropout "
                         f"(Korthikanti et al. 2022, Sec. 4.2), which {tr.attention_kernel} attention never stores: it "
                         "saves no memory here and costs the attention forward again; use none, selective_op or full")
-    if par.schedule == "dualpipe" and par.pp > 1:
-        warnings.append("dualpipe: each stage's weights live on two ranks (r and pp - 1 - r), whose gradients "
-                        "DeepSeek-V3 sums before the optimizer step; simtrain does not time that exchange")
     warnings += setup_warnings(s)
     if par.backward_prefetch != "pre" and (par.zero < 3 or par.dp == 1):
         warnings.append(f"parallel.backward_prefetch: {par.backward_prefetch} has no effect with zero {par.zero} and "
@@ -256,6 +248,9 @@ def check_moe_rules(s, raw: dict, fail) -> None:
     a pipeline stage, parallel_state.initialize_model_parallel), and what MoE runs simtrain cannot simulate yet."""
     par, tr, m = s.parallel, s.training, s.model
     if m.moe is None:
+        if par.ep_overlap:
+            fail("parallel.ep_overlap", "true needs a mixture-of-experts model: it hides the experts' all-to-alls, "
+                 "and this model has no experts (model.moe is not set); use false")
         if par.ep > 1:
             fail("parallel.ep", f"{par.ep}: the model has no experts to split (model.moe is not set); use ep: 1")
         if par.etp is not None and par.etp != par.tp:
@@ -286,6 +281,8 @@ def check_moe_rules(s, raw: dict, fail) -> None:
                  "NVLink inside a node (deepseek-ai/DeepEP README) (allowed here: alltoall, allgather)")
         fail("parallel.moe_dispatcher", f"'{par.moe_dispatcher}' is not simulated yet (allowed: alltoall, "
              "allgather)")
+    if par.ep_overlap:
+        check_ep_overlap_rules(s, fail)
     if par.zero >= 3:
         fail("parallel.zero", f"{par.zero}: ZeRO-3 of a mixture-of-experts model is not simulated yet (allowed: 0, 1, "
              "2; expert state is sharded over the expert data-parallel group)")
@@ -295,6 +292,32 @@ def check_moe_rules(s, raw: dict, fail) -> None:
     if par.zero_impl != "generic":
         fail("parallel.zero_impl", f"'{par.zero_impl}' (PyTorch FSDP1) is not simulated for mixture-of-experts models "
              "(allowed: generic)")
+
+
+def check_ep_overlap_rules(s, fail) -> None:
+    """What Megatron-Core asserts before it merges forward and backward to hide the EP all-to-alls
+    (TransformerConfig.__post_init__, overlap_moe_expert_parallel_comm, NVIDIA/Megatron-LM at d98e8a6), and what
+    simtrain plays it with."""
+    par, tr, m = s.parallel, s.training, s.model
+    if par.ep == 1:
+        fail("parallel.ep_overlap", "true needs expert parallelism (ep > 1): with ep 1 there is no all-to-all to "
+             "hide (Megatron-Core asserts expert_model_parallel_size > 1)")
+    if par.moe_dispatcher != "alltoall":
+        fail("parallel.ep_overlap", f"true runs with the alltoall dispatcher only (Megatron-Core: alltoall or flex), "
+             f"not moe_dispatcher '{par.moe_dispatcher}'")
+    if par.schedule not in ("1f1b", "interleaved-1f1b") or (par.schedule == "1f1b" and par.pp > 1):
+        fail("parallel.ep_overlap", f"true merges the 1F1B steady state of schedule 1f1b with pp 1 or of "
+             f"interleaved-1f1b (Megatron-Core needs virtual pipeline stages when pp > 1), not '{par.schedule}' "
+             f"with pp {par.pp}")
+    if tr.recompute == "full":
+        fail("parallel.ep_overlap", "true with training.recompute: full is refused by Megatron-Core (disable full "
+             "recomputation when enabling overlap_moe_expert_parallel_comm); use none or selective")
+    if m.mtp_layers > 1:
+        fail("parallel.ep_overlap", f"true supports at most one MTP module (Megatron-Core), but the model has "
+             f"mtp_layers {m.mtp_layers}")
+    if par.zero >= 2 and par.dp > 1:
+        fail("parallel.zero", f"{par.zero}: ep_overlap runs with zero 0 or 1 (Megatron's distributed optimizer "
+             "shards the optimizer state only), not with gradients or weights sharded")
 
 
 def setup_warnings(s) -> list[str]:   # s: a simtrain.spec.scenario.Scenario

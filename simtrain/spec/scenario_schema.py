@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, NonNegativeInt, PositiveInt
+from pydantic import BeforeValidator, Field, NonNegativeInt, PositiveInt, model_serializer
 
 from simtrain.spec.quantity import Bytes, Number
 from simtrain.spec.schema import Closed
@@ -132,6 +132,11 @@ class Parallel(Closed):
         "alltoall", description="how tokens reach their experts: alltoall = Megatron-Core's all-to-all over the EP "
                                 "group; allgather = all-gather of every token over the expert tp x ep group, "
                                 "reduce-scatter back; deepep, hybridep = DeepEP's fused kernels")
+    ep_overlap: bool = Field(
+        False, description="Megatron-Core's EP all-to-all overlap (--overlap-moe-expert-parallel-comm with "
+                           "--delay-wgrad-compute): in the 1F1B steady state one micro-batch's forward and another's "
+                           "backward run merged, each one's dispatch and combine under the other's compute; 1f1b "
+                           "with pp 1 or interleaved-1f1b, ep > 1, alltoall dispatcher")
     layers_per_stage: list[int] | Literal["auto"] | None = Field(
         None, description="uneven split, one entry per (virtual) stage in model order; 0 for a first stage with only "
                           "the embedding or a last with only the loss; auto = the split whose slowest pipeline rank is "
@@ -146,6 +151,14 @@ class Parallel(Closed):
     offload_optimizer: bool = Field(
         False, description="optimizer state and step on the host CPU (DeepSpeed ZeRO-Offload): the fp32 master and "
                            "moments live in host memory, gradients go down and weights come back over PCIe")
+
+    @model_serializer(mode="wrap")
+    def _without_unset_ep_overlap(self, handler) -> dict:
+        """ep_overlap is listed only when true, so that the reports of runs without it read as before it existed."""
+        out = handler(self)
+        if not self.ep_overlap:
+            out.pop("ep_overlap", None)
+        return out
 
 
 class Straggler(Closed):

@@ -1,0 +1,38 @@
+"""Megatron-Core's merged forward-backward pair under the EP all-to-all overlap (``parallel.ep_overlap``), played
+on a lane: the plan's two-stream timeline (:func:`simtrain.plan.ep_overlap.merged_pair`) replayed on the lane's
+compute stream, each wait for an all-to-all counted as exposed EP time."""
+
+from __future__ import annotations
+
+from simtrain.engine.lane import Lane
+from simtrain.plan import ep_overlap
+
+
+def play_merged_pair(engine, lane: Lane, op, vf: int, vb: int, part: str):
+    """Run the forward (op.mb on virtual stage vf) and backward (op.mb2 on vb) merged; the engine's ``_segment``
+    times each compute piece (stragglers, jitter, overlap slowdowns apply), the all-to-alls are drawn where the
+    plan put them. Inputs were received before and outputs are sent after (the engine's pair)."""
+    env = engine.env
+    cf, cb = engine.plan.chunks[vf], engine.plan.chunks[vb]
+    key = ("FBm", vf, vb)
+    merged = engine._segments.get(key)
+    if merged is None:
+        merged = engine._segments[key] = ep_overlap.merged_pair(cf, cb)
+    engine._alloc(lane, cf.act_bytes)
+    t0, planned = env.now, 0.0
+    for step in merged.compute:
+        gap = step.start - planned
+        if gap > 0:
+            lane.exposed["ep"] += gap
+            yield env.timeout(gap)
+        mb, v = (op.mb, vf) if step.side == "F" else (op.mb2, vb)
+        yield from engine._segment(lane, "compute", step.kind, step.seconds, mb, v, step.layer)
+        planned = step.start + step.seconds
+    if merged.end > planned:
+        lane.exposed["ep"] += merged.end - planned
+        yield env.timeout(merged.end - planned)
+    for step in merged.comm:
+        mb, v = (op.mb, vf) if step.side == "F" else (op.mb2, vb)
+        lo, hi = (step.layer, step.layer + 1) if step.layer is not None else (-1, -1)
+        engine._record(lane, "ep", step.kind, t0 + step.start, t0 + step.start + step.seconds, mb, v, lo, hi)
+    engine._free(lane, cb.act_bytes - (cb.act_w_bytes if part == "input" else 0.0))

@@ -1,0 +1,165 @@
+"""Megatron-Core's EP all-to-all overlap (``parallel.ep_overlap``): the merged 1F1B schedule as data, and the exposed
+all-to-all of a merged forward-backward pair against a hand calculation.
+
+The rule (Megatron-Core ``combined_1f1b.py`` and ``model_chunk_schedule_plan.py``, NVIDIA/Megatron-LM at d98e8a6):
+in the steady state one micro-batch's forward and another's backward run merged, layer by layer, "EP A2A in forward
+step is hidden by the attention/mlp computation in the backward step, and vice versa"; the all-to-alls run on a
+communication stream, the layers' compute (TP collectives included) on the compute stream. Per merged layer pair,
+with forward compute c_f, its dispatch + combine a_f, backward compute c_b and its all-to-alls a_b, the compute
+stream's period is c_f + c_b + max(0, a_f - c_b, a_b - c_f): each all-to-all exposed by what the other half's
+compute leaves uncovered. The first forward and the last backward run alone (no pair to hide under).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from conftest import make_scenario
+
+from simtrain.engine.core import Engine
+from simtrain.engine.simulation import simulate
+from simtrain.plan.build import build_plan
+from simtrain.plan.ep_overlap import merged_pair
+from simtrain.plan.pipeline_ops import Op
+from simtrain.plan.schedules import build_schedule, inflight_peak, interleaved
+from simtrain.spec.errors import InputError
+
+
+def _qwen(m: int = 4, seq: int = 1024, **parallel):
+    """Qwen3-30B-A3B on one DGX-H100 node, EP 8 over dp 8 (or the given layout)."""
+    par = {"dp": 8, "ep": 8, **parallel}
+    return make_scenario(hardware="dgx-h100", nodes=1, model="qwen3-30b-a3b",
+                         training={"seq_len": seq, "global_batch": m * par["dp"], "micro_batch": 1},
+                         parallel=par)
+
+
+def _chunk(af, mf, ab, wa, mb, wm, df, db, layers, plan=None):
+    """A chunk whose every MoE layer takes attention forward af, MoE forward mf, attention input gradient ab and
+    weight gradient wa, MoE input gradient mb and weight gradient wm, and one all-to-all of df (forward) or db
+    (backward) seconds each way; no edges, TP, gradients to reduce."""
+    plan = plan or build_plan(_qwen(m=2, ep_overlap=True))
+    return replace(plan.chunks[0], layers=layers, fwd_layer=af + mf, moe_fwd_layer=mf, bwd_layer=ab + wa + mb + wm,
+                   moe_bwd_layer=mb + wm, moe_wgrad_layer=wm, wgrad_layer=wa + wm, recompute_layer=0.0,
+                   tp_fwd_layer=0.0, tp_bwd_layer=0.0, ep_fwd_layer=2 * df, ep_bwd_layer=2 * db, lead_layers=0,
+                   embed_fwd=0.0, embed_bwd=0.0, head_fwd=0.0, head_bwd=0.0, has_embedding=False, has_head=False,
+                   metrics_bwd=0.0, grad_bytes_layer=0.0, grad_bytes_edge=0.0, expert_grad_bytes_layer=0.0)
+
+
+def _synthetic(times, layers, m, overlap):
+    """Play a one-stage plan of :func:`_chunk` layers (no optimizer): (step time, exposed EP seconds)."""
+    plan = build_plan(_qwen(m=m, ep_overlap=overlap))
+    c = _chunk(*times, layers, plan)
+    timeline = Engine(replace(plan, chunks=(c,), optimizer_time=(0.0,), expert_grad_bytes=(0.0,))).run()
+    return timeline.step_time, timeline.lanes[0].exposed["ep"]
+
+
+def test_no_pipelining_schedule_is_megatrons():
+    """pp 1: F0, then F(i+1) merged with B(i), then the last B (combined_1f1b_schedule_for_no_pipelining)."""
+    assert build_schedule("1f1b", 1, 4, 1, ep_overlap=True) == [[
+        Op("F", 0, 0), Op("FB", 1, 0, 0, 0), Op("FB", 2, 0, 1, 0), Op("FB", 3, 0, 2, 0), Op("B", 3, 0)]]
+
+
+@pytest.mark.parametrize(("pp", "m", "vpp"), [(2, 4, 2), (4, 8, 2), (4, 8, 3)])
+def test_interleaved_has_one_more_warmup_forward_and_merged_pairs(pp, m, vpp):
+    """Rank r runs (pp - r - 1) x 2 + (vpp - 1) x pp + 1 warm-up forwards (Megatron-Core get_pp_rank_microbatches
+    with overlap_moe_expert_parallel_comm), then pairs F(k) with B(k - warmup) in interleaved 1F1B's own order."""
+    plain = interleaved(pp, m, vpp)
+    merged = build_schedule("interleaved-1f1b", pp, m, vpp, ep_overlap=True)
+    for r in range(pp):
+        warmup = (pp - r - 1) * 2 + (vpp - 1) * pp + 1
+        ops = merged[r]
+        assert [op.kind for op in ops[:warmup]] == ["F"] * warmup
+        assert all(op.kind == "FB" for op in ops[warmup:m * vpp])
+        assert all(op.kind == "B" for op in ops[m * vpp:])
+        # the same forwards and backwards, in the same order, as plain interleaved 1F1B
+        fwd = [(op.mb, op.chunk) for op in ops if op.kind in ("F", "FB")]
+        bwd = [(op.mb2, op.chunk2) if op.kind == "FB" else (op.mb, op.chunk) for op in ops if op.kind in ("B", "FB")]
+        assert fwd == [(op.mb, op.chunk) for op in plain[r] if op.kind == "F"]
+        assert bwd == [(op.mb, op.chunk) for op in plain[r] if op.kind == "B"]
+
+
+def test_extra_warmup_holds_one_more_microbatch():
+    """The extra warm-up forward keeps one more micro-batch's activations in flight: pp x vpp + 1 chunk-activations
+    on rank 0 instead of interleaved 1F1B's ... + 0 (Megatron's count, 2(pp - 1) + (vpp - 1) pp + 1 forwards before
+    the first backward frees)."""
+    pp, m, vpp = 4, 8, 2
+    share = {c: 1.0 for c in range(vpp)}
+    plain = inflight_peak(interleaved(pp, m, vpp)[0], share, 0.0)
+    merged = inflight_peak(build_schedule("interleaved-1f1b", pp, m, vpp, ep_overlap=True)[0], share, 0.0)
+    assert merged == plain + 1 == (pp - 1) * 2 + (vpp - 1) * pp + 2
+
+
+# (attention fwd, MoE fwd, attention dgrad, attention wgrad, MoE dgrad, MoE wgrad, a2a fwd, a2a bwd) -> the period of
+# one merged layer pair in the steady state, by hand on the two streams (module docstring):
+HAND = [
+    # every all-to-all shorter than the compute it hides under: the period is the compute, 2+2+3+1+3+1
+    ((2, 2, 3, 1, 3, 1, 0.5, 0.5), 12.0),
+    # forward all-to-alls of 6: the dispatch runs under the MoE dgrad + wgrad (4), the combine under the attention
+    # dgrad + wgrad (4): 14 of compute + (6 - 4) + (6 - 4)
+    ((4, 2, 3, 1, 3, 1, 6, 1), 18.0),
+    # backward all-to-alls of 4: the combine backward starts when the attention dgrad ends and runs under the
+    # delayed attention wgrad and the next attention forward (1 + 2); the dispatch backward under the MoE wgrad and
+    # forward (1 + 2): 12 + (4 - 3) + (4 - 3)
+    ((2, 2, 3, 1, 3, 1, 0.5, 4), 14.0),
+]
+
+
+@pytest.mark.parametrize(("times", "period"), HAND)
+def test_steady_state_pair_exposes_a2a_minus_the_compute_it_hides_under(times, period):
+    """One more merged layer pair adds the hand-calculated period: compute + max(0, a2a - overlapping compute) of
+    each all-to-all (Megatron-Core TransformerLayerSchedulePlan.run)."""
+    L = 12
+    one = merged_pair(_chunk(*times, L), _chunk(*times, L))
+    more = merged_pair(_chunk(*times, L + 1), _chunk(*times, L + 1))
+    assert more.end - one.end == pytest.approx(period)
+
+
+@pytest.mark.parametrize("m", [2, 4])
+def test_engine_plays_the_merged_pairs(m):
+    """pp 1, m micro-batches: F0 alone, m - 1 merged pairs, the last B alone; with the all-to-alls of HAND's first
+    row a pair hides all of them (the first combine backward under the first attention forward, the last combine
+    forward under the last attention backward), the lone F and B (run as without the overlap) hide none."""
+    times, L = HAND[0][0], 6
+    af, mf, ab, wa, mb, wm, df, db = times
+    plain, plain_ep = _synthetic(times, L, m, False)
+    step, ep = _synthetic(times, L, m, True)
+    assert plain == pytest.approx(m * L * (af + mf + ab + wa + mb + wm + 2 * df + 2 * db))
+    assert plain_ep == pytest.approx(m * L * 2 * (df + db))
+    lone_f = L * (af + mf + 2 * df)
+    lone_b = L * (ab + wa + mb + wm + 2 * db)
+    pair = L * (af + mf + ab + wa + mb + wm)
+    assert step == pytest.approx(lone_f + (m - 1) * pair + lone_b)
+    assert ep == pytest.approx(L * 2 * df + L * 2 * db)
+    assert step < plain
+
+
+@pytest.mark.parametrize("parallel", [{}, {"pp": 2, "dp": 4, "ep": 4, "vpp": 2, "schedule": "interleaved-1f1b"}])
+def test_never_slower_on_a_real_moe(parallel):
+    """On Qwen3-30B-A3B (EP in one NVLink node, all-to-alls shorter than a layer's compute) the overlap is never
+    slower, and the exposed EP time falls."""
+    plain = simulate(_qwen(m=8, **parallel))
+    over = simulate(_qwen(m=8, ep_overlap=True, **parallel))
+    assert over.step_time_s < plain.step_time_s
+    assert over.to_dict()["exposed_comm_s"]["ep"] < plain.to_dict()["exposed_comm_s"]["ep"]
+
+
+@pytest.mark.parametrize(("parallel", "says"), [
+    ({"ep": 1}, "needs expert parallelism (ep > 1)"),
+    ({"moe_dispatcher": "allgather"}, "runs with the alltoall dispatcher only"),
+    ({"pp": 2, "dp": 4, "ep": 4, "schedule": "zb-h1"}, "not 'zb-h1'"),
+    ({"zero": 2}, "ep_overlap runs with zero 0 or 1"),
+])
+def test_megatrons_preconditions_are_refused(parallel, says):
+    """What Megatron-Core asserts for overlap_moe_expert_parallel_comm (transformer_config.py) is refused, located."""
+    with pytest.raises(InputError, match="parallel") as err:
+        _qwen(ep_overlap=True, **parallel)
+    assert says in str(err.value)
+
+
+def test_full_recompute_is_refused():
+    """Megatron-Core: 'disable full recomputation when enabling overlap_moe_expert_parallel_comm'."""
+    with pytest.raises(InputError, match="recompute: full is refused by Megatron-Core"):
+        make_scenario(hardware="dgx-h100", nodes=1, model="qwen3-30b-a3b",
+                      training={"seq_len": 1024, "global_batch": 16, "micro_batch": 1, "recompute": "full"},
+                      parallel={"dp": 8, "ep": 8, "ep_overlap": True})
