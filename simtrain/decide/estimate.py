@@ -203,8 +203,10 @@ def estimate(scenario: Scenario, plan: Plan | None = None) -> EstimateResult:
     # per virtual stage: (lower-bound op times, estimated op times)
     f_lb, b_lb, f_est, b_est, zero3_wait = [], [], [], [], []
     for c in chunks:
-        f_lb.append(c.forward_time * slow_lb)
-        b_lb.append(c.backward_time * slow_lb)
+        # with ep_overlap every all-to-all may hide under the other micro-batch's compute: the bound drops them
+        hidden_ep = (c.layers - c.lead_layers) if par.ep_overlap else 0
+        f_lb.append((c.forward_time - hidden_ep * c.ep_fwd_layer) * slow_lb)
+        b_lb.append((c.backward_time - hidden_ep * c.ep_bwd_layer) * slow_lb)
         if zero >= 3:
             g = _dp_time(plan, "all_gather", c.zero3_layer_bytes, c.rank, full) if c.layers else 0.0
             r = _dp_time(plan, "reduce_scatter", c.grad_bytes_layer, c.rank, full) \
