@@ -115,12 +115,38 @@ def test_steady_state_pair_exposes_a2a_minus_the_compute_it_hides_under(times, p
     assert more.end - one.end == pytest.approx(period)
 
 
+# the same rows with compute 1.25x slower while an all-to-all runs (the hardware files' overlap slowdown), by hand:
+# an all-to-all of a seconds over compute costs a (1 - 1/1.25) = 0.2 a more compute time, unless the all-to-all
+# itself is the longer: then the period keeps its length
+SLOWED = [
+    # four all-to-alls of 0.5 s, each under compute: 12 + 4 x 0.5 x 0.2
+    ((2, 2, 3, 1, 3, 1, 0.5, 0.5), 12.4),
+    # the forward ones (6 s) outlast their compute even slowed (4 -> 5 s): unchanged; the backward ones (1 s) + 0.2
+    # each
+    ((4, 2, 3, 1, 3, 1, 6, 1), 18.4),
+    # the backward ones (4 s) outlast their slowed compute (3 -> 3.75 s): unchanged; the forward ones + 0.1 each
+    ((2, 2, 3, 1, 3, 1, 0.5, 4), 14.2),
+]
+
+
+@pytest.mark.parametrize(("times", "period"), SLOWED)
+def test_compute_under_an_all_to_all_runs_at_the_overlap_slowdown(times, period):
+    """Compute sharing the GPU with an all-to-all runs 1.25x slower while it is in flight (arXiv:2507.03114's
+    slowdown, as for DP collectives): the hand-calculated steady-state periods above."""
+    L = 12
+    one = merged_pair(_chunk(*times, L), _chunk(*times, L), 1.25)
+    more = merged_pair(_chunk(*times, L + 1), _chunk(*times, L + 1), 1.25)
+    assert more.end - one.end == pytest.approx(period)
+
+
 @pytest.mark.parametrize("m", [2, 4])
 def test_engine_plays_the_merged_pairs(m):
     """pp 1, m micro-batches: F0 alone, m - 1 merged pairs, the last B alone; with the all-to-alls of HAND's first
     row a pair hides all of them (the first combine backward under the first attention forward, the last combine
-    forward under the last attention backward), the lone F and B (run as without the overlap) hide none."""
+    forward under the last attention backward), the lone F and B (run as without the overlap) hide none. The pair's
+    compute runs at DGX H100's overlap slowdown sigma (1.19) while each of its 4 L all-to-alls is in flight."""
     times, L = HAND[0][0], 6
+    sigma = 1.19    # hardware/dgx-h100.yaml compute.overlap_slowdown (arXiv:2507.03114), NVLink EP
     af, mf, ab, wa, mb, wm, df, db = times
     plain, plain_ep = _synthetic(times, L, m, False)
     step, ep = _synthetic(times, L, m, True)
@@ -128,7 +154,7 @@ def test_engine_plays_the_merged_pairs(m):
     assert plain_ep == pytest.approx(m * L * 2 * (df + db))
     lone_f = L * (af + mf + 2 * df)
     lone_b = L * (ab + wa + mb + wm + 2 * db)
-    pair = L * (af + mf + ab + wa + mb + wm)
+    pair = L * (af + mf + ab + wa + mb + wm) + 4 * L * df * (1 - 1 / sigma)     # df = db here
     assert step == pytest.approx(lone_f + (m - 1) * pair + lone_b)
     assert ep == pytest.approx(L * 2 * df + L * 2 * db)
     assert step < plain

@@ -11,17 +11,20 @@ from simtrain.decide import cases as case_files
 from simtrain.decide import validate as v
 
 CASES = Path(str(resources.files("simtrain.validation") / "megatron_bridge_moe.yaml"))
-# the expressible MoE rows of the shared file, by hand: the ones that set no ep_overlap, recompute_modules, deepep,
-# hybridep, or tp_comm_overlap (the file's header lists the others and the key each lacks)
+# the expressible MoE rows of the shared file, by hand: the ones that set no recompute_modules, deepep, hybridep, or
+# tp_comm_overlap (the file's header lists the others and the key each lacks); ep_overlap rows since 2026-12-01
 EXPRESSIBLE = {
     "mbridge_2509_h100_qwen3_30b_a3b_fp8cs_16gpu", "mbridge_2509_b200_qwen3_30b_a3b_fp8cs_8gpu",
     "mbridge_2602_b200_qwen3_30b_a3b_mxfp8_8gpu",
     "mbridge_2509_b200_qwen3_235b_a22b_fp8cs_64gpu", "mbridge_2509_b200_qwen3_235b_a22b_mxfp8_64gpu",
     "mbridge_260401_b200_qwen3_235b_a22b_mxfp8_256gpu", "mbridge_2509_b200_deepseek_v3_fp8cs_256gpu",
     "mbridge_2509_b200_deepseek_v3_mxfp8_256gpu", "mbridge_2511_h100_gpt_oss_120b_bf16_64gpu",
-    "mbridge_2511_b200_gpt_oss_120b_bf16_64gpu"}
+    "mbridge_2511_b200_gpt_oss_120b_bf16_64gpu",
+    "mbridge_2511_h100_qwen3_30b_a3b_fp8cs_16gpu", "mbridge_2511_h100_qwen3_235b_a22b_fp8cs_256gpu",
+    "mbridge_260401_h100_qwen3_235b_a22b_fp8cs_256gpu", "mbridge_2511_b200_qwen3_235b_a22b_mxfp8_64gpu"}
 GATED = {"mbridge_2509_h100_qwen3_30b_a3b_fp8cs_16gpu", "mbridge_2602_b200_qwen3_30b_a3b_mxfp8_8gpu",
-         "mbridge_260401_b200_qwen3_235b_a22b_mxfp8_256gpu"}
+         "mbridge_260401_b200_qwen3_235b_a22b_mxfp8_256gpu", "mbridge_2511_h100_qwen3_235b_a22b_fp8cs_256gpu",
+         "mbridge_260401_h100_qwen3_235b_a22b_fp8cs_256gpu"}
 
 
 @pytest.fixture(scope="module")
@@ -56,11 +59,13 @@ def test_targets_are_the_published_throughput():
 # speed on the same GPUs). It was 32.1% / -63.6% while the expert GEMMs ran at the BF16 rate under fp8 (a defect:
 # Transformer Engine's GroupedLinear runs them in FP8), over four gated rows: the Qwen3-235B H100 row (-21.0%) left
 # when tp_comm_overlap with a mixture of experts became a refusal (its cost was a dense layer's). The FP8 quantize
-# kernels of the expert inputs are not costed yet. Guards are today's figures rounded up.
+# kernels of the expert inputs are not costed yet. With parallel.ep_overlap simulated (2026-12-01) the two gated
+# Qwen3-235B H100 rows that use it joined: -28.5% and -25.2% (all-to-alls hidden under compute slowed 1.19x), so the
+# gated mean is 38.7% over 5. Guards are today's figures rounded up.
 def test_gated_error_does_not_regress(results):
-    """The gated MoE cases' mean |error| stays at or below 47% and the worst at or below 70%."""
+    """The gated MoE cases' mean |error| stays at or below 39% and the worst at or below 70%."""
     gated = [r for r in results if r.gate]
-    assert len(gated) == 3
+    assert len(gated) == 5
     s = v.summarize(gated)
-    assert s.mean_abs_error <= 0.47
+    assert s.mean_abs_error <= 0.39
     assert s.worst_abs_error <= 0.70

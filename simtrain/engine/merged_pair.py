@@ -1,6 +1,7 @@
 """Megatron-Core's merged forward-backward pair under the EP all-to-all overlap (``parallel.ep_overlap``), played
 on a lane: the plan's two-stream timeline (:func:`simtrain.plan.ep_overlap.merged_pair`) replayed on the lane's
-compute stream, each wait for an all-to-all counted as exposed EP time."""
+compute stream (compute under an all-to-all at the hardware's overlap slowdown), each wait for an all-to-all
+counted as exposed EP time."""
 
 from __future__ import annotations
 
@@ -17,7 +18,10 @@ def play_merged_pair(engine, lane: Lane, op, vf: int, vb: int, part: str):
     key = ("FBm", vf, vb)
     merged = engine._segments.get(key)
     if merged is None:
-        merged = engine._segments[key] = ep_overlap.merged_pair(cf, cb)
+        # compute slows while an all-to-all runs, by the fabric the EP groups use (the hardware file's figure)
+        scenario = engine.plan.scenario
+        crosses = engine.plan.placement.crosses_nodes().get("ep", False)
+        merged = engine._segments[key] = ep_overlap.merged_pair(cf, cb, scenario.hardware.overlap_slowdown(crosses))
     engine._alloc(lane, cf.act_bytes)
     t0, planned = env.now, 0.0
     for step in merged.compute:

@@ -65,33 +65,78 @@ def backward_parts(c, i: int) -> tuple[float, float, float, float, float]:
 
 
 class _Streams:
-    """The two streams as they fill: each piece starts when its stream is free and its input is ready."""
+    """The two streams' programs: each piece waits for the piece before it on its stream and for the piece whose
+    output it needs (``after``); :meth:`play` times them."""
 
     def __init__(self) -> None:
-        self.comp_t = self.comm_t = 0.0
-        self.compute: list[Step] = []
-        self.comm: list[Step] = []
+        self.pieces: list[tuple[str, str, str, int | None, float, int | None]] = []   # stream, side, kind, ...
 
-    def run(self, side: str, kind: str, layer, seconds: float, ready: float = 0.0) -> float:
-        start = max(self.comp_t, ready)
-        if seconds > 0:
-            self.compute.append(Step(side, kind, layer, start, seconds))
-        self.comp_t = start + seconds
-        return self.comp_t
+    def run(self, side: str, kind: str, layer, seconds: float, after: int | None = None) -> int:
+        self.pieces.append(("comp", side, kind, layer, seconds, after))
+        return len(self.pieces) - 1
 
-    def send(self, side: str, layer, seconds: float, ready: float) -> float:
-        start = max(self.comm_t, ready)
-        if seconds > 0:
-            self.comm.append(Step(side, "ep_comm", layer, start, seconds))
-        self.comm_t = start + seconds
-        return self.comm_t
+    def send(self, side: str, layer, seconds: float, after: int | None) -> int:
+        self.pieces.append(("comm", side, "ep_comm", layer, seconds, after))
+        return len(self.pieces) - 1
+
+    def play(self, slowdown: float) -> Merged:
+        """Times of every piece: an all-to-all takes its seconds; compute runs ``slowdown`` times slower while an
+        all-to-all is in flight (the hardware file's overlap slowdown, as under the DP collectives)."""
+        end: dict[int, float] = {}
+        queues = {name: [k for k, piece in enumerate(self.pieces) if piece[0] == name] for name in ("comp", "comm")}
+        pos = {"comp": 0, "comm": 0}
+        free = {"comp": 0.0, "comm": 0.0}
+        started: dict[int, float] = {}
+        running: dict[str, int | None] = {"comp": None, "comm": None}
+        left = {"comp": 0.0}                # work (s at full speed) the running compute piece still has
+        now = 0.0
+        while len(end) < len(self.pieces):
+            for name in ("comm", "comp"):   # start what can start now
+                if running[name] is None and pos[name] < len(queues[name]):
+                    k = queues[name][pos[name]]
+                    after = self.pieces[k][5]
+                    if after is None or after in end:
+                        t = max(free[name], end.get(after, 0.0))
+                        if t <= now:
+                            running[name], started[k] = k, now
+                            left[name] = self.pieces[k][4]
+            events = []
+            for name in ("comm", "comp"):
+                k = running[name]
+                if k is None and pos[name] < len(queues[name]):
+                    after = self.pieces[queues[name][pos[name]]][5]
+                    if after is None or after in end:
+                        events.append(max(free[name], end.get(after, 0.0)))
+            if running["comm"] is not None:
+                events.append(started[running["comm"]] + self.pieces[running["comm"]][4])
+            rate = slowdown if running["comm"] is not None else 1.0
+            if running["comp"] is not None:
+                events.append(now + left["comp"] * rate)
+            t = min(events)
+            if running["comp"] is not None:
+                left["comp"] -= (t - now) / rate
+            now = t
+            for name in ("comm", "comp"):   # finish what ends now
+                k = running[name]
+                if k is None:
+                    continue
+                done = (now >= started[k] + self.pieces[k][4]) if name == "comm" else left["comp"] <= 1e-12 * max(
+                    1.0, self.pieces[k][4])
+                if done:
+                    end[k], free[name], running[name] = now, now, None
+                    pos[name] += 1
+        steps = {name: tuple(Step(side, kind, layer, started[k], end[k] - started[k])
+                             for k, (stream, side, kind, layer, seconds, _a) in enumerate(self.pieces)
+                             if stream == name and seconds > 0) for name in ("comp", "comm")}
+        return Merged(steps["comp"], steps["comm"], max(end.values(), default=0.0))
 
 
-def merged_pair(cf, cb) -> Merged:
-    """The merged forward of chunk ``cf`` and backward of chunk ``cb`` (module docstring)."""
+def merged_pair(cf, cb, slowdown: float = 1.0) -> Merged:
+    """The merged forward of chunk ``cf`` and backward of chunk ``cb`` (module docstring), compute ``slowdown``
+    times slower while an all-to-all runs."""
     s = _Streams()
-    f_in = s.run("F", "forward", None, cf.embed_fwd) if cf.has_embedding else 0.0
-    b_in = s.run("B", "backward", None, cb.head_bwd) if cb.has_head else 0.0
+    f_in = s.run("F", "forward", None, cf.embed_fwd) if cf.has_embedding else None
+    b_in = s.run("B", "backward", None, cb.head_bwd) if cb.has_head else None
     nf, nb = cf.layers, cb.layers
     pairs = min(nf, nb)
     # forward layer i with backward layer nb - 1 - i, then the backward's remaining layers, then the forward's
@@ -125,4 +170,4 @@ def merged_pair(cf, cb) -> Merged:
         s.run("B", "backward", None, cb.embed_bwd, b_in)
     if cb.metrics_bwd > 0:
         s.run("B", "backward", None, cb.metrics_bwd, b_in)
-    return Merged(tuple(s.compute), tuple(s.comm), max(s.comp_t, f_in, b_in))
+    return s.play(slowdown)
