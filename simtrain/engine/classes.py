@@ -44,6 +44,7 @@ class ReplicaClasses:
     _of: dict = field(default_factory=dict, repr=False)
     _phases: dict = field(default_factory=dict, repr=False)
     _played: set | None = field(default=None, repr=False)   # scale-up domains of the replicas played
+    _kept: dict = field(default_factory=dict, repr=False)    # link -> can it set a DP collective's pace
 
     def __post_init__(self) -> None:
         self._of = {c[0]: c for c in self.members}
@@ -93,10 +94,11 @@ class ReplicaClasses:
             pl, cluster = self.plan.placement, self.plan.scenario.cluster
             self._played = {cluster.domain_of(pl.rank(c[0], t, p))
                             for c in self.members for p in range(pl.pp) for t in range(pl.tp)}
-        if link in self.degraded:
-            return True
-        domains = self.plan.scenario.cluster.local_domains((link,))
-        return domains is None or not domains.isdisjoint(self._played)
+        hit = self._kept.get(link)
+        if hit is None:
+            domains = self.plan.scenario.cluster.local_domains((link,))
+            hit = self._kept[link] = link in self.degraded or domains is None or not domains.isdisjoint(self._played)
+        return hit
 
 
 def _pp_rank_pairs(plan: Plan) -> list[tuple[int, int]]:
