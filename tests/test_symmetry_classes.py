@@ -145,3 +145,31 @@ def test_degraded_link_on_a_dp_ring_far_from_the_played_replica_still_sets_the_p
     assert _classes(sc) == (tuple(range(16)),)
     slowed, _ = _agree(sc)
     assert slowed.step_time_s > simulate(_small("dgx-h100", 2, {"dp": 16}, {"global_batch": 32}, {})).step_time_s
+
+
+def test_past_512_gpus_devices_are_listed_per_class_and_stage_with_the_full_runs_figures():
+    """640 GPUs (tp 8 x pp 2 x dp 40): as folded lists one entry per stage past 512 GPUs, the class run lists one per
+    (class, stage), whose ranks cover every GPU once; rank 331 = tp 3 of replica 1 (331 // 8 % 40) on stage 1
+    (331 // 320) makes replica 1 a class of its own. Each entry's figures are those of every member replica's
+    entry in the full run (one per replica and stage)."""
+    sc = _small("dgx-h100", 80, {"tp": 8, "pp": 2, "dp": 40}, {"global_batch": 80},
+                {"stragglers": [{"rank": 331, "slowdown": 1.5}]})
+    classes, full = simulate(sc), simulate(sc, fidelity="full")
+    assert classes.step_time_s == full.step_time_s
+    entries = [d.to_dict() for d in classes.devices]
+    assert [(d["dp"], d["pp"], d["count"]) for d in entries] == [(0, 0, 312), (1, 0, 8), (0, 1, 312), (1, 1, 8)]
+    assert sorted(r for d in classes.devices for r in d.ranks) == list(range(640))
+    by_replica = {(d["dp"], d["pp"]): d for d in (e.to_dict() for e in full.devices)}
+    figures = ("busy_s", "exposed_comm_s", "bubble_s", "compute_utilization", "memory")
+    for entry, device in zip(entries, classes.devices, strict=True):
+        for d in sorted({r // 8 % 40 for r in device.ranks}):
+            assert {k: entry[k] for k in figures} == {k: by_replica[(d, entry["pp"])][k] for k in figures}
+
+
+def test_straggler_with_context_parallelism_agrees_with_full():
+    """cp 2: replicas are the dp x cp ranks of a stage (placement d = c + CP x dp); rank 3 = tp 1 of replica 1
+    (3 // 2 % 4) on stage 0 is one class, the other three another, as at full."""
+    sc = _small("dgx-h100", 2, {"tp": 2, "cp": 2, "pp": 2, "dp": 2}, {"global_batch": 8, "seq_len": 8192},
+                {"stragglers": [{"rank": 3, "slowdown": 1.3}]})
+    assert _classes(sc) == ((0, 2, 3), (1,))
+    _agree(sc)
