@@ -42,6 +42,16 @@ CASES = {
     "j": ("search: Qwen3-235B-A22B on 256 H100", SCEN / "qwen3_235b_256_h100.yaml", "search"),
     "k": ("Llama 3 405B, 131,072 tokens, 16,384 H100, TP8 CP16 PP16 DP8", SCEN / "llama3_405b_128k_cp16_h100.yaml",
           "folded"),
+    # a fault makes the run play symmetry classes of DP replicas (fidelity "classes"): the scenario's own fidelity
+    "c-straggler": ("(c) with one straggler (rank 5000 = DP replica 113 of stage 4, x1.3)",
+                    SCEN / "llama3_405b_16k_h100.yaml", None),
+    "c-link": ("(c) with one degraded link (nic100.0 -> rail0 at 1/4: DP replica 100's sends, stage 0's DP ring)",
+               SCEN / "llama3_405b_16k_h100.yaml", None),
+}
+#: overrides of a case's scenario (what-ifs)
+OVERRIDES = {
+    "c-straggler": {"simulation.stragglers": [{"rank": 5000, "slowdown": 1.3}]},
+    "c-link": {"simulation.degraded_links": [{"a": "nic100.0", "b": "rail0", "factor": 0.25}]},
 }
 SEARCHES = ("e", "j")
 
@@ -53,6 +63,8 @@ TARGETS = {   # id -> (what, seconds)
     "h": ("DeepSeek-V3 2,048 H100, folded (load + simulate)", 1.0),
     "i": ("DeepSeek-V3 256 H100, full fidelity (load + simulate)", 60.0),
     "j": ("Qwen3-235B-A22B / 256-GPU search", 120.0),
+    "c-straggler": ("16,384-GPU step with one straggler, symmetry classes (load + simulate)", 2.0),
+    "c-link": ("16,384-GPU step with one degraded link, symmetry classes (load + simulate)", 2.0),
 }
 
 
@@ -75,6 +87,8 @@ def child(case: str) -> dict:
     t1 = time.perf_counter()
     rss_import = _rss_mb()
     scenario = simtrain.load_scenario(path)
+    if case in OVERRIDES:
+        scenario = scenario.with_overrides(OVERRIDES[case])
     t2 = time.perf_counter()
     out: dict = {}
     if mode == "search":
@@ -198,7 +212,7 @@ def case_table(results: dict) -> list[str]:
             continue
         events = r.get("events")
         rate = f"{events / r['run_s']:,.0f}" if events else "-"
-        lines.append(f"| ({case}) {label} | {r['gpus']:,} | {r.get('fidelity', mode)} | {_f(r['import_s'])} | "
+        lines.append(f"| ({case}) {label} | {r['gpus']:,} | {r.get('fidelity', mode or '-')} | {_f(r['import_s'])} | "
                      f"{_f(r['load_s'])} | {_f(r['run_s'])} | {_f(r['wall_s'])} | {_f(max(r['walls_s']))} | "
                      f"{f'{events:,}' if events else '-'} | {rate} | {r['peak_rss_mb']:.0f} |")
     return lines
@@ -290,8 +304,9 @@ def render(m: dict, results: dict, imports: dict, eff: dict, quick: bool) -> tup
     section = "\n".join(["## Performance", "", "simtrain simulates one representative lane per pipeline stage "
                          "(*folded* fidelity) and counts the other DP replicas' traffic on every shared link, so a "
                          "step costs about the same at 1,024 or 16,384 GPUs; `fidelity: full` (`simtrain run --full`) "
-                         "simulates every (DP replica, stage) lane. Stragglers, jitter and degraded links switch "
-                         "a run to full fidelity.", "", *head, "",
+                         "simulates every (DP replica, stage) lane. Stragglers and degraded links make a run play "
+                         "symmetry classes (the replicas a fault touches on their own, the others once; fidelity "
+                         "`classes`, equal to full); jitter switches it to full fidelity.", "", *head, "",
                          "Reproduce with `python benchmarks/run_benchmarks.py` (scenarios in `benchmarks/scenarios/`).",
                          "", *[line.replace("## ", "### ") for line in body]])
     return results_md, section

@@ -160,6 +160,19 @@ def test_template_routes_are_shortest_paths(tmp_path, fabric, topology):
             assert cluster.route_latency(a, b) == pytest.approx(fastest[src][dst], abs=1e-15), (a, b, route)
 
 
+@pytest.mark.parametrize("topology", ["single-switch", "fat-tree", "rail-optimized"])
+@pytest.mark.parametrize("fabric", ["nvswitch", "pcie", "mesh"])
+def test_template_links_read_from_names_are_the_graphs_edges(tmp_path, fabric, topology):
+    """Cluster.has_link (names only, no graph) says yes exactly for the graph's edges, among every pair of its
+    nodes and names it has no node for (a GPU, NIC, rail or leaf past the last)."""
+    cluster = build_cluster(_template(tmp_path, fabric, topology))
+    g = cluster.graph
+    names = list(g) + [f"gpu{cluster.gpus}", "nic4.0", "nic0.8", "rail8", "leaf2", "nvsw4", "host4", "gpu0.1", "x"]
+    for a in names:
+        for b in names:
+            assert cluster.has_link(a, b) == g.has_edge(a, b), (a, b)
+
+
 def test_explicit_routes_follow_the_graph():
     """An explicit topology routes through its listed links (star: GPU -> switch -> GPU)."""
     spec = load_hardware(str(DATA / "core_star8.yaml"), base_dir=DATA, file="test.yaml")[0]

@@ -178,7 +178,8 @@ def test_the_limit_binds_while_the_run_goes():
 
 
 def test_a_run_that_must_be_full_is_not_told_to_fold():
-    """Stragglers need every lane (fidelity full whatever the file says): the limit's advice leaves folding out."""
+    """Stragglers need lanes of their own (symmetry classes whatever the file says): the limit's advice leaves
+    folding out."""
     from simtrain.spec.scenario import scenario_from_dict
 
     raw = {"name": "slow", "hardware": "dgx-h100", "model": "llama2-7b",

@@ -40,7 +40,7 @@ class CommMixin:
                 yield prev
             rv = self.rendezvous.get(key)
             if rv is None:
-                rv = self.rendezvous[key] = Rendezvous(needed=self.dp if self.full else 1,
+                rv = self.rendezvous[key] = Rendezvous(needed=len(self.replicas),
                                                         started=env.event(), done=env.event())
             rv.arrived += 1
             if rv.arrived == rv.needed:
@@ -56,6 +56,13 @@ class CommMixin:
 
         env.process(proc())
         return done
+
+    def _dp_phases(self, collective: str, nbytes: float, pp_rank: int) -> list[Phase]:
+        """A stage's DP/ZeRO collective: over its representative rings (folded), every ring (full), or the links
+        of every ring that can set the pace (symmetry classes)."""
+        if self.classes is not None:
+            return self.classes.dp_phases(collective, nbytes, pp_rank)
+        return self.plan.dp_phases(collective, nbytes, pp_rank, self.full)
 
     def _overlap_factor(self, phases) -> float:
         """The compute slowdown of the fabric a collective uses (network if any of its links is one)."""
@@ -83,7 +90,8 @@ class CommMixin:
         if src_rank == dst_rank:
             ev.succeed()
             return
-        phase = self.plan.pp_phase(self.plan.pp_bytes, src_rank, dst_rank, lane.dp)
+        source = self.classes or self.plan    # a class's send loads its members' links too
+        phase = source.pp_phase(self.plan.pp_bytes, src_rank, dst_rank, lane.dp)
 
         def proc():
             start = self.env.now
@@ -126,7 +134,7 @@ class CommMixin:
         v = c.vstage
 
         def launch(nbytes):
-            phases = _prep(c, nbytes) + self.plan.dp_phases(grad_kind, nbytes, lane.rank, self.full)
+            phases = _prep(c, nbytes) + self._dp_phases(grad_kind, nbytes, lane.rank)
             self._collective(lane, "dp", "dp_" + grad_kind, phases, nbytes, vstage=v)
 
         # routed experts' gradients: their own buckets over the expert data-parallel group (Megatron-Core keeps
@@ -168,7 +176,7 @@ class CommMixin:
         """ZeRO-3: the embedding / output-layer weights are gathered like a layer's (in the weights' dtype)."""
         if c.zero3_edge_bytes <= 0:
             return
-        phases = self.plan.dp_phases("all_gather", c.zero3_edge_bytes, lane.rank, self.full)
+        phases = self._dp_phases("all_gather", c.zero3_edge_bytes, lane.rank)
         self._buffer(lane, c.zero3_edge_bytes)     # held until the op ends (released by _release_edge)
         done = self._collective(lane, "dp", "zero3_all_gather", phases, c.zero3_edge_bytes, mb, c.vstage)
         t0 = self.env.now
@@ -181,7 +189,7 @@ class CommMixin:
 
     def _zero3_forward(self, lane: Lane, c: ChunkPlan, mb: int):
         v = c.vstage
-        gather = self.plan.dp_phases("all_gather", c.zero3_layer_bytes, lane.rank, self.full)
+        gather = self._dp_phases("all_gather", c.zero3_layer_bytes, lane.rank)
         yield from self._gather_edge(lane, c, mb)
         if c.has_embedding:
             yield from self._segment(lane, "compute", "forward", c.embed_fwd, mb, v, None)
@@ -207,9 +215,8 @@ class CommMixin:
 
     def _zero3_backward(self, lane: Lane, c: ChunkPlan, mb: int):
         v = c.vstage
-        gather = self.plan.dp_phases("all_gather", c.zero3_layer_bytes, lane.rank, self.full)
-        scatter = _prep(c, c.grad_bytes_layer) + self.plan.dp_phases("reduce_scatter", c.grad_bytes_layer, lane.rank,
-                                                                       self.full)
+        gather = self._dp_phases("all_gather", c.zero3_layer_bytes, lane.rank)
+        scatter = _prep(c, c.grad_bytes_layer) + self._dp_phases("reduce_scatter", c.grad_bytes_layer, lane.rank)
         yield from self._gather_edge(lane, c, mb)
         if c.has_head:
             yield from self._segment(lane, "compute", "backward", c.head_bwd, mb, v, None)
@@ -243,8 +250,7 @@ class CommMixin:
             yield from self._segment(lane, "compute", "backward", c.embed_bwd, mb, v, None)
         self._release_edge(lane, c)
         if c.grad_bytes_edge > 0:
-            edge = _prep(c, c.grad_bytes_edge) + self.plan.dp_phases("reduce_scatter", c.grad_bytes_edge, lane.rank,
-                                                                     self.full)
+            edge = _prep(c, c.grad_bytes_edge) + self._dp_phases("reduce_scatter", c.grad_bytes_edge, lane.rank)
             self._collective(lane, "dp", "zero3_reduce_scatter", edge, c.grad_bytes_edge, mb, v)
 
 

@@ -4,7 +4,8 @@ The unit it simulates is a *lane*: the TP group of one pipeline rank in one DP
 replica (TP ranks synchronise at every layer, so they move in lock-step). In
 ``folded`` fidelity there is one lane per pipeline rank, standing for all DP
 replicas (homogeneous clusters are symmetric); in ``full`` fidelity one lane
-per (DP replica, pipeline rank). Each lane runs its schedule's operations in
+per (DP replica, pipeline rank); with symmetry ``classes`` (:mod:`simtrain.engine.classes`)
+one lane per (class of alike replicas, pipeline rank). Each lane runs its schedule's operations in
 order on its compute stream; pipeline sends, DP/ZeRO collectives and
 ZeRO-3 gathers run as flows on the shared :class:`~simtrain.engine.fluid.FluidNetwork`.
 
@@ -17,9 +18,10 @@ import math
 
 import simpy
 
+from simtrain.engine.classes import ReplicaClasses
 from simtrain.engine.comm import CommMixin, _buckets
 from simtrain.engine.dualpipe import mirror_gradient_sum
-from simtrain.engine.fluid import FluidNetwork
+from simtrain.engine.fluid import FluidNetwork, LinkCapacity
 from simtrain.engine.lane import (  # noqa: F401  (Record, Timeline re-exported)
     CountingEnvironment,
     EventLimitReached,
@@ -37,17 +39,22 @@ from simtrain.plan.schedules import split_backwards
 class Engine(CommMixin):
     """Runs one step of a plan; ``run()`` returns a :class:`Timeline`."""
 
-    def __init__(self, plan: Plan, *, full: bool = False, detail_limit: int = 300_000,
-                 slowdowns: dict[int, float] | None = None, link_scale: dict | None = None,
-                 jitter: float = 0.0, seed: int = 0) -> None:
+    def __init__(self, plan: Plan, *, full: bool = False, classes: ReplicaClasses | None = None,
+                 detail_limit: int = 300_000, slowdowns: dict[int, float] | None = None,
+                 link_scale: dict | None = None, jitter: float = 0.0, seed: int = 0) -> None:
         self.plan = plan
-        self.full = full
+        self.full = full and classes is None
+        self.classes = classes
         self.sc = plan.scenario
         par = self.sc.parallel
         # dp counts the replicas holding the same weights, dp x cp: gradients are reduced over them (Megatron-Core's
         # dp_cp group) and, at full fidelity, each is a lane of its own
         self.pp, self.dp, self.vpp = par.pp, plan.placement.dp, par.vpp
         self.V = self.pp * self.vpp
+        # lanes per pipeline rank: the replicas played (their first members for classes; None: folded, all of them)
+        self.replicas = ([c[0] for c in classes.members] if classes is not None
+                         else list(range(self.dp)) if self.full else [None])
+        self.every = self.replicas != [None]     # lanes per replica (or class), not per stage
         self.zero = par.zero if self.dp > 1 else 0
         self.sim = self.sc.simulation
         self.jitter = jitter
@@ -56,19 +63,13 @@ class Engine(CommMixin):
         cluster = self.sc.cluster
         scale = link_scale or {}
 
-        class _Capacity(dict):
-            def __missing__(self, link):
-                value = cluster.bandwidth(link) * scale.get(link, 1.0)
-                self[link] = value
-                return value
-
-        self.net = FluidNetwork(self.env, _Capacity())
+        self.net = FluidNetwork(self.env, LinkCapacity(cluster, scale))
         self.records: list[Record] = []
         self.recv: dict = {}
         self.sent_at: dict = {}
         self.rendezvous: dict = {}
         self.slowdowns = slowdowns or {}
-        lanes_n = self.pp * (self.dp if full else 1)
+        lanes_n = self.pp * len(self.replicas)
         per_lane_layers = sum(c.layers for c in plan.chunks) / self.pp
         est_records = lanes_n * sum(len(o) for o in plan.schedule) / self.pp * per_lane_layers * 2
         self.layer_detail = est_records <= detail_limit
@@ -79,11 +80,11 @@ class Engine(CommMixin):
     def _make_lanes(self) -> list[Lane]:
         lanes = []
         pl = self.plan.placement
-        for d in (range(self.dp) if self.full else [None]):
+        for d in self.replicas:
             for r in range(self.pp):
-                ranks = pl.tp_group(d if d is not None else 0, r)
-                if d is None:   # folded: the slowest replica of the stage sets the pace
-                    ranks = [pl.rank(dd, t, r) for dd in range(self.dp) for t in range(pl.tp)]
+                # folded: the slowest replica of the stage sets the pace (classes: their members are alike)
+                dps = range(self.dp) if d is None else self.classes.of(d) if self.classes is not None else [d]
+                ranks = [pl.rank(dd, t, r) for dd in dps for t in range(pl.tp)]
                 slow = max((self.slowdowns.get(x, 1.0) for x in ranks), default=1.0)
                 idx = len(lanes)
                 rng = None
@@ -102,7 +103,7 @@ class Engine(CommMixin):
         return lanes
 
     def run(self) -> Timeline:
-        est = estimate_events(self.plan, self.full)
+        est = estimate_events(self.plan, self.full, len(self.replicas) if self.classes else None)
         if est > self.sim.max_events:     # refused before any work, from the plan
             raise over_limit(self.sc, self.full, f"this run needs about {est:,} simulated events, more than "
                                                  f"simulation.max_events={self.sim.max_events:,}")
@@ -118,7 +119,8 @@ class Engine(CommMixin):
         step = max(lane.end for lane in self.lanes)
         self.records.sort(key=lambda r: (r[0], r[3], r[4], r[1]))
         return Timeline(step_time=step, lanes=self.lanes, records=self.records,
-                        events=self.env.scheduled, full=self.full)
+                        events=self.env.scheduled, full=self.every,
+                        classes=None if self.classes is None else self.classes.members)
 
     def _factor(self, lane: Lane) -> float:
         f = lane.slowdown
@@ -374,7 +376,7 @@ class Engine(CommMixin):
                 total = c.grad_bytes_layers + c.grad_bytes_edge
                 for nbytes in _buckets(total, self.sim.dp_bucket_size):
                     self._collective(lane, "dp", "dp_" + grad_kind,
-                                     plan.dp_phases(grad_kind, nbytes, lane.rank, self.full), nbytes,
+                                     self._dp_phases(grad_kind, nbytes, lane.rank), nbytes,
                                      vstage=c.vstage)
         if self.plan.has_experts and dp_sync and self.zero < 2 and not overlap:
             self._expert_gradients(lane, grad_kind)
@@ -392,7 +394,7 @@ class Engine(CommMixin):
                 self._collective(lane, "dp", "edp_all_gather",
                                  plan.edp_phases("all_gather", expert_bytes, lane.rank), expert_bytes)
             yield self._collective(lane, "dp", "zero_all_gather",
-                                   plan.dp_phases("all_gather", nbytes, lane.rank, self.full), nbytes)
+                                   self._dp_phases("all_gather", nbytes, lane.rank), nbytes)
             lane.exposed["dp"] += env.now - t0
         lane.end = env.now
 

@@ -25,6 +25,18 @@ from simtrain.plan.collectives import Phase
 _EPS = 1e-12
 
 
+class LinkCapacity(dict):
+    """Link -> bytes/s, looked up on first use: the cluster's bandwidth times the link's degradation factor."""
+
+    def __init__(self, cluster, scale: dict) -> None:
+        super().__init__()
+        self.cluster, self.scale = cluster, scale
+
+    def __missing__(self, link):
+        value = self[link] = self.cluster.bandwidth(link) * self.scale.get(link, 1.0)
+        return value
+
+
 @dataclass(eq=False)
 class _Flow:
     remaining: float          # bytes left at time `stamp`

@@ -76,4 +76,5 @@ class Timeline:
     lanes: list[Lane]
     records: list[Record]
     events: int
-    full: bool
+    full: bool                  # lanes per replica (or class of replicas), not one per stage
+    classes: tuple[tuple[int, ...], ...] | None = None   # symmetry classes: the replicas each lane's dp stands for

@@ -10,10 +10,11 @@ from simtrain.spec.scenario import Scenario
 from simtrain.spec.yamlio import locate
 
 
-def estimate_events(plan: Plan, full: bool) -> int:
-    """Simpy events the run will schedule, counted from the plan before running it."""
+def estimate_events(plan: Plan, full: bool, replicas: int | None = None) -> int:
+    """Simpy events the run will schedule, counted from the plan before running it; ``replicas``: the lanes per
+    pipeline rank when given (symmetry classes), else dp (full) or 1 (folded)."""
     par = plan.scenario.parallel
-    lanes = par.pp * (par.dp if full else 1)
+    lanes = par.pp * (replicas if replicas is not None else par.dp if full else 1)
     ops = sum(len(ops) for ops in plan.schedule) / max(par.pp, 1)
     per_op = 4
     if par.zero >= 3 and par.dp > 1:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import statistics
 
+from simtrain.engine.classes import symmetry_classes
 from simtrain.engine.core import Engine
 from simtrain.plan.advice import advice
 from simtrain.plan.balance import resolve_split
@@ -72,17 +73,21 @@ def _memory_with_activations(stage: StageMemory, act_peak: float | None, frag: f
     return mem
 
 
-def _devices(s: Scenario, per_stage: list[dict], busy: dict | None = None) -> tuple[DeviceResult, ...]:
-    """One entry per GPU, or per (pp rank) class past DEVICE_LIST_LIMIT GPUs.
+def _devices(s: Scenario, per_stage: list[dict], busy: dict | None = None,
+             classes: tuple[tuple[int, ...], ...] | None = None) -> tuple[DeviceResult, ...]:
+    """One entry per GPU, or per (pp rank) class past DEVICE_LIST_LIMIT GPUs (per (class of replicas, pp rank)
+    with symmetry ``classes``).
 
-    ``busy`` maps (dp or None, pp) -> (busy_s, utilization, bubble_s, memory dict, exposed_comm_s).
+    ``busy`` maps (dp or None, pp) -> (busy_s, utilization, bubble_s, memory dict, exposed_comm_s); with
+    ``classes``, dp is the first replica of its class.
     """
     pl = placement_of(s)
     out = []
+    played = {d: c[0] for c in classes for d in c} if classes else {}
     if s.gpus <= DEVICE_LIST_LIMIT:
         for rank in range(s.gpus):
             c = pl.coord(rank)
-            extra = (busy.get((c.dp, c.pp)) or busy.get((None, c.pp))) if busy else None
+            extra = (busy.get((played.get(c.dp, c.dp), c.pp)) or busy.get((None, c.pp))) if busy else None
             mem = extra[3] if extra else per_stage[c.pp]
             out.append(DeviceResult(rank=rank, node=pl.node(rank), dp=c.dp, tp=c.tp, pp=c.pp,
                                     peak_memory_bytes=sum(mem.values()), memory=mem,
@@ -94,7 +99,7 @@ def _devices(s: Scenario, per_stage: list[dict], busy: dict | None = None) -> tu
             else [(None, p) for p in range(s.parallel.pp)])
     for key in keys:
         d, p = key
-        dps = range(pl.dp) if d is None else [d]
+        dps = range(pl.dp) if d is None else classes[[c[0] for c in classes].index(d)] if classes else [d]
         ranks = tuple(sorted(pl.rank(dd, t, p) for dd in dps for t in range(s.parallel.tp)))
         extra = busy.get(key) if busy else None
         mem = extra[3] if extra else per_stage[p]
@@ -161,11 +166,30 @@ def _slowdowns(s: Scenario) -> dict[int, float]:
 
 
 def needs_full(s: Scenario) -> bool:
+    """Do the DP replicas differ (stragglers, jitter, degraded links)? Folding all of them into one lane is then
+    wrong: jitter needs every lane, the others symmetry classes (``fidelity: classes``)."""
     sim = s.simulation
     return bool(sim.stragglers or sim.degraded_links or sim.jitter > 0)
 
 
-#: simulation.fidelity's values (docs/model.md section 4.5)
+def _classes_notice(members: tuple[tuple[int, ...], ...]) -> str:
+    """What a symmetry-class run played, in one sentence."""
+    alone = [c[0] for c in members if len(c) == 1]
+    alike = max((len(c) for c in members), default=0)
+    what = "stragglers or degraded links break the symmetry between DP replicas"
+    if alike <= 1:
+        played = f"simulated each of the {len(alone)} replicas on its own"
+    elif not alone:
+        played = f"they touch no replica's own routes: simulated the {alike} replicas as one class"
+    else:
+        named = ", ".join(str(d) for d in alone[:8]) + (", ..." if len(alone) > 8 else "")
+        played = (f"simulated the {len(alone)} replica(s) they touch ({named}) on their own and the other {alike} as "
+                  "one class")
+    return f"{what}: {played} (fidelity: classes; --full simulates every rank)"
+
+
+#: simulation.fidelity's values (docs/model.md section 4.5); a folded run whose replicas differ plays symmetry
+#: classes, reported as fidelity "classes"
 FIDELITIES = ("folded", "full")
 
 
@@ -188,13 +212,20 @@ def simulate(scenario: Scenario, *, fidelity: str | None = None, seed: int | Non
     sim = s.simulation
     mode = fidelity or sim.fidelity
     warnings = list(s.warnings)
-    if mode == "folded" and needs_full(s) and s.dp_cp > 1:
-        mode = "full"
-        warnings.append("stragglers, jitter or degraded links break the symmetry between DP replicas: "
-                        "simulated every rank (fidelity: full)")
     plan = build_plan(s)
     link_scale = {(d.a, d.b): d.factor for d in sim.degraded_links}
-    engine = Engine(plan, full=(mode == "full"), slowdowns=_slowdowns(s), link_scale=link_scale,
+    slowdowns = _slowdowns(s)
+    classes = None
+    if mode == "folded" and needs_full(s) and s.dp_cp > 1:
+        if sim.jitter > 0:
+            mode = "full"
+            warnings.append("jitter varies every kernel of every GPU, so no two DP replicas behave alike: simulated "
+                            "every rank (fidelity: full)")
+        else:
+            mode = "classes"
+            classes = symmetry_classes(plan, slowdowns, {link for link, f in link_scale.items() if f != 1.0})
+            warnings.append(_classes_notice(classes.members))
+    engine = Engine(plan, full=(mode == "full"), classes=classes, slowdowns=slowdowns, link_scale=link_scale,
                     jitter=sim.jitter, seed=sim.seed if seed is None else seed)
     tl = engine.run()
     step = tl.step_time
@@ -202,6 +233,7 @@ def simulate(scenario: Scenario, *, fidelity: str | None = None, seed: int | Non
     frag = s.hardware.memory_overheads.fragmentation
     busy = {}
     bubbles = []
+    weight = {c[0]: len(c) for c in classes.members} if classes else {}
     for lane in tl.lanes:
         stage = rep.stages[lane.rank]
         mem = _memory_with_activations(stage, lane.act_peak, frag, lane.buf_peak)
@@ -210,7 +242,8 @@ def simulate(scenario: Scenario, *, fidelity: str | None = None, seed: int | Non
         # stages drain (stage k idles k x t_b at the end of 1F1B: Narayanan et al. 2021 Sec. 2.2.1)
         bubble = lane.bubble + (step - lane.end)
         busy[(lane.dp, lane.rank)] = (dict(lane.busy), util, bubble, mem, dict(lane.exposed))
-        bubbles.append(bubble / step if step > 0 else 0.0)
+        # a class's lane counts once per replica it stands for (fmean's exact sum makes the order immaterial)
+        bubbles.extend([bubble / step if step > 0 else 0.0] * weight.get(lane.dp, 1))
     per_stage_mem = []
     stages = []
     for p in range(s.parallel.pp):
@@ -245,7 +278,8 @@ def simulate(scenario: Scenario, *, fidelity: str | None = None, seed: int | Non
     return Result(
         scenario=s.name, gpus=s.gpus, microbatches=s.microbatches, params_total=rep.params_total,
         capacity_bytes=rep.capacity, fits_in_memory=fits, peak_memory_bytes_max=peak,
-        devices=_devices(s, per_stage_mem, busy), stages=tuple(stages), warnings=tuple(warnings),
+        devices=_devices(s, per_stage_mem, busy, classes.members if classes else None), stages=tuple(stages),
+        warnings=tuple(warnings),
         advice=tuple(advice(s, rep)) if not fits else (),
         step_time_s=step, tokens_per_s=s.tokens_per_step / step,
         mfu=plan.model_flops_per_step / (step * s.gpus * gpu_peak),

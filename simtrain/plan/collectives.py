@@ -70,9 +70,11 @@ class RingShape:
         return Phase(flow_bytes=flow, latency=self.latency_rounds * steps * self.step_latency, links=self.links)
 
 
-def _ring_shape(kind: str, rings: list[list[int]], cluster: Cluster, every: bool, divisor: int = 1) -> RingShape:
+def _ring_shape(kind: str, rings: list[list[int]], cluster: Cluster, every: bool, divisor: int = 1,
+                keep=None) -> RingShape:
     """All rings run concurrently; ``rings[0]`` is the one whose flows set the pace (symmetry),
-    or, with ``every``, the slowest flow of any ring (no symmetry assumed)."""
+    or, with ``every``, the slowest flow of any ring (no symmetry assumed); ``keep(link)``, when given, picks the
+    links of those rings that can set the pace (the rest are alike, symmetry classes of replicas)."""
     counts: dict[Link, int] = defaultdict(int)
     own: set[Link] = set()
     latency = 0.0
@@ -83,6 +85,9 @@ def _ring_shape(kind: str, rings: list[list[int]], cluster: Cluster, every: bool
             a, b = ring[j], ring[(j + 1) % n]
             own.update(cluster.route(a, b))
             latency = max(latency, cluster.route_latency(a, b))
+    every_link = own
+    if keep is not None:
+        own = {link for link in own if keep(link)} or own
     # other rings load the chosen rings' links only where they cross them; when every chosen link
     # belongs to one node (GPU, NIC or NVSwitch end), only flows starting or ending on those nodes can
     domains = cluster.local_domains(own)
@@ -96,9 +101,9 @@ def _ring_shape(kind: str, rings: list[list[int]], cluster: Cluster, every: bool
             for link in cluster.route(a, b, cache=False):
                 if link in own:
                     counts[link] += 1
-    crosses = any(cluster._link(link)[2] == "network" for link in own)
+    crosses = any(cluster._link(link)[2] == "network" for link in every_link)
     n = len(rings[0])
-    if n > 2 and all(cluster._link(link)[2] == "mesh" for link in own):
+    if n > 2 and all(cluster._link(link)[2] == "mesh" for link in every_link):
         # a full mesh of n GPUs holds n - 1 link-disjoint directed rings (Tillson 1980: the complete digraph
         # decomposes into Hamiltonian cycles for n other than 4 and 6), and RCCL runs one per link: 8x MI300X
         # reach 161 GB/s all-reduce bus bandwidth at 8 MiB (crickett-hpe/hpc-ai-envs PR #30) over 48 GB/s links
@@ -121,10 +126,12 @@ def fabric_ramp(cluster: Cluster, crosses_network: bool) -> Ramp:
     return Ramp(half_peak=fabric.half_peak_message)
 
 
-def collective_shape(kind: str, groups: list[list[int]], cluster: Cluster, every: bool = False) -> list[RingShape]:
+def collective_shape(kind: str, groups: list[list[int]], cluster: Cluster, every: bool = False,
+                     keep=None) -> list[RingShape]:
     """The ring stages of ``kind`` run at once by every group in ``groups`` (same size, same shape).
 
-    ``groups[0]`` is the representative: its links, loaded by all groups' flows, set the rate.
+    ``groups[0]`` is the representative: its links, loaded by all groups' flows, set the rate (with ``every``,
+    all groups' links, or those ``keep`` picks).
     A group spanning nodes with several members in each uses the hierarchical form.
     """
     n = len(groups[0])
@@ -135,7 +142,7 @@ def collective_shape(kind: str, groups: list[list[int]], cluster: Cluster, every
         per_node[cluster.domain_of(r)].append(r)
     local = max(len(v) for v in per_node.values())
     if len(per_node) == 1 or local == 1 or any(len(v) != local for v in per_node.values()):
-        return [_ring_shape(kind, groups, cluster, every)]
+        return [_ring_shape(kind, groups, cluster, every, keep=keep)]
     intra, inter = [], []
     for g in groups:   # each group's members by node, once (linear in the group size)
         by_node: dict[int, list[int]] = defaultdict(list)
@@ -145,17 +152,17 @@ def collective_shape(kind: str, groups: list[list[int]], cluster: Cluster, every
         intra.extend(by_node[nd] for nd in nodes)
         inter.extend([[by_node[nd][k] for nd in nodes] for k in range(local)])
     if kind == "all_reduce":
-        return [_ring_shape("reduce_scatter", intra, cluster, every),
-                _ring_shape("all_reduce", inter, cluster, every, local),
-                _ring_shape("all_gather", intra, cluster, every)]
+        return [_ring_shape("reduce_scatter", intra, cluster, every, keep=keep),
+                _ring_shape("all_reduce", inter, cluster, every, local, keep=keep),
+                _ring_shape("all_gather", intra, cluster, every, keep=keep)]
     # NCCL runs reduce-scatter and all-gather as one flat ring over all n ranks, whose chunks make n - 1
     # hops, n - nodes of them inside a node (tuning.cc: nsteps = nRanks - 1, nInterSteps = nNodes - 1):
     # the node stage's local - 1 step latencies are paid once per node. The bytes stay the two stages',
     # timed one after the other (docs/model.md section 4.3: that matches the one multi-node nccl-tests
     # all-gather found, where a ring pipelining NVLink and NICs would be about twice as fast).
     nodes = len(per_node)
-    inside = replace(_ring_shape(kind, intra, cluster, every), latency_rounds=nodes)
-    across = _ring_shape(kind, inter, cluster, every, local)
+    inside = replace(_ring_shape(kind, intra, cluster, every, keep=keep), latency_rounds=nodes)
+    across = _ring_shape(kind, inter, cluster, every, local, keep=keep)
     return [inside, across] if kind == "reduce_scatter" else [across, inside]
 
 
@@ -167,10 +174,12 @@ def collective_phases(kind: str, nbytes: float, groups: list[list[int]], cluster
     return [shape.phase(nbytes) for shape in collective_shape(kind, groups, cluster, every)]
 
 
-def p2p_phase(nbytes: float, pairs: list[tuple[int, int]], cluster: Cluster, every: bool = False) -> Phase:
-    """Point-to-point sends running at once; ``pairs[0]`` is the representative (or all, with ``every``)."""
-    chosen = pairs if every else pairs[:1]
-    own = {link for a, b in chosen for link in cluster.route(a, b)}
+def p2p_phase(nbytes: float, pairs: list[tuple[int, int]], cluster: Cluster, every: bool = False,
+              chosen: int = 0) -> Phase:
+    """Point-to-point sends running at once; ``pairs[0]`` is the representative (or all, with ``every``; or the
+    first ``chosen``, whose links the other pairs load where they cross them)."""
+    leading = pairs[:chosen] if chosen else pairs if every else pairs[:1]
+    own = {link for a, b in leading for link in cluster.route(a, b)}
     counts: dict[Link, int] = defaultdict(int)
     domains = cluster.local_domains(own)
     for a, b in pairs:
@@ -179,7 +188,7 @@ def p2p_phase(nbytes: float, pairs: list[tuple[int, int]], cluster: Cluster, eve
         for link in cluster.route(a, b, cache=False):
             if link in own:
                 counts[link] += 1
-    latency = max(cluster.route_latency(a, b) for a, b in chosen)
+    latency = max(cluster.route_latency(a, b) for a, b in leading)
     return Phase(flow_bytes=nbytes, latency=latency, links=tuple(sorted((link, counts[link]) for link in own)))
 
 

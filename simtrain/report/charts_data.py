@@ -219,8 +219,14 @@ def shown_lanes(timeline: dict) -> tuple[list[LaneInfo], str]:
     replicas = len({ln.dp for ln in all_lanes})
     # the replica that finishes last sets the step: show it (a straggler or a slow link lives there)
     slowest = max(all_lanes, key=lambda ln: (ln.end, -ln.index)).dp
-    return ([ln for ln in all_lanes if ln.dp == slowest],
-            f"full fidelity: DP replica {slowest} of {replicas} shown (the one that finishes last)")
+    shown = [ln for ln in all_lanes if ln.dp == slowest]
+    classes = timeline.get("classes")
+    if classes:
+        alike = next((len(c) for c in classes if c and c[0] == slowest), 1)
+        stands = f", standing for {alike} alike" if alike > 1 else ""
+        return shown, (f"symmetry classes: DP replica {slowest} of {sum(len(c) for c in classes)} shown (the one that "
+                       f"finishes last{stands})")
+    return shown, f"full fidelity: DP replica {slowest} of {replicas} shown (the one that finishes last)"
 
 
 def tolerance(step_time: float) -> float:

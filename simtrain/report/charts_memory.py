@@ -91,8 +91,10 @@ def memory_figure(result_or_report):
         fig.update_yaxes(title_text="GB", rangemode="tozero", row=i, col=1)
     fig.update_xaxes(title_text="time (ms)", row=n, col=1)
     par = report.get("config", {}).get("parallel", {})
-    note = "folded: each stage stands for all its DP replicas" if not report["timeline"].get("full") else \
-        "full fidelity: the DP replica with the highest activation peak per stage"
+    note = ("folded: each stage stands for all its DP replicas" if not report["timeline"].get("full") else
+            "symmetry classes: the class of DP replicas with the highest activation peak per stage"
+            if report["timeline"].get("classes") else
+            "full fidelity: the DP replica with the highest activation peak per stage")
     fig.update_layout(
         title=dict(text=f"{html.escape(str(report.get('scenario', '')))}: memory over one step · "
                         f"{html.escape(str(par.get('schedule', '')))}, zero={par.get('zero', 0)}<br><sup>{note}</sup>",

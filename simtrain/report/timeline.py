@@ -27,5 +27,9 @@ def timeline_dict(result) -> dict[str, Any] | None:
                       "memory_buffers": [[report_float(t), round(b)] for t, b in lane.buf_events]})
     records = [[r[0], r[1], r[2], report_float(r[3]), report_float(r[4]), r[5], r[6], r[7], r[8], round(r[9])]
                for r in tl.records]
-    return {"fields": list(FIELDS), "step_time_s": report_float(tl.step_time), "full": tl.full, "pp": sc_pp, "tp": tp,
-            "lanes": lanes, "records": records}
+    out = {"fields": list(FIELDS), "step_time_s": report_float(tl.step_time), "full": tl.full, "pp": sc_pp, "tp": tp,
+           "lanes": lanes, "records": records}
+    classes = getattr(tl, "classes", None)
+    if classes is not None:   # symmetry classes: the replicas each lane's dp stands for (first of each class)
+        out["classes"] = [list(c) for c in classes]
+    return out

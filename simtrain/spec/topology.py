@@ -23,6 +23,7 @@ structural routes equal the graph's shortest paths on the templates.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -199,6 +200,41 @@ class Cluster:
             return f"leaf{int(end[4:]) + gpus // (self.spec.inter_node.nodes_per_leaf * self.gpus_per_node)}"
         return end   # rails, the spine, the core and a single switch are shared by every node
 
+    def has_link(self, a: str, b: str) -> bool:
+        """Is ``a -> b`` a link of the cluster graph? On templates it is read from the names by the graph
+        builder's rules (``_build_template``), so that checking a degraded link of 16,384 GPUs builds no graph."""
+        if self.spec.explicit:
+            return self.graph.has_edge(a, b)
+        lower, upper = sorted((a, b), key=_level)
+        return upper in self._links_up(lower)
+
+    def _links_up(self, name: str) -> set[str]:
+        """The template nodes ``name`` links to at its own level or above (empty for a name with no node)."""
+        m = _NAME.fullmatch(name)
+        if m is None or m.group(4):
+            return set()
+        kind, index, sub = m.group(1), int(m.group(2)), m.group(3)
+        intra, inter, gpn = self.spec.intra_node, self.spec.inter_node, self.gpus_per_node
+        trays = self.domain_gpus // gpn
+        network = self.nodes > trays and inter is not None
+        if kind == "gpu" and sub is None and index < self.gpus:
+            n = index // gpn
+            out = {f"nvsw{n // trays}"} if intra.fabric == "nvswitch" else {f"host{n}"} if intra.fabric == "pcie" \
+                else {f"gpu{j}" for j in range(n * gpn, (n + 1) * gpn) if j != index}
+            return out | ({self._nic(index)} if network else set())
+        if not network:
+            return set()
+        if kind == "nic" and sub is not None and index < self.nodes and int(sub) < inter.nics_per_node:
+            if inter.topology == "single-switch":
+                return {"switch"}
+            return {f"rail{sub}"} if inter.topology == "rail-optimized" else {f"leaf{index // inter.nodes_per_leaf}"}
+        if kind == "rail" and sub is None and inter.topology == "rail-optimized" and index < inter.nics_per_node:
+            return {"spine"}
+        leaves = -(-self.nodes // inter.nodes_per_leaf)
+        if kind == "leaf" and sub is None and inter.topology == "fat-tree" and index < leaves:
+            return {"core"}
+        return set()
+
     def route_latency(self, a: int, b: int) -> float:
         """Sum of the latencies of the route's edges."""
         return self._route_entry(a, b)[1]
@@ -239,6 +275,16 @@ class Cluster:
             return [f"rail{ra}"] if ra == rb else [f"rail{ra}", "spine", f"rail{rb}"]
         la, lb = na // inter.nodes_per_leaf, nb // inter.nodes_per_leaf
         return [f"leaf{la}"] if la == lb else [f"leaf{la}", "core", f"leaf{lb}"]
+
+
+_NAME = re.compile(r"(gpu|nvsw|host|nic|rail|leaf)(\d+)(?:\.(\d+))?|(spine|core|switch)")
+#: a template node's level: a link joins a node to one of the level above (or two GPUs of a mesh)
+_LEVELS = {"gpu": 0, "nvsw": 1, "host": 1, "nic": 2, "rail": 3, "leaf": 3, "switch": 3, "spine": 4, "core": 4}
+
+
+def _level(name: str) -> int:
+    m = _NAME.fullmatch(name)
+    return _LEVELS[m.group(1) or m.group(4)] if m else 5
 
 
 def _add_link(edges: list, a: str, b: str, bandwidth: float, latency_each_way: float, kind: str) -> None:
