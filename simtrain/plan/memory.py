@@ -32,7 +32,7 @@ from simtrain.plan.memory_moe import (
     moe_shape,
     mtp_dense_params_local,
 )
-from simtrain.plan.recompute import modules_of, selective_saving
+from simtrain.plan.recompute import mla_qkv_width, modules_of, selective_saving
 from simtrain.plan.schedules import (
     SPLIT_BACKWARD,
     V_SHAPED,
@@ -288,7 +288,8 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
     fp8 = tr.precision == "fp8"
     if fp8 and tr.recompute in ("none", "selective"):
         per_layer -= fp8_activation_saving(s, b, h, m.ffn_hidden, t, sp, tr.fp8_recipe)
-    per_layer -= selective_saving(s, b, h, m.ffn_hidden, m.mlp, t, sp, modules_of(tr)) * scale
+    modules = modules_of(tr)
+    per_layer -= selective_saving(s, b, h, m.ffn_hidden, m.mlp, t, sp, modules, mla_qkv_width(m)) * scale
     per_mb = per_layer * layers
     if tr.recompute == "full" and tr.recompute_layers is not None:
         # Megatron's block method: the first recompute_layers of each (virtual) stage keep only their input
@@ -307,7 +308,8 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
         attention_only = activation_bytes_per_layer(
             s, b, h, a, ffn=0, mlp=m.mlp, t=t, sequence_parallel=sp, **_attention_widths(m),
             attention_scores=not tr.flash_attention, recompute=tr.recompute, dropout=tr.dropout) * scale
-        moe_part = moe_activation_bytes(msh, 2, tr.recompute) * scale
+        attention_only -= selective_saving(s, b, h, 0, m.mlp, t, sp, modules, mla_qkv_width(m)) * scale
+        moe_part = moe_activation_bytes(msh, 2, tr.recompute, modules) * scale
         per_mb += moe_layers * (attention_only + moe_part) - (layers - _dense_layers(scenario, pp_rank)) * per_layer
     first, last = rank_edges(scenario, pp_rank)
     if first and tr.dropout:
@@ -335,6 +337,8 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
             s, b, h, a, ffn=m.ffn_hidden, mlp=m.mlp, t=t, sequence_parallel=sp, **_attention_widths(m),
             attention_scores=not tr.flash_attention, dropout=tr.dropout) * scale
             - (per_layer if tr.recompute == "selective_op" else 0.0))
+    elif "moe" in modules and msh is not None:   # a recomputed MoE block holds its activations again once
+        recompute_peak = moe_activation_bytes(msh, 2, "none") * scale
     loss_peak = 0.0
     if last:
         elem = 4.0 if tr.precision == "fp32" else 2.0
