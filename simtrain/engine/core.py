@@ -99,6 +99,9 @@ class Engine(CommMixin):
                 if self.plan.has_cp:       # a CP key only with context parallelism (other reports keep theirs)
                     lane.busy["cp"] = 0.0
                     lane.exposed["cp"] = 0.0
+                if self.plan.has_offload:  # waits for activation copies to and from host memory
+                    lane.busy["offload"] = 0.0
+                    lane.exposed["offload"] = 0.0
                 lanes.append(lane)
         return lanes
 

@@ -13,6 +13,7 @@ from simtrain.plan.advice import advice
 from simtrain.plan.balance import resolve_split
 from simtrain.plan.build import build_plan
 from simtrain.plan.memory import EDGE_OF_MEMORY, StageMemory, memory_report
+from simtrain.plan.offload import host_memory_warning
 from simtrain.report.bands import band, gpu_family, no_band_text, stack_of
 from simtrain.report.result import BUBBLE_PARTS, DEVICE_LIST_LIMIT, DeviceResult, Result, StageSummary
 from simtrain.spec.errors import InputError
@@ -264,6 +265,10 @@ def simulate(scenario: Scenario, *, fidelity: str | None = None, seed: int | Non
     fits = peak <= rep.capacity
     if not fits:
         warnings.append(f"does not fit: peak {peak / 1e9:.1f} GB > {rep.capacity / 1e9:.1f} GB per GPU")
+    host = host_memory_warning(s, rep)
+    if host:
+        fits = False
+        warnings.append(host)
     elif peak > EDGE_OF_MEMORY * rep.capacity:
         warnings.append(f"at the edge of memory: peak {peak / 1e9:.1f} GB is {100 * peak / rep.capacity:.0f}% of "
                         f"{rep.capacity / 1e9:.1f} GB; PyTorch's caching allocator then frees and retries (cudaMalloc "

@@ -3,7 +3,9 @@ order (rules 17-19), each naming the key to set."""
 
 from __future__ import annotations
 
-from simtrain.plan.memory import MemoryReport
+from dataclasses import replace
+
+from simtrain.plan.memory import MemoryReport, StageMemory, stage_memory
 from simtrain.spec.scenario import Scenario
 
 
@@ -17,6 +19,7 @@ def advice(scenario: Scenario, report: MemoryReport) -> list[str]:
         tips.append(f"switch to 1F1B (parallel.schedule: 1f1b): GPipe keeps the activations of all {m} micro-batches "
                     f"until the backward, 1F1B at most {par.pp} on the first stage (Narayanan et al. 2021, §2.2.1)")
     if dom == "activations" or tr.recompute == "none":
+        tips += _offload_tip(scenario, report)
         if tr.recompute == "none":
             tips.append("turn on activation recompute (training.recompute: selective_op, selective or full)")
         elif tr.recompute != "full":
@@ -47,3 +50,29 @@ def advice(scenario: Scenario, report: MemoryReport) -> list[str]:
                     f"(parallel.zero: {par.zero + 1})")
     tips.append("split the model further: raise parallel.pp (layers) or parallel.tp (within a node)")
     return tips
+
+
+def _offload_tip(scenario: Scenario, report: MemoryReport) -> list[str]:
+    """Activation offloading where Megatron-Core allows it (pp 1, no recompute, a host link): the fewest layers
+    whose copies to host make the run fit, found with the ledger itself. It re-runs no forward work, so it comes
+    first; its price is the PCIe copy time each layer's compute must hide."""
+    tr, par, hw = scenario.training, scenario.parallel, scenario.hardware
+    link = hw.inter_node.pcie_bandwidth if hw.inter_node is not None else None
+    layers = report.stages[0].layers
+    if par.pp > 1 or tr.recompute != "none" or link is None or layers < 3:
+        return []
+
+    def peak(n: int) -> StageMemory:
+        return stage_memory(replace(scenario, training=tr.model_copy(update={"activation_offload_layers": n})), 0)
+
+    lo, hi = tr.activation_offload_layers + 1, layers - 1
+    if lo > hi or peak(hi).total > report.capacity:
+        return []
+    while lo < hi:   # the ledger falls as layers leave: the fewest that fit
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if peak(mid).total <= report.capacity else (mid + 1, hi)
+    st = peak(lo)
+    return [f"offload the activations of {lo} layers to host memory (training.activation_offload_layers: {lo}): "
+            f"peak {st.total / 1e9:.1f} GB per GPU with no recomputed work; each layer's "
+            f"{st.offload_layer_bytes / 1e9:.2f} GB crosses PCIe in {st.offload_layer_bytes / link * 1e3:.0f} ms each "
+            "way, exposed where the layers' compute is shorter (Megatron-Core --cpu-offloading)"]

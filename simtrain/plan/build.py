@@ -26,6 +26,7 @@ from simtrain.plan.memory import (
     state_bytes_per_param,
 )
 from simtrain.plan.memory_moe import expert_params_local
+from simtrain.plan.offload import with_offload
 from simtrain.plan.recompute import modules_of, selective_extra, selective_tp_factor
 from simtrain.plan.schedules import Op, StageLayout, rank_schedules, stage_layout
 from simtrain.plan.tp_comm import TP_RECOMPUTE, tp_collectives, tp_time
@@ -82,6 +83,8 @@ class ChunkPlan:
     tp_bwd_plain: float = 0.0
     cp_bwd_plain: float = 0.0
     cp_bwd_hidden_plain: float = 0.0
+    offload_fwd_wait: tuple = ()  # s per layer: the compute waits for activation copies to host (plan.offload)
+    offload_bwd_wait: tuple = ()  # s per layer: the backward waits for their reload
 
     def recomputes(self, i: int) -> bool:
         return self.recompute_count < 0 or i < self.recompute_count
@@ -161,6 +164,7 @@ class Plan:
     phases: dict = field(default_factory=dict, repr=False)
     has_experts: bool = False                # a mixture-of-experts model: EP keys in the report
     has_cp: bool = False                     # context parallelism: CP keys in the report
+    has_offload: bool = False                # activation offloading: offload keys in the report
     expert_grad_bytes: tuple[float, ...] = ()     # per pipeline rank: routed-expert gradient bytes of one GPU
     expert_params_local: tuple[int, ...] = ()     # per pipeline rank: routed-expert weights on one GPU
 
@@ -392,10 +396,14 @@ def build_plan(scenario: Scenario) -> Plan:
         layer_hw += cp_flops * m.layers
         hardware_flops = (layer_hw * par.tp + 3.0 * edge.head_model_flops * par.tp + mtp_hw * par.tp) * replicas
     schedule = rank_schedules(par.schedule, par.pp, mb, par.vpp, par.ep_overlap)
+    if tr.activation_offload_layers:
+        chunks = [with_offload(c, tr.activation_offload_layers, mems[c.rank].offload_layer_bytes,
+                               scenario.hardware.inter_node.pcie_bandwidth) for c in chunks]
     experts = m.moe is not None
     return Plan(scenario=scenario, placement=placement, chunks=tuple(chunks), schedule=schedule, layout=layout,
                 microbatches=mb,
                 stage_memory=mems, optimizer_time=opt, model_flops_per_step=model_flops,
                 hardware_flops_per_step=hardware_flops, dtype_bytes=dev.element_bytes,
                 framework_overhead_layer=unit_overhead, has_experts=experts, has_cp=cp > 1,
+                has_offload=tr.activation_offload_layers > 0,
                 expert_grad_bytes=tuple(n * state.grads for n in expert_local), expert_params_local=expert_local)

@@ -12,6 +12,7 @@ from simtrain.plan.collectives import all_to_all_shape, collective_shape, phase_
 from simtrain.plan.costs_moe import MoEShape, allgather_bytes, dispatch_bytes, moe_cost
 from simtrain.plan.memory import layer_params_per_rank
 from simtrain.plan.memory_moe import experts_per_rank, layer_indices, moe_dense_part_per_rank, moe_shape
+from simtrain.plan.recompute import modules_of, moe_selective_extra, selective_extra
 from simtrain.spec.placement import Placement
 from simtrain.spec.scenario import Scenario
 
@@ -90,18 +91,25 @@ def _one_layer(scenario: Scenario, dev: device.Device, base: costs.LayerShape, i
     m, tr, par = scenario.model, scenario.training, scenario.parallel
     shape = replace(base, ffn=0 if is_moe else base.ffn, window=m.attention.sliding_window if windowed else 0)
     lc = costs.layer_cost(shape, dev, tr.recompute)
+    modules = modules_of(tr)
+    if modules and modules != ("core_attn",):   # Megatron's --recompute-modules beyond the default
+        extra, extra_flops = selective_extra(shape, dev, modules)
+        plain = costs.layer_cost(shape, dev, "none")
+        lc = replace(plain, recompute=extra, hardware_flops=plain.hardware_flops + extra_flops)
     if not is_moe:
         return LayerFigures(forward=lc.forward, backward=lc.backward, recompute=lc.recompute, ep_forward=0.0,
                             ep_backward=0.0, grad_bytes=layer_params_per_rank(m, par.tp) * grad_bytes,
                             expert_grad_bytes=0.0, hardware_flops=lc.hardware_flops, wgrad=lc.backward_weight)
-    full = tr.recompute == "full"
-    recompute = lc.recompute + (moe.forward if full else 0.0)
+    if tr.recompute == "full":
+        moe_redo, moe_redo_flops, dispatch_again = moe.forward, moe.model_flops, True
+    else:
+        moe_redo, moe_redo_flops, dispatch_again = moe_selective_extra(moe, modules)
     return LayerFigures(
-        forward=lc.forward + moe.forward, backward=lc.backward + moe.backward, recompute=recompute,
-        ep_forward=ep, ep_backward=ep * (2.0 if full else 1.0),
+        forward=lc.forward + moe.forward, backward=lc.backward + moe.backward, recompute=lc.recompute + moe_redo,
+        ep_forward=ep, ep_backward=ep * (2.0 if dispatch_again else 1.0),
         grad_bytes=moe_dense_part_per_rank(m, par.tp) * grad_bytes,
         expert_grad_bytes=experts_per_rank(m, par.ep, par.etp or par.tp) * grad_bytes,
-        hardware_flops=lc.hardware_flops + moe.hardware_flops + (moe.model_flops if full else 0.0),
+        hardware_flops=lc.hardware_flops + moe.hardware_flops + moe_redo_flops,
         wgrad=lc.backward_weight + moe.backward_weight, moe_forward=moe.forward, moe_backward=moe.backward,
         moe_wgrad=moe.backward_weight)
 

@@ -94,6 +94,9 @@ class MoECost:
     hardware_flops: float    # forward + backward FLOP executed, padding included
     backward_weight: float = 0.0   # s, within backward: the router's, experts' and shared experts' weight-gradient
                                    # GEMMs (a split backward's W; Megatron-Core's delayed expert wgrad)
+    activation_forward: float = 0.0   # s, within forward: the experts' activation function (element-wise)
+    shared_forward: float = 0.0       # s, within forward: the shared experts' MLP
+    shared_flops: float = 0.0         # within model_flops: the shared experts' forward FLOP
 
 
 def moe_cost(sh: MoEShape, dev: Device) -> MoECost:
@@ -139,7 +142,8 @@ def moe_cost(sh: MoEShape, dev: Device) -> MoECost:
     backward = router_b + permute_b + experts_b + act_b + shared_b
     flops = expert_flops + shared_flops + router_flops
     return MoECost(forward=forward, backward=backward, model_flops=flops, hardware_flops=3.0 * flops,
-                   backward_weight=wgrad)
+                   backward_weight=wgrad, activation_forward=act_f, shared_forward=shared_f,
+                   shared_flops=shared_flops)
 
 
 def dispatch_bytes(sh: MoEShape, element_bytes: int) -> float:

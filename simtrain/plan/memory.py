@@ -32,7 +32,8 @@ from simtrain.plan.memory_moe import (
     moe_shape,
     mtp_dense_params_local,
 )
-from simtrain.plan.recompute import modules_of, selective_saving
+from simtrain.plan.offload import resident_layers
+from simtrain.plan.recompute import mla_qkv_width, modules_of, selective_saving
 from simtrain.plan.schedules import (
     SPLIT_BACKWARD,
     V_SHAPED,
@@ -137,6 +138,8 @@ class StageMemory:
     other_detail: dict = field(default_factory=dict)
     fp8_weights: float = 0.0   # bytes of FP8 weight copies inside ``params`` (fp8 training)
     experts: dict = field(default_factory=dict)   # the routed experts' share of params/grads/optimizer (MoE only)
+    offload_layer_bytes: float = 0.0   # activations one offloaded layer copies to host per micro-batch
+    host_bytes: float = 0.0            # this GPU's activations in host memory at the peak
 
     @property
     def total(self) -> float:
@@ -288,7 +291,8 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
     fp8 = tr.precision == "fp8"
     if fp8 and tr.recompute in ("none", "selective"):
         per_layer -= fp8_activation_saving(s, b, h, m.ffn_hidden, t, sp, tr.fp8_recipe)
-    per_layer -= selective_saving(s, b, h, m.ffn_hidden, m.mlp, t, sp, modules_of(tr)) * scale
+    modules = modules_of(tr)
+    per_layer -= selective_saving(s, b, h, m.ffn_hidden, m.mlp, t, sp, modules, mla_qkv_width(m)) * scale
     per_mb = per_layer * layers
     if tr.recompute == "full" and tr.recompute_layers is not None:
         # Megatron's block method: the first recompute_layers of each (virtual) stage keep only their input
@@ -307,8 +311,12 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
         attention_only = activation_bytes_per_layer(
             s, b, h, a, ffn=0, mlp=m.mlp, t=t, sequence_parallel=sp, **_attention_widths(m),
             attention_scores=not tr.flash_attention, recompute=tr.recompute, dropout=tr.dropout) * scale
-        moe_part = moe_activation_bytes(msh, 2, tr.recompute) * scale
+        attention_only -= selective_saving(s, b, h, 0, m.mlp, t, sp, modules, mla_qkv_width(m)) * scale
+        moe_part = moe_activation_bytes(msh, 2, tr.recompute, modules) * scale
         per_mb += moe_layers * (attention_only + moe_part) - (layers - _dense_layers(scenario, pp_rank)) * per_layer
+    n_off = tr.activation_offload_layers
+    offload_layer = per_mb / layers if n_off and layers else 0.0   # one layer's (the mean), copied to host
+    per_mb -= offload_layer * (n_off - resident_layers(n_off))
     first, last = rank_edges(scenario, pp_rank)
     if first and tr.dropout:
         per_mb += s * b * h / (t if sp else 1)   # embedding dropout mask (1 byte), Korthikanti Sec. 4.3
@@ -335,6 +343,8 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
             s, b, h, a, ffn=m.ffn_hidden, mlp=m.mlp, t=t, sequence_parallel=sp, **_attention_widths(m),
             attention_scores=not tr.flash_attention, dropout=tr.dropout) * scale
             - (per_layer if tr.recompute == "selective_op" else 0.0))
+    elif "moe" in modules and msh is not None:   # a recomputed MoE block holds its activations again once
+        recompute_peak = moe_activation_bytes(msh, 2, "none") * scale
     loss_peak = 0.0
     if last:
         elem = 4.0 if tr.precision == "fp32" else 2.0
@@ -364,7 +374,8 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
     return StageMemory(pp=pp_rank, layers=layers, params_local=n, params=weights, grads=grads,
                        optimizer=optim, activations=activations, other=sum(detail.values()),
                        inflight=inflight, activation_per_microbatch=per_mb, other_detail=detail, experts=experts,
-                       fp8_weights=fp8_copies)
+                       fp8_weights=fp8_copies, offload_layer_bytes=offload_layer,
+                       host_bytes=offload_layer * n_off * inflight)
 
 
 def _attention_widths(m) -> dict:

@@ -79,9 +79,10 @@ def mtp_dense_params_local(scenario: Scenario, pp_rank: int) -> int:
     return m.mtp_layers * (2 * m.hidden * m.hidden // par.tp + 3 * m.norm_params + layer)
 
 
-def moe_activation_bytes(sh: MoEShape, element_bytes: int, recompute: str) -> float:
+def moe_activation_bytes(sh: MoEShape, element_bytes: int, recompute: str, modules: tuple[str, ...] = ()) -> float:
     """Activation bytes one MoE block keeps for the backward on one GPU, one micro-batch (none beyond the layer
-    input under full recompute, which the dense formula already counts):
+    input under full recompute or the ``moe`` module's recompute, which the dense formula already counts;
+    ``moe_act`` and ``shared_experts`` drop their parts, ``plan.recompute``):
 
     - the routing probabilities, T x E fp32 (Megatron-Core's router returns dense [T, E] probs);
     - the permuted rows each local expert's fc1 reads (its weight gradient needs them): rows received x h;
@@ -90,14 +91,16 @@ def moe_activation_bytes(sh: MoEShape, element_bytes: int, recompute: str) -> fl
     - the experts' outputs before the weighted unpermute (the routing weights' gradient): rows sent x h;
     - the shared experts like a dense MLP: (2 or 3) x T f_shared / tp, plus their activation output.
     """
-    if recompute == "full":
+    if recompute == "full" or "moe" in modules:
         return 0.0
     e = element_bytes
     rows = sh.rows_received
     width = sh.expert_ffn / sh.etp
     kept = sh.routed_tokens * sh.experts * ROUTER_SCORE_BYTES
     kept += rows * sh.hidden * e + rows * sh.mlp_matrices * width * e + sh.rows_sent * sh.hidden * e
-    if sh.shared_ffn:
+    if "moe_act" in modules:
+        kept -= rows * width * e             # the activation's output, fc2's input
+    if sh.shared_ffn and "shared_experts" not in modules:
         kept += sh.mlp_matrices * sh.tokens * sh.shared_ffn / sh.tp * e
     return kept
 

@@ -11,11 +11,23 @@ before the backward (/work/research/schedules_cp.md section 5).
   re-runs it, dropping its internals (Korthikanti et al. 2022: the fc1 output and the activation output, 2 sbf
   each; SwiGLU's gate, up and activation outputs, 6 sbf in all, split by t); ``layernorm`` drops the outputs of
   the two norms (the QKV and FC1 inputs: 2 x 2 sbh, split by t with sequence parallelism) and re-runs the norms.
+- The modules of mixture-of-experts and latent-attention layers (NVIDIA/Megatron-LM at d98e8a6):
+  ``moe_act`` (moe/experts.py, ``CheckpointWithoutOutput`` around the grouped MLP's activation function, its output
+  discarded once fc2 has run) drops the activation's output, rows x f / etp, and re-runs the element-wise
+  activation from the kept fc1 output; ``shared_experts`` (moe/moe_layer.py, ``tensor_parallel.checkpoint`` around
+  the shared experts) keeps their input, already kept as the MoE block's input, and drops and re-runs the shared
+  MLP; ``moe`` (moe/moe_layer.py, ``tensor_parallel.checkpoint`` around the whole MoE layer: router, dispatch,
+  experts, combine, shared experts) keeps only its input and re-runs all of it, the dispatch and combine
+  all-to-alls included; ``mla_up_proj`` (multi_latent_attention.py, ``CheckpointWithoutOutput`` around
+  ``qkv_up_proj_and_rope_apply``, discarded after the attention core) drops the per-head query, key and value the
+  attention kernel keeps and re-runs the two up projections from the kept latents (RoPE's element-wise pass is not
+  timed in the forward either, ``costs.layer_cost``).
 """
 
 from __future__ import annotations
 
 from simtrain.plan import costs, device
+from simtrain.plan.costs_moe import MoECost
 
 #: the default module list of selective recompute (Megatron-Core transformer_config.py)
 DEFAULT_MODULES = ("core_attn",)
@@ -60,23 +72,61 @@ def selective_extra(sh: costs.LayerShape, dev: device.Device, modules: tuple[str
         flops += f
     if "layernorm" in modules:
         seconds += norms_forward(sh, dev)
+    if "mla_up_proj" in modules and sh.mla is not None:
+        ups = mla_up_shapes(sh)
+        seconds += sum(dev.linear_gemm_time(m, n, k) for m, n, k in ups)
+        flops += sum(2.0 * m * n * k for m, n, k in ups)
     return seconds, flops
+
+
+def mla_up_shapes(sh: costs.LayerShape) -> list[tuple[float, float, float]]:
+    """The GEMMs inside ``qkv_up_proj_and_rope_apply`` among ``costs.mla_gemm_shapes``: the query's up projection
+    (or, without a query latent, its projection from h: ``linear_q_proj``) and the key/value up projection."""
+    shapes = costs.mla_gemm_shapes(sh)
+    q_lora = sh.mla[0]
+    return [shapes[1], shapes[3]] if q_lora else [shapes[0], shapes[2]]
+
+
+def moe_selective_extra(moe: MoECost, modules: tuple[str, ...]) -> tuple[float, float, bool]:
+    """(seconds, FLOP, whether the dispatch and combine run again) re-run before one MoE block's backward."""
+    if "moe" in modules:
+        return moe.forward, moe.model_flops, True
+    seconds = flops = 0.0
+    if "moe_act" in modules:
+        seconds += moe.activation_forward     # element-wise: no FLOP counted, as in the forward
+    if "shared_experts" in modules:
+        seconds += moe.shared_forward
+        flops += moe.shared_flops
+    return seconds, flops, False
 
 
 def selective_tp_factor(modules: tuple[str, ...]) -> float:
     """The backward's TP collectives in forward-collective units: 1, plus half for a recomputed MLP (its
     row-parallel reduction, and with sequence parallelism its all-gather, run again; the attention's half does not,
-    core_attn lies between the collectives)."""
-    return 1.5 if "mlp" in modules else 1.0
+    core_attn lies between the collectives; a recomputed MoE layer runs its block's again, as the MLP's)."""
+    return 1.5 if "mlp" in modules or "moe" in modules else 1.0
 
 
 def selective_saving(s: float, b: int, h: int, ffn: int, mlp: str, t: int, sequence_parallel: bool,
-                     modules: tuple[str, ...]) -> float:
-    """Bytes one layer's kept activations shrink by for ``mlp`` and ``layernorm`` (core_attn's saving, the score
-    matrix of unfused attention, is the formula's own ``recompute='selective'``)."""
+                     modules: tuple[str, ...], mla_qkv: int = 0) -> float:
+    """Bytes one layer's kept activations shrink by for ``mlp``, ``layernorm`` and ``mla_up_proj`` (core_attn's
+    saving, the score matrix of unfused attention, is the formula's own ``recompute='selective'``); ``mla_qkv`` is
+    the per-token width of latent attention's query, key and value (``mla_qkv_width``)."""
     saved = 0.0
+    if "mla_up_proj" in modules:
+        saved += 2.0 * s * b * mla_qkv / t     # Q, K, V of this rank's heads, 16-bit
     if "mlp" in modules and ffn:
         saved += (6.0 if mlp == "swiglu" else 4.0) * s * b * ffn / t
     if "layernorm" in modules:
         saved += 2 * 2.0 * s * b * h / (t if sequence_parallel else 1)
     return saved
+
+
+def mla_qkv_width(model) -> int:
+    """Per-token width of latent attention's query, key and value over all heads: a x (qk + qk + v), qk = nope +
+    rope (the tensors ``qkv_up_proj_and_rope_apply`` returns); 0 for other attention."""
+    at = model.attention
+    if at.kind != "mla":
+        return 0
+    qk = at.qk_nope_head_dim + at.qk_rope_head_dim
+    return model.heads * (2 * qk + at.v_head_dim)

@@ -279,6 +279,8 @@ class HardwareSpec(Closed):
     compute: ComputeModel = ComputeModel()
     memory_overheads: MemoryOverheads = MemoryOverheads()
     cost: Cost = Cost()
+    host_memory: Bytes | None = Field(None, description="host (CPU) memory of one node, bytes: where offloaded "
+                                                        "activations go; absent = not published for this system")
     devices: list[ExplicitDevice] | None = Field(None, description="explicit form: the GPUs")
     switches: list[ExplicitSwitch] = Field(default_factory=list)
     links: list[ExplicitLink] = Field(default_factory=list)

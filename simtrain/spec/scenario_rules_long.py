@@ -88,15 +88,14 @@ def _check_recompute(s, raw: dict, fail) -> None:
         if len(set(tr.recompute_modules)) != len(tr.recompute_modules):
             fail("training.recompute_modules", f"{tr.recompute_modules} names a module twice")
         beyond = [x for x in tr.recompute_modules if x in ("mlp", "layernorm")]
-        if beyond and (_varied(m) or tr.precision == "fp8"):
-            why = "fp8 training (its linears keep FP8 copies of their inputs)" if tr.precision == "fp8" else \
-                "models whose layers differ (experts, latent attention, sliding windows)"
-            fail("training.recompute_modules", f"'{beyond[0]}' is not simulated yet with {why} (allowed here: "
-                 "core_attn)")
-        unsupported = [x for x in tr.recompute_modules if x in ("moe", "moe_act", "shared_experts", "mla_up_proj")]
-        if unsupported:
-            fail("training.recompute_modules", f"'{unsupported[0]}' is not simulated yet (allowed: core_attn, mlp, "
-                 "layernorm)")
+        if beyond and tr.precision == "fp8":
+            fail("training.recompute_modules", f"'{beyond[0]}' is not simulated yet with fp8 training (its linears "
+                 "keep FP8 copies of their inputs) (allowed here: "
+                 f"{', '.join(x for x in _modules_of(m) if x not in ('mlp', 'layernorm'))})")
+        if "moe" in tr.recompute_modules and s.parallel.ep_overlap:
+            fail("training.recompute_modules", "'moe' with parallel.ep_overlap is refused by Megatron-Core (disable "
+                 "moe in recompute_modules when enabling overlap_moe_expert_parallel_comm); use moe_act or "
+                 "shared_experts")
 
 
 def _varied(m) -> bool:
@@ -114,8 +113,28 @@ def _modules_of(m) -> list[str]:
 
 def _check_offload(s, fail) -> None:
     tr, par = s.training, s.parallel
-    if tr.activation_offload_layers:
-        fail("training.activation_offload_layers", f"{tr.activation_offload_layers}: activation offloading is not "
-             "simulated yet (allowed: 0)")
+    n = tr.activation_offload_layers
+    if n:
+        key = "training.activation_offload_layers"
+        inter = s.hardware.inter_node
+        if inter is None or inter.pcie_bandwidth is None:
+            fail(key, f"{n} needs the GPUs' host link, but hardware '{s.hardware.name}' gives none "
+                 "(inter_node.pcie_bandwidth: the GPU's PCIe link per direction); add it with its source, or use 0")
+        # Megatron-Core TransformerConfig.__post_init__ (NVIDIA/Megatron-LM at d98e8a6): cpu_offloading_num_layers
+        # below num_layers, no pipeline parallelism, no activation recomputation
+        if n >= s.model.layers:
+            fail(key, f"{n} is not fewer than the model's {s.model.layers} layers (Megatron-Core offloads at most "
+                 f"num_layers - 1; allowed: 0 to {s.model.layers - 1})")
+        if par.pp > 1:
+            fail(key, f"{n} with pp={par.pp}: Megatron-Core has \"no support for Pipeline parallelism with CPU "
+                 "offloading\" (allowed with pp 1)")
+        if tr.recompute != "none":
+            fail(key, f"{n} with recompute '{tr.recompute}': Megatron-Core's CPU offloading \"does not work when "
+                 "activation recomputation is enabled\" (allowed with recompute: none)")
+        if par.zero >= 3 or par.ep_overlap:
+            what = f"zero {par.zero}" if par.zero >= 3 else "parallel.ep_overlap"
+            fail(key, f"{n} with {what} is not simulated yet (allowed with zero 0-2, without ep_overlap)")
     if par.offload_optimizer:
-        fail("parallel.offload_optimizer", "true: optimizer offloading is not simulated yet (allowed: false)")
+        fail("parallel.offload_optimizer", "true: optimizer offloading is not simulated yet: the CPU Adam step "
+             "needs a measured rate (ZeRO-Offload, Ren et al. 2021) that is not in simtrain's sources yet "
+             "(allowed: false)")
