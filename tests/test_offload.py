@@ -8,7 +8,7 @@ two copy streams traced by hand, and Korthikanti's 34 sbh per GPT layer (flash a
 from __future__ import annotations
 
 import pytest
-from conftest import gpt_model, hardware_variant, make_scenario
+from conftest import REPO, gpt_model, hardware_variant, make_scenario
 
 from simtrain.engine.simulation import simulate
 from simtrain.plan.build import build_plan
@@ -118,3 +118,34 @@ def test_memory_advice_names_the_fewest_offloaded_layers_that_fit():
     tips = advice(sc(0), rep)
     n = int(re.search(r"activation_offload_layers: (\d+)", tips[0]).group(1))
     assert stage_memory(sc(n), 0).total <= rep.capacity < stage_memory(sc(n - 1), 0).total
+
+
+def test_a_run_that_does_not_fit_gets_no_edge_of_memory_warning():
+    """'does not fit' and 'at the edge of memory' exclude each other (pp4_dp4 at micro-batch 4: 153.6 GB on an
+    85.5 GB GPU is not at its edge)."""
+    from simtrain.engine.simulation import simulate
+    from simtrain.spec.scenario import load_scenario
+
+    r = simulate(load_scenario(REPO / "scenarios" / "pp4_dp4.yaml", {"training.micro_batch": 4}))
+    assert not r.fits_in_memory
+    assert any(w.startswith("does not fit") for w in r.warnings)
+    assert not any("edge of memory" in w for w in r.warnings)
+
+
+@pytest.mark.parametrize("parallel", [{"dp": 8, "zero": 3}, {"dp": 8, "zero": 2}])
+def test_the_offload_tip_is_never_a_setting_the_rules_refuse(parallel):
+    """simtrain memory's offload tip is given only where the rules take activation_offload_layers (not with ZeRO-3);
+    following the tip (27 layers with ZeRO-2) is accepted. Llama-3-8B, 8,192 tokens, micro-batch 2, one DGX H100."""
+    from simtrain.plan.advice import advice
+    from simtrain.plan.memory import memory_report
+
+    sc = make_scenario(hardware="dgx-h100", nodes=1, model="llama3-8b",
+                       training={"seq_len": 8192, "global_batch": 16, "micro_batch": 2}, parallel=parallel)
+    tips = [t for t in advice(sc, memory_report(sc)) if "activation_offload_layers" in t]
+    if parallel["zero"] >= 3:
+        assert tips == []
+    else:
+        n = int(tips[0].split("activation_offload_layers: ")[1].split(")")[0])
+        make_scenario(hardware="dgx-h100", nodes=1, model="llama3-8b",
+                      training={"seq_len": 8192, "global_batch": 16, "micro_batch": 2,
+                                "activation_offload_layers": n}, parallel=parallel)

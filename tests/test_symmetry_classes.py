@@ -173,3 +173,13 @@ def test_straggler_with_context_parallelism_agrees_with_full():
                 {"stragglers": [{"rank": 3, "slowdown": 1.3}]})
     assert _classes(sc) == ((0, 2, 3), (1,))
     _agree(sc)
+
+
+def test_dualpipe_mirror_sum_over_a_degraded_link_agrees_with_full_fidelity():
+    """DualPipe's gradient sum between mirror ranks r and pp - 1 - r is a pipeline flow: a degraded link on one
+    replica's mirror route only gives that replica lanes of its own, and the class run equals full fidelity (it was
+    1.52 s against 4.35 s when the mirror pairs were not among the routes that make a replica touched)."""
+    sc = load_scenario(REPO / "scenarios" / "pp4_dp4.yaml", {
+        "nodes": 4, "parallel.dp": 4, "parallel.pp": 8, "parallel.schedule": "dualpipe",
+        "simulation.degraded_links": [{"a": "nic0.1", "b": "rail1", "factor": 0.05}]})
+    _agree(sc)

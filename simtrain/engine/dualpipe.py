@@ -26,7 +26,7 @@ def mirror_gradient_sum(engine, lane: Lane):
     out = (lane.dp, ("mirror", mirror), -1, "G")
     done = engine._recv_event(out)
     engine.sent_at[out] = env.now
-    phase = plan.pp_phase(nbytes, lane.rank, mirror, lane.dp)
+    phase = (engine.classes or plan).pp_phase(nbytes, lane.rank, mirror, lane.dp)
 
     def send():
         start = env.now

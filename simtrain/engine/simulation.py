@@ -265,15 +265,15 @@ def simulate(scenario: Scenario, *, fidelity: str | None = None, seed: int | Non
     fits = peak <= rep.capacity
     if not fits:
         warnings.append(f"does not fit: peak {peak / 1e9:.1f} GB > {rep.capacity / 1e9:.1f} GB per GPU")
-    host = host_memory_warning(s, rep)
-    if host:
-        fits = False
-        warnings.append(host)
     elif peak > EDGE_OF_MEMORY * rep.capacity:
         warnings.append(f"at the edge of memory: peak {peak / 1e9:.1f} GB is {100 * peak / rep.capacity:.0f}% of "
                         f"{rep.capacity / 1e9:.1f} GB; PyTorch's caching allocator then frees and retries (cudaMalloc "
                         "retries), which simtrain does not time (in `simtrain validate`, the runs simtrain puts above "
                         "100% measured 1.5-27% slower than predicted; docs/model.md section 11)")
+    host = host_memory_warning(s, rep)
+    if host:
+        fits = False
+        warnings.append(host)
     critical = max(tl.lanes, key=lambda ln: (ln.end, -ln.index))
     warnings += _replica_waits(tl.lanes, step)
     gpu_peak = s.hardware.gpu.peak("bf16" if s.training.precision == "fp8" else s.training.precision)

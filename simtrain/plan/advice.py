@@ -59,7 +59,8 @@ def _offload_tip(scenario: Scenario, report: MemoryReport) -> list[str]:
     tr, par, hw = scenario.training, scenario.parallel, scenario.hardware
     link = hw.inter_node.pcie_bandwidth if hw.inter_node is not None else None
     layers = report.stages[0].layers
-    if par.pp > 1 or tr.recompute != "none" or link is None or layers < 3:
+    # Megatron-Core's limits (pp 1, no recompute) and what simtrain does not simulate with it (ZeRO-3, ep_overlap)
+    if par.pp > 1 or tr.recompute != "none" or link is None or layers < 3 or par.zero >= 3 or par.ep_overlap:
         return []
 
     def peak(n: int) -> StageMemory:
@@ -72,6 +73,9 @@ def _offload_tip(scenario: Scenario, report: MemoryReport) -> list[str]:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if peak(mid).total <= report.capacity else (mid + 1, hi)
     st = peak(lo)
+    cap = hw.host_memory
+    if cap is not None and st.host_bytes * scenario.cluster.gpus_per_node > cap:
+        return []    # the offloaded layers would not fit in the node's host memory either
     return [f"offload the activations of {lo} layers to host memory (training.activation_offload_layers: {lo}): "
             f"peak {st.total / 1e9:.1f} GB per GPU with no recomputed work; each layer's "
             f"{st.offload_layer_bytes / 1e9:.2f} GB crosses PCIe in {st.offload_layer_bytes / link * 1e3:.0f} ms each "
