@@ -126,3 +126,26 @@ def test_a_notebook_run_with_the_static_renderer_stores_an_svg(tmp_path):
     assert "text/html" not in shown["data"]
     svg = ET.fromstring(shown["data"]["image/svg+xml"])
     assert any("pp4_dp4: one step" in (t.text or "") for t in svg.iter(NS + "text"))
+
+
+def test_numpy_backed_figures_draw_their_numbers():
+    """plotly (>= 6) stores numpy arrays as typed arrays (dtype + base64 bytes): they are read as numbers, so a
+    scatter of x = 0, 1, 2 on [0, 2] puts its middle point at the box's middle (100 + 0.5 x 400 = 300 px), a bar
+    base given as an array is read per bar, and a 2-D heatmap keeps its rows."""
+    import numpy as np
+
+    fig = go.Figure(go.Scatter(x=np.arange(3), y=np.array([0.0, 5.0, 10.0]), mode="markers", marker=dict(
+        color="#abcdef")))
+    fig.update_layout(width=500, height=300, margin=dict(l=100, r=0, t=0, b=100),
+                      xaxis=dict(range=[0, 2]), yaxis=dict(range=[0, 10]))
+    dots = sorted(float(c.get("cx")) for c in _tree(fig).iter(NS + "circle"))
+    assert dots == [100, 300, 500]
+    bar = go.Figure(go.Bar(x=np.array([2.0]), y=[0], base=np.array([1.0]), orientation="h",
+                           marker=dict(color="#123456")))
+    bar.update_layout(width=500, height=300, margin=dict(l=100, r=0, t=0, b=100),
+                      xaxis=dict(range=[0, 4]), yaxis=dict(range=[-0.5, 0.5], tickvals=[0], ticktext=["a"]))
+    (rect,) = _rects(_tree(bar), "#123456")
+    assert (float(rect["x"]), float(rect["width"])) == (200, 200)
+    heat = go.Figure(go.Heatmap(z=np.arange(6.0).reshape(2, 3)))
+    cells = [r for g in _tree(heat).iter(NS + "g") if g.get("clip-path") for r in g.iter(NS + "rect")]
+    assert len(cells) == 6
