@@ -21,8 +21,9 @@ from simtrain.engine.core import Engine
 from simtrain.engine.simulation import simulate
 from simtrain.plan.build import build_plan
 from simtrain.plan.ep_overlap import merged_pair
+from simtrain.plan.memory import memory_report
 from simtrain.plan.pipeline_ops import Op
-from simtrain.plan.schedules import build_schedule, inflight_peak, interleaved
+from simtrain.plan.schedules import build_schedule, inflight_peak, interleaved, merged_pair_rise
 from simtrain.spec.errors import InputError
 
 
@@ -79,15 +80,41 @@ def test_interleaved_has_one_more_warmup_forward_and_merged_pairs(pp, m, vpp):
         assert bwd == [(op.mb, op.chunk) for op in plain[r] if op.kind == "B"]
 
 
-def test_extra_warmup_holds_one_more_microbatch():
-    """The extra warm-up forward keeps one more micro-batch's activations in flight: pp x vpp + 1 chunk-activations
-    on rank 0 instead of interleaved 1F1B's ... + 0 (Megatron's count, 2(pp - 1) + (vpp - 1) pp + 1 forwards before
-    the first backward frees)."""
-    pp, m, vpp = 4, 8, 2
+def test_extra_warmup_holds_one_more_microbatch_but_a_pair_only_one_more_layer():
+    """The extra warm-up forward keeps one more micro-batch's activations in flight before the first pair: 2(pp - 1)
+    + (vpp - 1) pp + 1 chunk-activations on rank 0, as many as plain interleaved 1F1B reaches with its first steady
+    forward (Megatron's count). A merged pair then adds only one layer: Megatron-Core runs it layer by layer and
+    autograd frees each backward layer as it ends, so with 4 layers per chunk the peak is plain + 1/4."""
+    pp, m, vpp, L = 4, 8, 2, 4
     share = {c: 1.0 for c in range(vpp)}
+    layers = {c: L for c in range(vpp)}
     plain = inflight_peak(interleaved(pp, m, vpp)[0], share, 0.0)
-    merged = inflight_peak(build_schedule("interleaved-1f1b", pp, m, vpp, ep_overlap=True)[0], share, 0.0)
-    assert merged == plain + 1 == (pp - 1) * 2 + (vpp - 1) * pp + 2
+    ops = build_schedule("interleaved-1f1b", pp, m, vpp, ep_overlap=True)[0]
+    assert plain == (pp - 1) * 2 + (vpp - 1) * pp + 1
+    assert inflight_peak(ops, share, 0.0, layers) == plain + 1 / L
+
+
+@pytest.mark.parametrize(("sf", "nf", "sb", "nb", "rise"), [
+    (1.0, 4, 1.0, 4, 0.25),          # equal chunks: one forward layer before the first backward layer frees
+    (2.0, 4, 1.0, 4, 1.25),          # forward layers twice as large: 0.5 - 0.25 a pair, peak after the 4th add
+    (1.0, 2, 1.0, 4, 0.75),          # +0.5 -0.25 +0.5 (peak 0.75) -0.25, then the backward's last 2 layers free
+    (1.0, 4, 1.0, 2, 0.25),          # +0.25 (peak) -0.5 +0.25 -0.5, then the forward's last 2 layers: back to 0
+])
+def test_merged_pair_rise_by_hand(sf, nf, sb, nb, rise):
+    """A merged pair's rise above its start, layer by layer, worked by hand for four shapes."""
+    assert merged_pair_rise(sf, nf, sb, nb) == pytest.approx(rise)
+
+
+def test_engine_memory_peak_matches_the_ledger_with_ep_overlap():
+    """The engine's peak memory under ep_overlap equals the ledger's (both count a pair layer by layer), and is
+    within one layer's activations of the run without the overlap at pp 1 (no extra micro-batch in flight)."""
+    plain = simulate(_qwen(m=4))
+    over = simulate(_qwen(m=4, ep_overlap=True))
+    ledger = memory_report(_qwen(m=4, ep_overlap=True))
+    assert over.peak_memory_bytes_max == pytest.approx(ledger.peak_max, rel=1e-9)
+    layers = 48
+    act = plain.to_dict()["stages"][0]["memory"]["activations"]
+    assert 0 < over.peak_memory_bytes_max - plain.peak_memory_bytes_max <= act / layers * 1.0001
 
 
 # (attention fwd, MoE fwd, attention dgrad, attention wgrad, MoE dgrad, MoE wgrad, a2a fwd, a2a bwd) -> the period of

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from simtrain.engine.lane import Lane
 from simtrain.plan import ep_overlap
+from simtrain.plan.schedules import merged_pair_rise
 
 
 def play_merged_pair(engine, lane: Lane, op, vf: int, vb: int, part: str):
@@ -22,7 +23,11 @@ def play_merged_pair(engine, lane: Lane, op, vf: int, vb: int, part: str):
         scenario = engine.plan.scenario
         crosses = engine.plan.placement.crosses_nodes().get("ep", False)
         merged = engine._segments[key] = ep_overlap.merged_pair(cf, cb, scenario.hardware.overlap_slowdown(crosses))
-    engine._alloc(lane, cf.act_bytes)
+    # Megatron-Core plays the pair layer by layer and autograd frees each backward layer's tensors as it ends: the
+    # pair lifts the rank's activations by merged_pair_rise over its start, and leaves them at + forward - backward
+    freed = cb.act_bytes - (cb.act_w_bytes if part == "input" else 0.0)
+    rise = merged_pair_rise(cf.act_bytes, cf.layers, freed, cb.layers)
+    engine._alloc(lane, rise)
     t0, planned = env.now, 0.0
     for step in merged.compute:
         gap = step.start - planned
@@ -39,4 +44,4 @@ def play_merged_pair(engine, lane: Lane, op, vf: int, vb: int, part: str):
         mb, v = (op.mb, vf) if step.side == "F" else (op.mb2, vb)
         lo, hi = (step.layer, step.layer + 1) if step.layer is not None else (-1, -1)
         engine._record(lane, "ep", step.kind, t0 + step.start, t0 + step.start + step.seconds, mb, v, lo, hi)
-    engine._free(lane, cb.act_bytes - (cb.act_w_bytes if part == "input" else 0.0))
+    engine._free(lane, rise - (cf.act_bytes - freed))

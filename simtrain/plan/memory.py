@@ -329,7 +329,7 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
         per_chunk = rank_layers(scenario, pp_rank)
         share = {c: (n / layers if layers else 1.0 / len(per_chunk)) for c, n in per_chunk.items()}
         ops = rank_schedules(par.schedule, par.pp, scenario.microbatches, par.vpp, par.ep_overlap)[pp_rank]
-        inflight = inflight_peak(ops, share, weight_grad_fraction(scenario))
+        inflight = inflight_peak(ops, share, weight_grad_fraction(scenario), per_chunk if par.ep_overlap else None)
     else:
         inflight = inflight_microbatches(par.schedule, scenario.microbatches, par.pp, pp_rank, par.vpp)
     activations = per_mb * inflight

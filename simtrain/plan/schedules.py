@@ -197,14 +197,39 @@ def split_backwards(ops: list[Op] | tuple[Op, ...]) -> set[tuple[int, int]]:
     return {(op.mb, op.chunk) for op in ops if op.kind == "W"}
 
 
-def inflight_peak(ops, share: dict[int, float], w_fraction: float) -> float:
+def merged_pair_rise(share_f: float, layers_f: int, share_b: float, layers_b: int) -> float:
+    """How far an ep_overlap merged pair lifts a rank's activations above their level at its start, in the units of
+    ``share``. Megatron-Core plays the pair layer by layer (forward layer i, then backward layer n_b - 1 - i, then
+    the backward's and the forward's remaining layers: plan/ep_overlap.py), and autograd frees a layer's saved
+    tensors when its backward ends: each forward layer adds share_f / n_f before the paired backward layer frees
+    share_b / n_b."""
+    nf, nb = max(1, layers_f), max(1, layers_b)
+    step_f, step_b = share_f / nf, share_b / nb
+    now = rise = 0.0
+    for k in range(max(nf, nb)):
+        if k < nf:
+            now += step_f
+            rise = max(rise, now)
+        if k < nb:
+            now -= step_b
+    return rise
+
+
+def inflight_peak(ops, share: dict[int, float], w_fraction: float,
+                  pair_layers: dict[int, int] | None = None) -> float:
     """Peak activations a rank holds in units of its layers' activations for one micro-batch: a forward adds its
     chunk's ``share``; a whole backward frees it; a split B frees all but ``w_fraction`` of it, which its W frees
     (Qi et al. 2024, Table 1: after B a stage keeps M_W until W). An "FB" pair allocates its forward before its
-    backward frees (the two run together)."""
+    backward frees (the two run together: DualPipe), or, with ``pair_layers`` (each chunk's layers; ep_overlap's
+    merged pairs), layer by layer (:func:`merged_pair_rise`)."""
     split = split_backwards(ops)
     now = peak = 0.0
     for op in ops:
+        if op.kind == "FB" and pair_layers is not None:
+            peak = max(peak, now + merged_pair_rise(share[op.chunk], pair_layers[op.chunk], share[op.chunk2],
+                                                    pair_layers[op.chunk2]))
+            now += share[op.chunk] - share[op.chunk2]
+            continue
         if op.kind in ("F", "FB"):
             now += share[op.chunk]
             peak = max(peak, now)
