@@ -187,6 +187,23 @@ def test_engine_plays_the_merged_pairs(m):
     assert step < plain
 
 
+def test_a_straggler_pair_is_planned_with_its_slower_compute():
+    """On a GPU 1.3x slow, a merged pair's compute takes 1.3x its nominal seconds and the all-to-alls meet that
+    compute: with HAND's first row (L = 6 layers, all-to-alls of 0.5 s hidden) and DGX H100's overlap slowdown
+    sigma = 1.19, the step at pp 1 and 2 micro-batches is lone F + pair + lone B with every compute x 1.3:
+    L (af + mf) 1.3 + L 2 df, L 12 x 1.3 + 4 L df (1 - 1/sigma), L (ab + wa + mb + wm) 1.3 + L 2 db."""
+    times, L, k, sigma = HAND[0][0], 6, 1.3, 1.19
+    af, mf, ab, wa, mb, wm, df, db = times
+    plan = build_plan(_qwen(m=2, ep_overlap=True))
+    c = _chunk(*times, L, plan)
+    plan = replace(plan, chunks=(c,), optimizer_time=(0.0,), expert_grad_bytes=(0.0,))
+    timeline = Engine(plan, full=True, slowdowns={0: k}).run()
+    lone_f = L * (af + mf) * k + L * 2 * df
+    pair = L * (af + mf + ab + wa + mb + wm) * k + 4 * L * df * (1 - 1 / sigma)
+    lone_b = L * (ab + wa + mb + wm) * k + L * 2 * db
+    assert timeline.step_time == pytest.approx(lone_f + pair + lone_b)
+
+
 @pytest.mark.parametrize("parallel", [{}, {"pp": 2, "dp": 4, "ep": 4, "vpp": 2, "schedule": "interleaved-1f1b"}])
 def test_never_slower_on_a_real_moe(parallel):
     """On Qwen3-30B-A3B (EP in one NVLink node, all-to-alls shorter than a layer's compute) the overlap is never

@@ -16,13 +16,17 @@ def play_merged_pair(engine, lane: Lane, op, vf: int, vb: int, part: str):
     plan put them. Inputs were received before and outputs are sent after (the engine's pair)."""
     env = engine.env
     cf, cb = engine.plan.chunks[vf], engine.plan.chunks[vb]
-    key = ("FBm", vf, vb)
+    # a straggling lane's pair is planned with its slower compute, so the all-to-alls meet the compute they hide
+    # under (jitter varies every kernel: its pairs keep the nominal plan and draw each piece's own factor)
+    scale = lane.slowdown if lane.rng is None else 1.0
+    key = ("FBm", vf, vb, scale)
     merged = engine._segments.get(key)
     if merged is None:
         # compute slows while an all-to-all runs, by the fabric the EP groups use (the hardware file's figure)
         scenario = engine.plan.scenario
         crosses = engine.plan.placement.crosses_nodes().get("ep", False)
-        merged = engine._segments[key] = ep_overlap.merged_pair(cf, cb, scenario.hardware.overlap_slowdown(crosses))
+        merged = engine._segments[key] = ep_overlap.merged_pair(cf, cb, scenario.hardware.overlap_slowdown(crosses),
+                                                                scale)
     # Megatron-Core plays the pair layer by layer and autograd frees each backward layer's tensors as it ends: the
     # pair lifts the rank's activations by merged_pair_rise over its start, and leaves them at + forward - backward
     freed = cb.act_bytes - (cb.act_w_bytes if part == "input" else 0.0)
@@ -35,7 +39,8 @@ def play_merged_pair(engine, lane: Lane, op, vf: int, vb: int, part: str):
             lane.exposed["ep"] += gap
             yield env.timeout(gap)
         mb, v = (op.mb, vf) if step.side == "F" else (op.mb2, vb)
-        yield from engine._segment(lane, "compute", step.kind, step.seconds, mb, v, step.layer)
+        # _segment applies the lane's factor again: hand it the nominal seconds of the planned piece
+        yield from engine._segment(lane, "compute", step.kind, step.seconds / scale, mb, v, step.layer)
         planned = step.start + step.seconds
     if merged.end > planned:
         lane.exposed["ep"] += merged.end - planned

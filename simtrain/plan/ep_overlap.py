@@ -68,11 +68,12 @@ class _Streams:
     """The two streams' programs: each piece waits for the piece before it on its stream and for the piece whose
     output it needs (``after``); :meth:`play` times them."""
 
-    def __init__(self) -> None:
+    def __init__(self, scale: float = 1.0) -> None:
         self.pieces: list[tuple[str, str, str, int | None, float, int | None]] = []   # stream, side, kind, ...
+        self.scale = scale          # compute seconds x scale: a straggling GPU's kernels
 
     def run(self, side: str, kind: str, layer, seconds: float, after: int | None = None) -> int:
-        self.pieces.append(("comp", side, kind, layer, seconds, after))
+        self.pieces.append(("comp", side, kind, layer, seconds * self.scale, after))
         return len(self.pieces) - 1
 
     def send(self, side: str, layer, seconds: float, after: int | None) -> int:
@@ -131,10 +132,10 @@ class _Streams:
         return Merged(steps["comp"], steps["comm"], max(end.values(), default=0.0))
 
 
-def merged_pair(cf, cb, slowdown: float = 1.0) -> Merged:
+def merged_pair(cf, cb, slowdown: float = 1.0, scale: float = 1.0) -> Merged:
     """The merged forward of chunk ``cf`` and backward of chunk ``cb`` (module docstring), compute ``slowdown``
-    times slower while an all-to-all runs."""
-    s = _Streams()
+    times slower while an all-to-all runs and every compute piece ``scale`` times its nominal seconds (a straggler)."""
+    s = _Streams(scale)
     f_in = s.run("F", "forward", None, cf.embed_fwd) if cf.has_embedding else None
     b_in = s.run("B", "backward", None, cb.head_bwd) if cb.has_head else None
     nf, nb = cf.layers, cb.layers
