@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from simtrain.engine.lane import Lane
 from simtrain.plan import ep_overlap
+from simtrain.plan.deepep import ep_overlap_slowdown
 
 
 def play_merged_pair(engine, lane: Lane, op, vf: int, vb: int, part: str):
@@ -18,10 +19,11 @@ def play_merged_pair(engine, lane: Lane, op, vf: int, vb: int, part: str):
     key = ("FBm", vf, vb)
     merged = engine._segments.get(key)
     if merged is None:
-        # compute slows while an all-to-all runs, by the fabric the EP groups use (the hardware file's figure)
+        # compute slows while an all-to-all runs: DeepEP's SMs taken, or the hardware file's figure for the fabric
         scenario = engine.plan.scenario
         crosses = engine.plan.placement.crosses_nodes().get("ep", False)
-        merged = engine._segments[key] = ep_overlap.merged_pair(cf, cb, scenario.hardware.overlap_slowdown(crosses))
+        slow = ep_overlap_slowdown(scenario, crosses)
+        merged = engine._segments[key] = ep_overlap.merged_pair(cf, cb, slow)
     engine._alloc(lane, cf.act_bytes)
     t0, planned = env.now, 0.0
     for step in merged.compute:
