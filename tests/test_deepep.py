@@ -69,7 +69,7 @@ def test_overlap_slowdown_is_the_sms_taken():
 
 
 @pytest.mark.parametrize(("change", "says"), [
-    ({"moe_dispatcher": "hybridep"}, "'hybridep' is not simulated: NVIDIA's HybridEP"),
+    ({"moe_dispatcher": "hybridep"}, "'hybridep' is not simulated yet: NVIDIA's HybridEP"),
     ({"ep": 4, "etp": 2}, "'deepep' with expert tensor parallelism (etp 2)"),
 ])
 def test_refusals(change, says):

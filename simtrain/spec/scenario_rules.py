@@ -282,9 +282,9 @@ def check_moe_rules(s, raw: dict, fail) -> None:
                  f"({display_path(s.hardware_file)}: intra_node.fabric {fabric}): DeepEP's kernels move tokens over "
                  "NVLink inside a node (deepseek-ai/DeepEP README) (allowed here: alltoall, allgather)")
         if par.moe_dispatcher == "hybridep":
-            fail("parallel.moe_dispatcher", "'hybridep' is not simulated: NVIDIA's HybridEP (DeepEP hybrid-ep branch, "
-                 "Megatron-Core flex backend) publishes no bandwidth figures to time it from (allowed: alltoall, "
-                 "allgather, deepep)")
+            fail("parallel.moe_dispatcher", "'hybridep' is not simulated yet: NVIDIA's HybridEP figures (DeepEP "
+                 "hybrid-ep branch, docs/README_Hybrid-EP.md: H100 EP16-64 RDMA, B200 EP8 NVLink) are not wired in "
+                 "(allowed: alltoall, allgather, deepep)")
         if m.moe.capacity_factor is not None:
             fail("parallel.moe_dispatcher", f"'deepep' with moe.capacity_factor {m.moe.capacity_factor} is refused by "
                  "Megatron-Core (the deepep backend does not support moe_pad_expert_input_to_capacity); use "
