@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from simtrain.engine.lane import Lane
 from simtrain.plan import ep_overlap
+from simtrain.plan.deepep import ep_overlap_slowdown
 from simtrain.plan.schedules import merged_pair_rise
 
 
@@ -22,11 +23,11 @@ def play_merged_pair(engine, lane: Lane, op, vf: int, vb: int, part: str):
     key = ("FBm", vf, vb, scale)
     merged = engine._segments.get(key)
     if merged is None:
-        # compute slows while an all-to-all runs, by the fabric the EP groups use (the hardware file's figure)
+        # compute slows while an all-to-all runs: DeepEP's SMs taken, or the hardware file's figure for the fabric
         scenario = engine.plan.scenario
         crosses = engine.plan.placement.crosses_nodes().get("ep", False)
-        merged = engine._segments[key] = ep_overlap.merged_pair(cf, cb, scenario.hardware.overlap_slowdown(crosses),
-                                                                scale)
+        slow = ep_overlap_slowdown(scenario, crosses)
+        merged = engine._segments[key] = ep_overlap.merged_pair(cf, cb, slow, scale)
     # Megatron-Core plays the pair layer by layer and autograd frees each backward layer's tensors as it ends: the
     # pair lifts the rank's activations by merged_pair_rise over its start, and leaves them at + forward - backward
     freed = cb.act_bytes - (cb.act_w_bytes if part == "input" else 0.0)

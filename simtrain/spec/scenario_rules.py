@@ -281,8 +281,17 @@ def check_moe_rules(s, raw: dict, fail) -> None:
             fail("parallel.moe_dispatcher", f"'{par.moe_dispatcher}' cannot run on {s.hardware.gpu.name} "
                  f"({display_path(s.hardware_file)}: intra_node.fabric {fabric}): DeepEP's kernels move tokens over "
                  "NVLink inside a node (deepseek-ai/DeepEP README) (allowed here: alltoall, allgather)")
-        fail("parallel.moe_dispatcher", f"'{par.moe_dispatcher}' is not simulated yet (allowed: alltoall, "
-             "allgather)")
+        if par.moe_dispatcher == "hybridep":
+            fail("parallel.moe_dispatcher", "'hybridep' is not simulated yet: NVIDIA's HybridEP figures (DeepEP "
+                 "hybrid-ep branch, docs/README_Hybrid-EP.md: H100 EP16-64 RDMA, B200 EP8 NVLink) are not wired in "
+                 "(allowed: alltoall, allgather, deepep)")
+        if m.moe.capacity_factor is not None:
+            fail("parallel.moe_dispatcher", f"'deepep' with moe.capacity_factor {m.moe.capacity_factor} is refused by "
+                 "Megatron-Core (the deepep backend does not support moe_pad_expert_input_to_capacity); use "
+                 "capacity_factor null (dropless) or the alltoall dispatcher")
+        if etp > 1:
+            fail("parallel.moe_dispatcher", f"'deepep' with expert tensor parallelism (etp {etp}) is not simulated "
+                 "(simtrain times DeepEP over an EP group of whole experts); use etp 1 or the alltoall dispatcher")
     if par.ep_overlap:
         check_ep_overlap_rules(s, fail)
     if par.zero >= 3:
@@ -304,9 +313,9 @@ def check_ep_overlap_rules(s, fail) -> None:
     if par.ep == 1:
         fail("parallel.ep_overlap", "true needs expert parallelism (ep > 1): with ep 1 there is no all-to-all to "
              "hide (Megatron-Core asserts expert_model_parallel_size > 1)")
-    if par.moe_dispatcher != "alltoall":
-        fail("parallel.ep_overlap", f"true runs with the alltoall dispatcher only (Megatron-Core: alltoall or flex), "
-             f"not moe_dispatcher '{par.moe_dispatcher}'")
+    if par.moe_dispatcher not in ("alltoall", "deepep"):
+        fail("parallel.ep_overlap", f"true runs with the alltoall or deepep dispatcher only (Megatron-Core: alltoall "
+             f"or flex), not moe_dispatcher '{par.moe_dispatcher}'")
     if par.schedule not in ("1f1b", "interleaved-1f1b") or (par.schedule == "1f1b" and par.pp > 1):
         fail("parallel.ep_overlap", f"true merges the 1F1B steady state of schedule 1f1b with pp 1 or of "
              f"interleaved-1f1b (Megatron-Core needs virtual pipeline stages when pp > 1), not '{par.schedule}' "
