@@ -247,20 +247,22 @@ def screen(payload: ScenarioPayload, base: dict[str, Any], layouts: list[dict[st
     'invalid' (rejected by the scenario rules), 'oom', 'tight' (fits, above ``max_memory`` of the GPU; estimated
     too, so that another ``max_memory`` can reuse the row), 'fits' (then estimated) or 'failed'."""
     from simtrain.decide.estimate import estimate
-    from simtrain.engine.simulation import memory
+    from simtrain.plan.balance import resolve_split
+    from simtrain.plan.build import build_plan
+    from simtrain.plan.memory import memory_report
 
     scenario = payload.build()
     out = []
     for layout in layouts:
         row: dict[str, Any] = {"status": "invalid"}
         try:
-            sc = scenario.with_overrides({**base, **layout_overrides(layout)})
-            mem = memory(sc)
-            row.update(status="oom", peak_memory_bytes_max=round(mem.peak_memory_bytes_max),
-                       peak_memory_fraction=mem.peak_memory_bytes_max / mem.capacity_bytes)
-            if mem.fits_in_memory:
-                est = estimate(sc)
-                tight = mem.peak_memory_bytes_max > max_memory * mem.capacity_bytes
+            sc = resolve_split(scenario.with_overrides({**base, **layout_overrides(layout)}))
+            mem = memory_report(sc)     # the ledger of simtrain.memory(sc), without its per-GPU report
+            row.update(status="oom", peak_memory_bytes_max=round(mem.peak_max),
+                       peak_memory_fraction=mem.peak_max / mem.capacity)
+            if mem.fits:
+                est = estimate(sc, build_plan(sc, mem.stages))
+                tight = mem.peak_max > max_memory * mem.capacity
                 row.update(status="tight" if tight else "fits", estimate_s=est.step_time_s,
                            lower_bound_s=est.lower_bound_s, compute_s=est.compute_s, recompute_s=est.recompute_s)
         except InputError as err:        # the scenario rules reject this layout
