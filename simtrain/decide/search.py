@@ -44,6 +44,7 @@ from simtrain.decide.search_result import (  # noqa: F401 - re-exported: the sea
 from simtrain.decide.sweep import ScenarioPayload, error_text
 from simtrain.decide.workers import open_executor, progress_bar, run_tasks
 from simtrain.plan.schedules import SPLIT_BACKWARD
+from simtrain.plan.shared_costs import shared_costs
 from simtrain.report.accuracy import LEDGER_ERROR
 from simtrain.spec.errors import InputError, SimulationLimitError
 from simtrain.spec.scenario import Scenario
@@ -246,31 +247,34 @@ def screen(payload: ScenarioPayload, base: dict[str, Any], layouts: list[dict[st
     """Validate, check memory and estimate each layout (runs in a worker); never raises. Status:
     'invalid' (rejected by the scenario rules), 'oom', 'tight' (fits, above ``max_memory`` of the GPU; estimated
     too, so that another ``max_memory`` can reuse the row), 'fits' (then estimated) or 'failed'."""
+    scenario = payload.build()
+    with shared_costs():      # figures the layouts share (simtrain.plan.shared_costs) are computed once per chunk
+        return [_screen_one(scenario, base, layout, max_memory) for layout in layouts]
+
+
+def _screen_one(scenario: Scenario, base: dict[str, Any], layout: dict[str, Any], max_memory: float) -> dict:
+    """One layout's screening row (:func:`screen`)."""
     from simtrain.decide.estimate import estimate
     from simtrain.plan.balance import resolve_split
     from simtrain.plan.build import build_plan
     from simtrain.plan.memory import memory_report
 
-    scenario = payload.build()
-    out = []
-    for layout in layouts:
-        row: dict[str, Any] = {"status": "invalid"}
-        try:
-            sc = resolve_split(scenario.with_overrides({**base, **layout_overrides(layout)}))
-            mem = memory_report(sc)     # the ledger of simtrain.memory(sc), without its per-GPU report
-            row.update(status="oom", peak_memory_bytes_max=round(mem.peak_max),
-                       peak_memory_fraction=mem.peak_max / mem.capacity)
-            if mem.fits:
-                est = estimate(sc, build_plan(sc, mem.stages))
-                tight = mem.peak_max > max_memory * mem.capacity
-                row.update(status="tight" if tight else "fits", estimate_s=est.step_time_s,
-                           lower_bound_s=est.lower_bound_s, compute_s=est.compute_s, recompute_s=est.recompute_s)
-        except InputError as err:        # the scenario rules reject this layout
-            row.update(status="invalid", error=error_text(err))
-        except Exception as err:  # noqa: BLE001 - a failing layout is reported, not fatal
-            row.update(status="failed", error=error_text(err))
-        out.append(row)
-    return out
+    row: dict[str, Any] = {"status": "invalid"}
+    try:
+        sc = resolve_split(scenario.with_overrides({**base, **layout_overrides(layout)}))
+        mem = memory_report(sc)     # the ledger of simtrain.memory(sc), without its per-GPU report
+        row.update(status="oom", peak_memory_bytes_max=round(mem.peak_max),
+                   peak_memory_fraction=mem.peak_max / mem.capacity)
+        if mem.fits:
+            est = estimate(sc, build_plan(sc, mem.stages))
+            tight = mem.peak_max > max_memory * mem.capacity
+            row.update(status="tight" if tight else "fits", estimate_s=est.step_time_s,
+                       lower_bound_s=est.lower_bound_s, compute_s=est.compute_s, recompute_s=est.recompute_s)
+    except InputError as err:        # the scenario rules reject this layout
+        row.update(status="invalid", error=error_text(err))
+    except Exception as err:  # noqa: BLE001 - a failing layout is reported, not fatal
+        row.update(status="failed", error=error_text(err))
+    return row
 
 
 def simulate_layout(payload: ScenarioPayload, base: dict[str, Any], layout: dict[str, Any]) -> dict[str, Any]:
