@@ -23,15 +23,16 @@ def weight_time(c: ChunkPlan) -> float:
 def play(plan: Plan, send: dict, scale: float = 1.0, pair_compute_only: bool = False) -> tuple[list[float], list]:
     """(each rank's end, each rank's (F+B+W work)) for the plan's schedule; op times x ``scale``. ``send[(v, w)]``:
     seconds from virtual stage v to w. ``pair_compute_only``: a pair counts its compute alone (a bound: its TP
-    collectives may run under the other half's compute)."""
+    and CP collectives may run under the other half's compute)."""
     layout, chunks = plan.layout, plan.chunks
     pp = len(plan.schedule)
     splits = [split_backwards(ops) for ops in plan.schedule]
 
     def dur(r: int, kind: str, ch: int, paired: bool, split: bool) -> float:
         c = chunks[layout.v_of(r, ch)]
-        tp_f = c.layers * c.tp_fwd_layer if paired and pair_compute_only else 0.0
-        tp_b = c.layers * c.tp_bwd_layer if paired and pair_compute_only else 0.0
+        # a pair's TP and CP collectives may run under the other half's compute: the bound leaves them out
+        tp_f = c.layers * (c.tp_fwd_layer + c.cp_fwd_layer) if paired and pair_compute_only else 0.0
+        tp_b = c.layers * (c.tp_bwd_layer + c.cp_bwd_layer) if paired and pair_compute_only else 0.0
         if kind == "F":
             return (c.forward_time - tp_f) * scale
         if kind == "W":
