@@ -39,7 +39,7 @@ from simtrain.plan.schedules import (
     rank_schedules,
     stage_layout,
 )
-from simtrain.plan.shared_costs import Same, shared
+from simtrain.plan.shared_costs import by_value, shared
 from simtrain.spec.scenario import Scenario
 
 #: above this fraction of the GPU's memory a run is "at the edge of memory": `run` warns and `search` skips it
@@ -221,7 +221,7 @@ def local_params(scenario: Scenario, pp_rank: int) -> tuple[int, int]:
     """(parameters held by one TP rank of this pipeline rank, its transformer layers)."""
     par = scenario.parallel
     # what the count reads: the model, its split over tp and the (virtual) stages, the experts' over ep and etp
-    key = ("local_params", Same(scenario.model), par.tp, par.pp, par.vpp, par.schedule, scenario.layers_per_stage,
+    key = ("local_params", by_value(scenario.model), par.tp, par.pp, par.vpp, par.schedule, scenario.layers_per_stage,
            par.ep, par.etp, pp_rank)
     return shared(key, lambda: _local_params(scenario, pp_rank))
 

@@ -10,8 +10,9 @@ same inputs gets the same float back; outside the block every call computes afre
 The key must name everything the computation reads, or a layout would get another's figure:
 ``tests/test_search_memo.py`` compares cached and uncached screening over a sample of layouts.
 
-Objects that are loaded once and shared by every layout (the model, the hardware, the cluster) enter a key by
-identity (:class:`Same`), which holds them so that their identity cannot be reused while the cache lives.
+Objects that are loaded once and shared by every layout (the hardware, the cluster) enter a key by identity
+(:class:`Same`), which holds them so that their identity cannot be reused while the cache lives; the model by its
+contents (:func:`by_value`: a model written inline is parsed again for every layout).
 """
 
 from __future__ import annotations
@@ -68,6 +69,20 @@ def shared(key: tuple, compute: Callable[[], T]) -> T:
     if hit is _MISSING:
         hit = cache[key] = compute()
     return hit
+
+
+def by_value(model) -> Any:
+    """A pydantic model (a ModelSpec) as a key part equal for equal contents: a model written inline in a scenario
+    is parsed again for every layout, so its identity would never repeat. Its JSON is taken once per object and
+    cache (the cache holds the object, so its identity cannot be reused meanwhile); outside a cache, the object."""
+    cache = _CACHE.get()
+    if cache is None:
+        return Same(model)
+    seen = cache.setdefault(("by_value",), {})
+    hit = seen.get(id(model))
+    if hit is None or hit[0] is not model:
+        hit = seen[id(model)] = (model, (type(model).__qualname__, model.model_dump_json()))
+    return hit[1]
 
 
 def device_key(dev) -> tuple:
