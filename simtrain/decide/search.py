@@ -291,7 +291,7 @@ def simulate_layout(payload: ScenarioPayload, base: dict[str, Any], layout: dict
             "exposed_dp_s": r.exposed_comm_s.get("dp", 0.0),
             "peak_memory_fraction": r.peak_memory_bytes_max / r.capacity_bytes,
             **({"exposed_ep_s": r.exposed_comm_s["ep"]} if "ep" in r.exposed_comm_s else {}),
-            "compute_s": max(st.compute_s for st in r.stages)}
+            "compute_s": max(st.compute_s for st in r.stages), "events": r.events}
 
 
 #: layouts simulated per round; the pruning bound is updated between rounds. A constant, not the worker count,
@@ -361,6 +361,7 @@ def search(scenario: Scenario, *, gpus: int | None = None, top: int = 5, workers
         for r in rows:      # the screening ran at max_memory 1: which fit above this search's limit is decided here
             if r["status"] in ("fits", "tight"):
                 r["status"] = "tight" if r["peak_memory_fraction"] > max_memory else "fits"
+        screened_at = time.perf_counter()
         tokens = scenario.tokens_per_step
         order = sorted((i for i, r in enumerate(rows) if r["status"] == "fits"),
                        key=lambda i: (rows[i]["estimate_s"], i))
@@ -371,7 +372,7 @@ def search(scenario: Scenario, *, gpus: int | None = None, top: int = 5, workers
 
         # most candidates are pruned, not simulated: the bar counts both and shows no remaining time
         with progress_bar(len(order), progress, "bound and simulate", eta=False, unit="layout") as bar:
-            pos, pruned, simulated = 0, 0, 0
+            pos, pruned, simulated, events = 0, 0, 0, 0
             while pos < len(order):
                 batch = []
                 while pos < len(order) and len(batch) < SIMULATE_BATCH:
@@ -388,6 +389,7 @@ def search(scenario: Scenario, *, gpus: int | None = None, top: int = 5, workers
                     i = batch[k]
                     if isinstance(value, BaseException):
                         value = {"status": "failed", "error": error_text(value)}
+                    events += value.pop("events", 0)     # the benchmark's events per second, not a table column
                     rows[i].update(value)
                     if value["status"] == "simulated":
                         best.append((-value["tokens_per_s"], i))
@@ -395,6 +397,7 @@ def search(scenario: Scenario, *, gpus: int | None = None, top: int = 5, workers
                     simulated += 1
                     bar.set_postfix_str(f"pruned {pruned}, simulated {simulated}", refresh=False)
                     bar.update(1)
+    finished = time.perf_counter()
     for r in rows:
         r["reason"] = ""
     winners = [rows[i] for _, i in best[:top]]
@@ -405,9 +408,11 @@ def search(scenario: Scenario, *, gpus: int | None = None, top: int = 5, workers
     counts = {s: sum(1 for r in rows if r["status"] == s)
               for s in ("invalid", "oom", "tight", "pruned", "simulated", "failed")}
     counts["enumerated"] = len(rows)
+    counts["events"] = events     # simpy events of the simulated layouts
     # the pruning is exact only if the bound holds; check it on every layout that was simulated
     counts["bound_violations"] = sum(1 for r in rows if r["status"] == "simulated"
                                      and r["lower_bound_s"] > r["step_time_s"])
     return SearchResult(rows=rows, top=winners, tokens_per_step=tokens, gpus=total,
                         seconds=time.perf_counter() - started, counts=counts, max_memory=max_memory,
-                        scenario_searched=scenario, overrides=base)
+                        scenario_searched=scenario, overrides=base,
+                        phase_seconds={"screen": screened_at - started, "simulate": finished - screened_at})
