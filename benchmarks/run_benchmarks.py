@@ -2,6 +2,7 @@
 
     python benchmarks/run_benchmarks.py            # best of 3 fresh subprocesses per case (about 1 min on 2 cores)
     python benchmarks/run_benchmarks.py --quick    # one run per case, no search (~1 min)
+    python benchmarks/run_benchmarks.py --cases e,l,m   # the three searches of issue 25 alone (one run each)
 
 Every case runs in a fresh ``python`` subprocess, so each pays its own imports. Inside the
 subprocess the clock starts before ``import simtrain`` and stops after the simulation, so the
@@ -47,19 +48,24 @@ CASES = {
                     SCEN / "llama3_405b_16k_h100.yaml", None),
     "c-link": ("(c) with one degraded link (nic100.0 -> rail0 at 1/4: DP replica 100's sends, stage 0's DP ring)",
                SCEN / "llama3_405b_16k_h100.yaml", None),
+    "l": ("search: GPT-3 175B on 1,024 A100, global batch 1,536", SCEN / "gpt3_175b_1024_a100_search.yaml", "search"),
+    "m": ("search: DeepSeek-V3 on 2,048 H100, 32K tokens (ep, cp, fp8)", SCEN / "deepseek_v3_2048_h100_search.yaml",
+          "search"),
 }
 #: overrides of a case's scenario (what-ifs)
 OVERRIDES = {
     "c-straggler": {"simulation.stragglers": [{"rank": 5000, "slowdown": 1.3}]},
     "c-link": {"simulation.degraded_links": [{"a": "nic100.0", "b": "rail0", "factor": 0.25}]},
 }
-SEARCHES = ("e", "j")
+SEARCHES = ("e", "j", "l", "m")
 
 TARGETS = {   # id -> (what, seconds)
     "c": ("16,384-GPU step, folded (load + simulate)", 1.0),
     "d": ("full fidelity, 1,024 GPUs (load + simulate)", 30.0),
     "a": ("import simtrain + small run (pp4_dp4)", 0.5),
-    "e": ("70B / 1,024-GPU search", 60.0),
+    "e": ("Llama-3-70B / 1,024 H100 search (issue 25)", 5.0),
+    "l": ("GPT-3 175B / 1,024 A100 search, batch 1,536 (issue 25)", 30.0),
+    "m": ("DeepSeek-V3 / 2,048 H100 search (issue 25)", 120.0),
     "h": ("DeepSeek-V3 2,048 H100, folded (load + simulate)", 1.0),
     "i": ("DeepSeek-V3 256 H100, full fidelity (load + simulate)", 60.0),
     "j": ("Qwen3-235B-A22B / 256-GPU search", 120.0),
@@ -94,9 +100,9 @@ def child(case: str) -> dict:
     if mode == "search":
         found = search(scenario, top=5, progress=False)
         best = found.top[0] if found.top else {}
-        out.update(counts=found.counts, best={k: best.get(k) for k in ("tp", "pp", "dp", "vpp", "micro_batch", "zero",
-                                                                      "recompute", "schedule", "ep", "etp",
-                                                                      "step_time_s") if k in best})
+        out.update(counts=found.counts, phase_seconds=found.phase_seconds, gpus=found.gpus,
+                   best={k: best.get(k) for k in ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "zero", "recompute",
+                                                  "schedule", "precision", "ep", "etp", "step_time_s") if k in best})
     else:
         result = simulate(scenario, fidelity=mode)
         out.update(events=result.events, step_time_s=result.step_time_s, gpus=result.gpus, fidelity=result.fidelity)
@@ -218,6 +224,27 @@ def case_table(results: dict) -> list[str]:
     return lines
 
 
+def search_table(results: dict) -> list[str]:
+    """Per search: what happened to its layouts, where the time went, and the simulations' events per second.
+    Screened: validated by the scenario rules and memory-checked; bounded: fit in memory, so estimated and bounded;
+    simulated: the rest were pruned by the bound (or set aside above max_memory)."""
+    lines = ["| search | GPUs | enumerated | screened | bounded | simulated | pruned | screen s | simulate s | total s "
+             "| events | events/s (simulate phase) |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for case in SEARCHES:
+        r = results.get(case)
+        if not r:
+            continue
+        c, ph = r["counts"], r.get("phase_seconds", {})
+        screened = c["enumerated"] - c["invalid"] - c["failed"]
+        bounded = c["tight"] + c["pruned"] + c["simulated"]
+        sim_s = ph.get("simulate", 0.0)
+        rate = f"{c.get('events', 0) / sim_s:,.0f}" if sim_s > 0 and c.get("events") else "-"
+        lines.append(f"| ({case}) {CASES[case][0]} | {r['gpus']:,} | {c['enumerated']:,} | {screened:,} | "
+                     f"{bounded:,} | {c['simulated']:,} | {c['pruned']:,} | {_f(ph.get('screen', 0.0), 1)} | "
+                     f"{_f(sim_s, 1)} | {_f(r['run_s'], 1)} | {c.get('events', 0):,} | {rate} |")
+    return lines
+
+
 def target_table(results: dict, imports: dict) -> list[str]:
     lines = ["| target | limit | best | worst of the repeats | met (best / worst) |", "|---|---:|---:|---:|---|"]
 
@@ -276,7 +303,7 @@ GANTT_NOTE = [
 
 
 def render(m: dict, results: dict, imports: dict, eff: dict, quick: bool) -> tuple[str, str]:
-    how = ("one run per case (--quick)" if quick else "best of 3 fresh subprocesses per case")
+    how = ("one run per case (--quick)" if quick else "best of 3 fresh subprocesses per case, one per search")
     dirty = f" with {m['dirty']} uncommitted file(s) in simtrain/" if m["dirty"] else ""
     moved = f" (HEAD moved to {m['commit_end']} during the run)" if m["commit_end"] != m["commit"] else ""
     head = [f"Machine: {m['nproc']} CPUs (`nproc`), {m['cpu']}, Python {m['python']}, {m['os']}; "
@@ -295,7 +322,8 @@ def render(m: dict, results: dict, imports: dict, eff: dict, quick: bool) -> tup
            f"(`simtrain.engine.simulation`, needed for a run): {_f(imports['import_for_a_run_s'])} s. Largest parts: "
            + ", ".join(f"{k} {_f(v)} s" for k, v in sorted(imports["parts_s"].items(), key=lambda kv: -kv[1]))
            + f". pandas/plotly imported: {imports['pandas_or_plotly'] or 'no'}."]
-    body = ["## Cases", "", *case_table(results), *notes, "", "## Targets (2-core machine)", "",
+    body = ["## Cases", "", *case_table(results), *notes, "", "## Searches", "", *search_table(results), "",
+            "## Targets (2-core machine)", "",
             *target_table(results, imports), "", "## Import", "", *imp, "",
             "## Variation and faults (scenarios/straggler.yaml, scenarios/degraded_link.yaml)", "",
             *effect_table(eff), "", *GANTT_NOTE, ""]
@@ -316,6 +344,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="one run per case and no search")
     ap.add_argument("--repeats", type=int, default=3, help="subprocess runs per case; the best is kept")
+    ap.add_argument("--cases", help="comma-separated case ids to run (default: all), e.g. --cases e,l,m")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -326,12 +355,13 @@ def main() -> None:
     repeats = 1 if args.quick else args.repeats
     info = machine()
     results: dict = {}
+    chosen = set(args.cases.split(",")) if args.cases else set(CASES)
     for case in CASES:
-        if case in SEARCHES and args.quick:
+        if case in SEARCHES and args.quick or case not in chosen:
             results[case] = None
             continue
         print(f"({case}) {CASES[case][0]} ...", file=sys.stderr, flush=True)
-        results[case] = run_case(case, repeats)
+        results[case] = run_case(case, 1 if case in SEARCHES else repeats)   # a search takes minutes: one run
     print("import times ...", file=sys.stderr, flush=True)
     imports = import_times(repeats)
     eff = json.loads(_sub([__file__, "--child", "effects"]).stdout.strip().splitlines()[-1])
@@ -339,10 +369,12 @@ def main() -> None:
     info.update(commit_end=end["commit"], load_end=end["load"])
     results_md, section = render(info, results, imports, eff, args.quick)
     print(results_md)
-    write_atomic(HERE / "RESULTS.md", results_md)
-    write_atomic(HERE / "results.json", json.dumps({"machine": info, "cases": results, "imports": imports,
-                                                   "effects": eff}, indent=1, sort_keys=True) + "\n")
-    if not args.quick:
+    # a run of chosen cases leaves the whole run's files alone: RESULTS_<cases>.md and results_<cases>.json
+    tail = "_" + "".join(sorted(chosen)) if args.cases else ""
+    write_atomic(HERE / f"RESULTS{tail}.md", results_md)
+    write_atomic(HERE / f"results{tail}.json", json.dumps({"machine": info, "cases": results, "imports": imports,
+                                                         "effects": eff}, indent=1, sort_keys=True) + "\n")
+    if not args.quick and not args.cases:
         write_atomic(HERE / "README_SECTION.md", section)
 
 

@@ -23,43 +23,55 @@ def weight_time(c: ChunkPlan) -> float:
 def play(plan: Plan, send: dict, scale: float = 1.0, pair_compute_only: bool = False) -> tuple[list[float], list]:
     """(each rank's end, each rank's (F+B+W work)) for the plan's schedule; op times x ``scale``. ``send[(v, w)]``:
     seconds from virtual stage v to w. ``pair_compute_only``: a pair counts its compute alone (a bound: its TP
-    collectives may run under the other half's compute)."""
+    and CP collectives may run under the other half's compute)."""
     layout, chunks = plan.layout, plan.chunks
     pp = len(plan.schedule)
     splits = [split_backwards(ops) for ops in plan.schedule]
 
-    def dur(r: int, kind: str, mb: int, ch: int, paired: bool) -> float:
+    def dur(r: int, kind: str, ch: int, paired: bool, split: bool) -> float:
         c = chunks[layout.v_of(r, ch)]
-        tp_f = c.layers * c.tp_fwd_layer if paired and pair_compute_only else 0.0
-        tp_b = c.layers * c.tp_bwd_layer if paired and pair_compute_only else 0.0
+        # a pair's TP and CP collectives may run under the other half's compute: the bound leaves them out
+        tp_f = c.layers * (c.tp_fwd_layer + c.cp_fwd_layer) if paired and pair_compute_only else 0.0
+        tp_b = c.layers * (c.tp_bwd_layer + c.cp_bwd_layer) if paired and pair_compute_only else 0.0
         if kind == "F":
             return (c.forward_time - tp_f) * scale
         if kind == "W":
             return weight_time(c) * scale
-        w = weight_time(c) if (mb, ch) in splits[r] else 0.0
+        w = weight_time(c) if split else 0.0
         return (c.backward_time - w - tp_b) * scale
 
+    # an op's duration depends on its rank, kind, chunk, pairing and (a B) whether it is split, not on its
+    # micro-batch: each is computed once
+    durations: dict = {}
+    v_of, prev, nxt = {}, layout.prev, layout.next
     # per rank, per op: its parts as (done key, duration, [(dependency key, send seconds)])
     prepared = []
     for r, ops in enumerate(plan.schedule):
         rows = []
+        split_here = splits[r]
         for op in ops:
             paired = op.kind == "FB"
             parts = [("F", op.mb, op.chunk), ("B", op.mb2, op.chunk2)] if paired else [(op.kind, op.mb, op.chunk)]
             keys, deps, took = [], [], 0.0
             for kind, mb, ch in parts:
-                v = layout.v_of(r, ch)
+                v = v_of.get((r, ch))
+                if v is None:
+                    v = v_of[(r, ch)] = layout.v_of(r, ch)
                 keys.append((kind, v, mb))
-                took += dur(r, kind, mb, ch, paired)
+                dkey = (r, kind, ch, paired, kind == "B" and (mb, ch) in split_here)
+                d = durations.get(dkey)
+                if d is None:
+                    d = durations[dkey] = dur(*dkey)
+                took += d
                 if kind == "F":
-                    if layout.prev[v] >= 0:
-                        deps.append((("F", layout.prev[v], mb), send.get((layout.prev[v], v), 0.0)))
+                    if prev[v] >= 0:
+                        deps.append((("F", prev[v], mb), send.get((prev[v], v), 0.0)))
                 elif kind == "W":
                     deps.append((("B", v, mb), 0.0))
                 else:
                     deps.append((("F", v, mb), 0.0))
-                    if layout.next[v] >= 0:
-                        deps.append((("B", layout.next[v], mb), send.get((layout.next[v], v), 0.0)))
+                    if nxt[v] >= 0:
+                        deps.append((("B", nxt[v], mb), send.get((nxt[v], v), 0.0)))
             rows.append((keys, deps, took))
         prepared.append(rows)
 

@@ -44,6 +44,7 @@ from simtrain.decide.search_result import (  # noqa: F401 - re-exported: the sea
 from simtrain.decide.sweep import ScenarioPayload, error_text
 from simtrain.decide.workers import open_executor, progress_bar, run_tasks
 from simtrain.plan.schedules import SPLIT_BACKWARD
+from simtrain.plan.shared_costs import shared_costs
 from simtrain.report.accuracy import LEDGER_ERROR
 from simtrain.spec.errors import InputError, SimulationLimitError
 from simtrain.spec.scenario import Scenario
@@ -246,29 +247,34 @@ def screen(payload: ScenarioPayload, base: dict[str, Any], layouts: list[dict[st
     """Validate, check memory and estimate each layout (runs in a worker); never raises. Status:
     'invalid' (rejected by the scenario rules), 'oom', 'tight' (fits, above ``max_memory`` of the GPU; estimated
     too, so that another ``max_memory`` can reuse the row), 'fits' (then estimated) or 'failed'."""
-    from simtrain.decide.estimate import estimate
-    from simtrain.engine.simulation import memory
-
     scenario = payload.build()
-    out = []
-    for layout in layouts:
-        row: dict[str, Any] = {"status": "invalid"}
-        try:
-            sc = scenario.with_overrides({**base, **layout_overrides(layout)})
-            mem = memory(sc)
-            row.update(status="oom", peak_memory_bytes_max=round(mem.peak_memory_bytes_max),
-                       peak_memory_fraction=mem.peak_memory_bytes_max / mem.capacity_bytes)
-            if mem.fits_in_memory:
-                est = estimate(sc)
-                tight = mem.peak_memory_bytes_max > max_memory * mem.capacity_bytes
-                row.update(status="tight" if tight else "fits", estimate_s=est.step_time_s,
-                           lower_bound_s=est.lower_bound_s, compute_s=est.compute_s, recompute_s=est.recompute_s)
-        except InputError as err:        # the scenario rules reject this layout
-            row.update(status="invalid", error=error_text(err))
-        except Exception as err:  # noqa: BLE001 - a failing layout is reported, not fatal
-            row.update(status="failed", error=error_text(err))
-        out.append(row)
-    return out
+    with shared_costs():      # figures the layouts share (simtrain.plan.shared_costs) are computed once per chunk
+        return [_screen_one(scenario, base, layout, max_memory) for layout in layouts]
+
+
+def _screen_one(scenario: Scenario, base: dict[str, Any], layout: dict[str, Any], max_memory: float) -> dict:
+    """One layout's screening row (:func:`screen`)."""
+    from simtrain.decide.estimate import estimate
+    from simtrain.plan.balance import resolve_split
+    from simtrain.plan.build import build_plan
+    from simtrain.plan.memory import memory_report
+
+    row: dict[str, Any] = {"status": "invalid"}
+    try:
+        sc = resolve_split(scenario.with_overrides({**base, **layout_overrides(layout)}))
+        mem = memory_report(sc)     # the ledger of simtrain.memory(sc), without its per-GPU report
+        row.update(status="oom", peak_memory_bytes_max=round(mem.peak_max),
+                   peak_memory_fraction=mem.peak_max / mem.capacity)
+        if mem.fits:
+            est = estimate(sc, build_plan(sc, mem.stages))
+            tight = mem.peak_max > max_memory * mem.capacity
+            row.update(status="tight" if tight else "fits", estimate_s=est.step_time_s,
+                       lower_bound_s=est.lower_bound_s, compute_s=est.compute_s, recompute_s=est.recompute_s)
+    except InputError as err:        # the scenario rules reject this layout
+        row.update(status="invalid", error=error_text(err))
+    except Exception as err:  # noqa: BLE001 - a failing layout is reported, not fatal
+        row.update(status="failed", error=error_text(err))
+    return row
 
 
 def simulate_layout(payload: ScenarioPayload, base: dict[str, Any], layout: dict[str, Any]) -> dict[str, Any]:
@@ -285,7 +291,7 @@ def simulate_layout(payload: ScenarioPayload, base: dict[str, Any], layout: dict
             "exposed_dp_s": r.exposed_comm_s.get("dp", 0.0),
             "peak_memory_fraction": r.peak_memory_bytes_max / r.capacity_bytes,
             **({"exposed_ep_s": r.exposed_comm_s["ep"]} if "ep" in r.exposed_comm_s else {}),
-            "compute_s": max(st.compute_s for st in r.stages)}
+            "compute_s": max(st.compute_s for st in r.stages), "events": r.events}
 
 
 #: layouts simulated per round; the pruning bound is updated between rounds. A constant, not the worker count,
@@ -355,6 +361,7 @@ def search(scenario: Scenario, *, gpus: int | None = None, top: int = 5, workers
         for r in rows:      # the screening ran at max_memory 1: which fit above this search's limit is decided here
             if r["status"] in ("fits", "tight"):
                 r["status"] = "tight" if r["peak_memory_fraction"] > max_memory else "fits"
+        screened_at = time.perf_counter()
         tokens = scenario.tokens_per_step
         order = sorted((i for i, r in enumerate(rows) if r["status"] == "fits"),
                        key=lambda i: (rows[i]["estimate_s"], i))
@@ -365,7 +372,7 @@ def search(scenario: Scenario, *, gpus: int | None = None, top: int = 5, workers
 
         # most candidates are pruned, not simulated: the bar counts both and shows no remaining time
         with progress_bar(len(order), progress, "bound and simulate", eta=False, unit="layout") as bar:
-            pos, pruned, simulated = 0, 0, 0
+            pos, pruned, simulated, events = 0, 0, 0, 0
             while pos < len(order):
                 batch = []
                 while pos < len(order) and len(batch) < SIMULATE_BATCH:
@@ -382,6 +389,7 @@ def search(scenario: Scenario, *, gpus: int | None = None, top: int = 5, workers
                     i = batch[k]
                     if isinstance(value, BaseException):
                         value = {"status": "failed", "error": error_text(value)}
+                    events += value.pop("events", 0)     # the benchmark's events per second, not a table column
                     rows[i].update(value)
                     if value["status"] == "simulated":
                         best.append((-value["tokens_per_s"], i))
@@ -389,6 +397,7 @@ def search(scenario: Scenario, *, gpus: int | None = None, top: int = 5, workers
                     simulated += 1
                     bar.set_postfix_str(f"pruned {pruned}, simulated {simulated}", refresh=False)
                     bar.update(1)
+    finished = time.perf_counter()
     for r in rows:
         r["reason"] = ""
     winners = [rows[i] for _, i in best[:top]]
@@ -399,9 +408,11 @@ def search(scenario: Scenario, *, gpus: int | None = None, top: int = 5, workers
     counts = {s: sum(1 for r in rows if r["status"] == s)
               for s in ("invalid", "oom", "tight", "pruned", "simulated", "failed")}
     counts["enumerated"] = len(rows)
+    counts["events"] = events     # simpy events of the simulated layouts
     # the pruning is exact only if the bound holds; check it on every layout that was simulated
     counts["bound_violations"] = sum(1 for r in rows if r["status"] == "simulated"
                                      and r["lower_bound_s"] > r["step_time_s"])
     return SearchResult(rows=rows, top=winners, tokens_per_step=tokens, gpus=total,
                         seconds=time.perf_counter() - started, counts=counts, max_memory=max_memory,
-                        scenario_searched=scenario, overrides=base)
+                        scenario_searched=scenario, overrides=base,
+                        phase_seconds={"screen": screened_at - started, "simulate": finished - screened_at})

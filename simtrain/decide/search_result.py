@@ -77,6 +77,8 @@ class SearchResult:
     max_memory: float = 1.0     # the fraction of the GPU's memory a layout could use to compete
     scenario_searched: Scenario | None = field(default=None, repr=False)
     overrides: dict[str, Any] = field(default_factory=dict, repr=False)   # the cluster size the search planned for
+    # wall seconds of enumerating and screening ("screen") and of bounding and simulating ("simulate")
+    phase_seconds: dict[str, float] = field(default_factory=dict, repr=False)
 
     def __repr__(self) -> str:   # the rows run to thousands of candidates: a notebook cell shows the summary
         best = self.top[0] if self.top else None

@@ -231,7 +231,9 @@ class Plan:
         return tr.micro_batch * tr.seq_len * m.hidden * self.dtype_bytes / self.placement.tp / self.placement.cp
 
 
-def build_plan(scenario: Scenario) -> Plan:
+def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | None = None) -> Plan:
+    """Every cost of ``scenario``'s step; ``stage_memories``: its memory ledger per pipeline rank where the caller
+    has it already (``memory_report(scenario).stages``, as a search's screening does)."""
     par, tr, m, hw = scenario.parallel, scenario.training, scenario.model, scenario.hardware
     graphs = tr.cuda_graphs
     dev = device.Device(gpu=hw.gpu, compute=hw.compute, dtype=tr.precision,
@@ -271,7 +273,7 @@ def build_plan(scenario: Scenario) -> Plan:
     metrics = costs.train_metrics_time(tokens, m.vocab, par.tp, edge_dev, tr.train_metrics)
     state = state_bytes_per_param(tr.precision, tr.optimizer, tr.grad_dtype)
     act_full = tokens * m.hidden * dev.element_bytes
-    mems = tuple(stage_memory(scenario, r) for r in range(par.pp))
+    mems = stage_memories or tuple(stage_memory(scenario, r) for r in range(par.pp))
     tp_cost = [tp_time(scenario, placement, act_full, r) for r in range(par.pp)]
     tp_factor = selective_tp_factor(modules) if modules else TP_RECOMPUTE.get(tr.recompute, 1.0)
     tp_bwd_cost = [t * tp_factor for t in tp_cost]

@@ -196,9 +196,28 @@ def phase_time_alone(phase: Phase, cluster: Cluster, scale: dict | None = None) 
     """Time of a phase with no other traffic: latency + bytes at the bottleneck share."""
     if phase.flow_bytes <= 0:
         return phase.latency
-    rate = min(cluster.bandwidth(link) * (scale.get(link, 1.0) if scale else 1.0) / count
-               for link, count in phase.links)
+    if scale or len(phase.links) < _KEEP_RATE_LINKS:
+        rate = min(cluster.bandwidth(link) * (scale.get(link, 1.0) if scale else 1.0) / count
+                   for link, count in phase.links)
+    else:
+        rate = bottleneck_rate(phase.links, cluster)
     return phase.latency + phase.flow_bytes / rate
+
+
+#: phases over at least this many links keep their bottleneck rate (a ring over a 1,024-GPU DP group has thousands)
+_KEEP_RATE_LINKS = 16
+
+
+def bottleneck_rate(links: tuple[tuple[Link, int], ...], cluster: Cluster) -> float:
+    """Bytes/s of each flow at the phase's most loaded link, alone: min over links of bandwidth / flows. The links of
+    a ring or all-to-all shape are one tuple shared by every phase made from it (and kept by the cluster's shape
+    cache), so the minimum is taken once per shape and kept on the cluster, keyed by the tuple's identity (the
+    entry holds the tuple, so the identity cannot be reused)."""
+    key = ("rate", id(links))
+    hit = cluster.shapes.get(key)
+    if hit is None or hit[0] is not links:
+        hit = cluster.shapes[key] = (links, min(cluster.bandwidth(link) / count for link, count in links))
+    return hit[1]
 
 
 @dataclass(frozen=True)

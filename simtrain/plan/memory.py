@@ -41,6 +41,7 @@ from simtrain.plan.schedules import (
     rank_schedules,
     stage_layout,
 )
+from simtrain.plan.shared_costs import by_value, shared
 from simtrain.spec.scenario import Scenario
 
 #: above this fraction of the GPU's memory a run is "at the edge of memory": `run` warns and `search` skips it
@@ -222,6 +223,14 @@ def edge_params(model, tp: int, pp: int, *, first: bool, last: bool) -> int:
 
 def local_params(scenario: Scenario, pp_rank: int) -> tuple[int, int]:
     """(parameters held by one TP rank of this pipeline rank, its transformer layers)."""
+    par = scenario.parallel
+    # what the count reads: the model, its split over tp and the (virtual) stages, the experts' over ep and etp
+    key = ("local_params", by_value(scenario.model), par.tp, par.pp, par.vpp, par.schedule, scenario.layers_per_stage,
+           par.ep, par.etp, pp_rank)
+    return shared(key, lambda: _local_params(scenario, pp_rank))
+
+
+def _local_params(scenario: Scenario, pp_rank: int) -> tuple[int, int]:
     m, par = scenario.model, scenario.parallel
     t = par.tp
     layers = sum(rank_layers(scenario, pp_rank).values())
@@ -328,8 +337,13 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
     if par.schedule in SPLIT_BACKWARD or par.schedule in V_SHAPED or par.ep_overlap:
         per_chunk = rank_layers(scenario, pp_rank)
         share = {c: (n / layers if layers else 1.0 / len(per_chunk)) for c, n in per_chunk.items()}
-        ops = rank_schedules(par.schedule, par.pp, scenario.microbatches, par.vpp, par.ep_overlap)[pp_rank]
-        inflight = inflight_peak(ops, share, weight_grad_fraction(scenario), per_chunk if par.ep_overlap else None)
+        w_fraction = weight_grad_fraction(scenario)
+        pair_layers = per_chunk if par.ep_overlap else None     # ep_overlap's merged pairs, layer by layer
+        key = ("inflight_peak", par.schedule, par.pp, scenario.microbatches, par.vpp, par.ep_overlap, pp_rank,
+               tuple(share.items()), w_fraction, tuple(pair_layers.items()) if pair_layers else None)
+        inflight = shared(key, lambda: inflight_peak(
+            rank_schedules(par.schedule, par.pp, scenario.microbatches, par.vpp, par.ep_overlap)[pp_rank], share,
+            w_fraction, pair_layers))
     else:
         inflight = inflight_microbatches(par.schedule, scenario.microbatches, par.pp, pp_rank, par.vpp)
     activations = per_mb * inflight

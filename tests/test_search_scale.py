@@ -1,0 +1,121 @@
+"""Search that scales with its space (issue 25): figures shared between layouts are the ones each layout would
+compute alone, ``fix`` narrows the enumeration itself, and pruning stays exact on the newer dimensions (context
+parallelism, FP8, the zero-bubble and DualPipe schedules, auto splits)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from conftest import DATA, gpt_model, hardware_variant, make_scenario
+
+from simtrain.decide.search import enumerate_layouts, screen, search
+from simtrain.decide.search_result import layout_overrides
+from simtrain.decide.sweep import ScenarioPayload
+from simtrain.engine.simulation import memory, simulate
+from simtrain.plan.device import Device
+from simtrain.plan.shared_costs import device_key, shared, shared_costs
+from simtrain.spec.errors import InputError
+
+TWO_NODES = DATA / "core_two_nodes.yaml"
+#: six layers: pp 4 splits them unevenly (auto), pp 2 and 3 evenly; layers alike, so every split schedule applies
+SIX = gpt_model(layers=6, hidden=512, heads=8, vocab=32000)
+
+
+def _hardware(tmp_path, gib: float):
+    """The two-node fixture as 2 x 2 GPUs of ``gib`` GiB with an FP8 peak (2x BF16), so precision is searched."""
+    return hardware_variant(tmp_path, {"gpu.memory": {"value": f"{gib} GiB", "source": "test fixture"},
+                                       "gpu.peak_flops.fp8": {"value": "2000 TFLOPS", "source": "test fixture"}},
+                            base=TWO_NODES)
+
+
+@pytest.fixture
+def long_case(tmp_path):
+    """Sequences of 16,384 tokens (cp 2 is searched: 8,192 tokens per CP rank), FP8, 5 GiB GPUs."""
+    return make_scenario(hardware=_hardware(tmp_path, 5), nodes=2, gpus_per_node=2, model=SIX,
+                         training={"global_batch": 4, "seq_len": 16384}, parallel={"dp": 4})
+
+
+@pytest.fixture
+def split_case(tmp_path):
+    """Sequences of 2,048 tokens, global batch 8, 1.2 GiB GPUs: auto splits of six layers over four stages compete
+    with the even ones, under every schedule."""
+    return make_scenario(hardware=_hardware(tmp_path, 1.2), nodes=2, gpus_per_node=2, model=SIX,
+                         training={"global_batch": 8, "seq_len": 2048}, parallel={"dp": 4})
+
+
+def _brute_force(scenario, max_memory: float, top: int) -> tuple[list, int]:
+    """Every enumerated layout the scenario rules accept, simulated if it fits within ``max_memory`` of the GPU:
+    the ``top`` by tokens/s (ties by enumeration order) and how many competed."""
+    scored = []
+    for i, layout in enumerate(enumerate_layouts(scenario)):
+        try:
+            sc = scenario.with_overrides(layout_overrides(layout))
+            mem = memory(sc)
+        except InputError:
+            continue
+        if mem.fits_in_memory and mem.peak_memory_bytes_max <= max_memory * mem.capacity_bytes:
+            scored.append((-simulate(sc).tokens_per_s, i, layout))
+    scored.sort(key=lambda x: (x[0], x[1]))
+    return [(layout, -neg) for neg, _, layout in scored[:top]], len(scored)
+
+
+@pytest.mark.parametrize("case", ["long_case", "split_case"])
+def test_search_agrees_with_brute_force_on_new_dimensions(case, request):
+    """The top 3 equal those of simulating every layout that fits, with cp, fp8, zb-h1/zb-v/dualpipe/dualpipev and
+    auto splits in the space; the bound never exceeds a simulated step (else pruning could skip a winner)."""
+    scenario = request.getfixturevalue(case)
+    result = search(scenario, top=3, workers=1, progress=False)
+    brute, competed = _brute_force(scenario, result.max_memory, 3)
+    found = [({k: r[k] for k in brute[0][0]}, r["tokens_per_s"]) for r in result.top]
+    assert found == brute
+    assert result.counts["simulated"] + result.counts["pruned"] == competed
+    assert result.counts["pruned"] > 0 and result.counts["bound_violations"] == 0
+    rivals = [r for r in result.rows if r["status"] in ("simulated", "pruned")]
+    assert {r["schedule"] for r in rivals} >= {"1f1b", "zb-h1", "dualpipe"}
+    if case == "long_case":
+        assert {r["cp"] for r in rivals} == {1, 2} and {r["precision"] for r in rivals} == {"bf16", "fp8"}
+    else:
+        assert "auto" in {r["layers_per_stage"] for r in rivals}
+
+
+def test_shared_figures_equal_the_ones_computed_alone(long_case, split_case, monkeypatch):
+    """Screening with the per-search cache gives every layout the same row, float for float, as screening it with
+    a fresh cache of its own (the cache's keys name every input of what they keep), over layouts with cp, fp8,
+    split schedules and auto splits; and the cache is used (it is asked for more figures than it holds)."""
+    import simtrain.plan.memory as ledger
+
+    asked = []
+    monkeypatch.setattr(ledger, "shared", lambda key, compute: asked.append(key) or shared(key, compute))
+    for scenario in (long_case, split_case):
+        layouts = enumerate_layouts(scenario)[::2]
+        payload = ScenarioPayload.of(scenario)
+        alone = [screen(payload, {}, [layout])[0] for layout in layouts]   # a fresh cache per layout
+        asked.clear()
+        with shared_costs() as cache:
+            together = screen(payload, {}, layouts)
+        assert together == alone
+        assert 0 < len(cache) < len(asked) / 2
+
+
+def test_device_key_names_every_device_field():
+    """A Device field the cache key left out would let two devices share a kernel time: the key lists them all."""
+    assert [f.name for f in dataclasses.fields(Device)] == ["gpu", "compute", "dtype", "attention_speed",
+                                                             "fp8_recipe", "graph_gap"]
+    dev = Device(gpu=object(), compute=object(), dtype="bf16")
+    assert len(device_key(dev)) == len(dataclasses.fields(Device))
+    assert device_key(dev) == device_key(dataclasses.replace(dev))
+    assert device_key(dev) != device_key(dataclasses.replace(dev, dtype="fp8"))
+    assert device_key(dev) != device_key(dataclasses.replace(dev, gpu=object()))
+
+
+def test_fix_narrows_the_enumeration(split_case):
+    """fix= removes layouts while enumerating: the narrowed list is exactly the full list's layouts with the fixed
+    values, and the search enumerates (and so screens) only those."""
+    every = enumerate_layouts(split_case)
+    fixed = enumerate_layouts(split_case, fix={"parallel.tp": 2, "parallel.schedule": ["zb-h1", "dualpipe"]})
+    assert fixed == [x for x in every if x["tp"] == 2 and x["schedule"] in ("zb-h1", "dualpipe")]
+    assert 0 < len(fixed) < len(every) / 4
+    result = search(split_case, fix={"parallel.tp": 2, "parallel.schedule": ["zb-h1", "dualpipe"]}, top=1,
+                    workers=1, progress=False)
+    assert result.counts["enumerated"] == len(fixed)
