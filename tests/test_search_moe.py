@@ -19,20 +19,24 @@ MOE8 = {**MOE, "moe": {"experts": 8, "top_k": 2, "expert_ffn_hidden": 2048}}
 
 
 def test_enumeration_counts_expert_layouts_by_hand():
-    """4 GPUs in one node, 4 experts: test_search's dense count per (tp, pp, dp) without ZeRO-3 and selective_op
-    (refused for MoE: ZeRO 0-2 when dp > 1, recompute none/selective/full), times the (ep, etp) pairs with ep | 4,
-    etp | tp and etp x ep | tp x dp:
-      tp1 pp1 dp4: 1 mb x 1 schedule x 3 x 3 = 9 x 3 (ep 1, 2, 4)                     =  27
-      tp1 pp2 dp2: (mb1: 3 schedules + mb2: 2) x 3 x 3 = 45 x 2 (ep 1, 2)              =  90
-      tp1 pp4 dp1: 3 mb x 2 schedules x 3 = 18 x 1                                    =  18
-      tp2 pp1 dp2: 2 mb x 3 x 3 x 2 = 36 x 5 (etp 1: ep 1, 2, 4; etp 2: ep 1, 2)      = 180
-      tp2 pp2 dp1: (3 + 3 + 2) x 3 x 2 = 48 x 3 (etp 1: ep 1, 2; etp 2: ep 1)         = 144
-      tp4 pp1 dp1: 3 mb x 3 x 2 = 18 x 6 (etp 1: ep 1, 2, 4; etp 2: ep 1, 2; etp 4: 1) = 108   -> 567."""
+    """4 GPUs in one node, 4 experts (4 layers, all MoE): test_search's dense count per (tp, pp, dp) without ZeRO-3
+    and selective_op (refused for MoE: ZeRO 0-2 when dp > 1, recompute none/selective/full), times the (ep, etp)
+    pairs with ep | 4, etp | tp and etp x ep | tp x dp; plus the split-backward schedules with even splits (zb-h1;
+    zb-v with layers % 2pp = 0; dualpipe(v) with >= 2pp micro-batches; ZeRO 0/1), plus ep_overlap on the layouts
+    with ep > 1, 1f1b at pp 1 or interleaved, ZeRO 0/1, recompute none/selective:
+      tp1 pp1 dp4:  27 + overlap 2 ep x 2 zero x 2 rc = 8                                       =  35
+      tp1 pp2 dp2:  90 + split (zb-h1, zb-v) x 2 mb x 2 zero x 3 rc x 2 ep = 48
+                       + overlap vpp 2 mb 1 x 2 zero x 2 rc x ep 2 = 4                          = 142
+      tp1 pp4 dp1:  18 + zb-h1 x 3 mb x 3 rc = 9 (zb-v: 4 % 8 != 0; dualpipe(v): < 8 micro-batches) =  27
+      tp2 pp1 dp2: 180 + overlap 3 expert layouts with ep > 1 x 2 zero x 2 rc x 2 sp x 2 mb = 48 = 228
+      tp2 pp2 dp1: 144 + split (zb-h1, zb-v) x 3 mb + dualpipe + dualpipev at mb 1 = 8 shapes x 3 rc x 2 sp
+                       x 3 expert layouts = 144, + overlap 2 mb x 2 rc x 2 sp x ep 2 = 8                = 296
+      tp4 pp1 dp1: 108 + overlap 3 expert layouts with ep > 1 x 3 mb x 2 rc x 2 sp = 36         = 144  -> 872."""
     sc = make_scenario(hardware=TWO_NODES, nodes=1, gpus_per_node=4, model=MOE, training={"global_batch": 4},
                        parallel={"dp": 4})
     layouts = enumerate_layouts(sc)
-    assert len(layouts) == 567
-    assert len({tuple(sorted(x.items())) for x in layouts}) == 567
+    assert len(layouts) == 872
+    assert len({tuple(sorted(x.items())) for x in layouts}) == 872
     assert all((x["tp"] * x["dp"]) % (x["etp"] * x["ep"]) == 0 and 4 % x["ep"] == 0 for x in layouts)
 
 
@@ -62,7 +66,7 @@ def test_moe_search_agrees_with_brute_force(moe_case):
                 "parallel.zero": layout["zero"], "training.recompute": layout["recompute"],
                 "parallel.schedule": layout["schedule"], "parallel.sequence_parallel": layout["sequence_parallel"],
                 "parallel.ep": layout["ep"], "parallel.etp": layout["etp"],
-                "training.precision": layout["precision"]}
+                "parallel.ep_overlap": layout["ep_overlap"], "training.precision": layout["precision"]}
         try:
             sc = moe_case.with_overrides(keys)
         except InputError:
@@ -79,6 +83,8 @@ def test_moe_search_agrees_with_brute_force(moe_case):
     assert result.counts["bound_violations"] == 0
     competed = {(r["ep"], r["etp"]) for r in result.rows if r["status"] in ("simulated", "pruned")}
     assert len(competed) > 1 and any(ep > 1 for ep, _ in competed) and any(etp > 1 for _, etp in competed)
+    rivals = [r for r in result.rows if r["status"] in ("simulated", "pruned")]
+    assert any(r["ep_overlap"] for r in rivals) and {"zb-h1", "zb-v"} <= {r["schedule"] for r in rivals}
     head = search_text(result).splitlines()[0].split()
     assert head[head.index("prec") + 1:head.index("prec") + 3] == ["ep", "etp"]
 

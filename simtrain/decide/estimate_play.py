@@ -16,23 +16,28 @@ from simtrain.plan.schedules import split_backwards
 
 
 def weight_time(c: ChunkPlan) -> float:
-    """A split backward's W: the weight-gradient GEMMs of the chunk's layers and of its edges."""
-    return c.layers * c.wgrad_layer + c.head_wgrad + c.embed_wgrad
+    """A split backward's W: the weight-gradient GEMMs of the chunk's layers (each its own: dense leading layers and
+    MoE layers differ) and of its edges."""
+    if not c.lead_layers:
+        return c.layers * c.wgrad_layer + c.head_wgrad + c.embed_wgrad
+    return sum(c.layer_wgrad(i) for i in range(c.layers)) + c.head_wgrad + c.embed_wgrad
 
 
 def play(plan: Plan, send: dict, scale: float = 1.0, pair_compute_only: bool = False) -> tuple[list[float], list]:
     """(each rank's end, each rank's (F+B+W work)) for the plan's schedule; op times x ``scale``. ``send[(v, w)]``:
-    seconds from virtual stage v to w. ``pair_compute_only``: a pair counts its compute alone (a bound: its TP
-    and CP collectives may run under the other half's compute)."""
+    seconds from virtual stage v to w. ``pair_compute_only``: a pair counts its compute alone (a bound: its TP,
+    CP and EP collectives may run under the other half's compute)."""
     layout, chunks = plan.layout, plan.chunks
     pp = len(plan.schedule)
     splits = [split_backwards(ops) for ops in plan.schedule]
 
     def dur(r: int, kind: str, ch: int, paired: bool, split: bool) -> float:
         c = chunks[layout.v_of(r, ch)]
-        # a pair's TP and CP collectives may run under the other half's compute: the bound leaves them out
-        tp_f = c.layers * (c.tp_fwd_layer + c.cp_fwd_layer) if paired and pair_compute_only else 0.0
-        tp_b = c.layers * (c.tp_bwd_layer + c.cp_bwd_layer) if paired and pair_compute_only else 0.0
+        # a pair's TP, CP and EP collectives may run under the other half's compute: the bound leaves them out
+        hidden = paired and pair_compute_only
+        moe = c.layers - c.lead_layers
+        tp_f = c.layers * (c.tp_fwd_layer + c.cp_fwd_layer) + moe * c.ep_fwd_layer if hidden else 0.0
+        tp_b = c.layers * (c.tp_bwd_layer + c.cp_bwd_layer) + moe * c.ep_bwd_layer if hidden else 0.0
         if kind == "F":
             return (c.forward_time - tp_f) * scale
         if kind == "W":

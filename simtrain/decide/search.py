@@ -144,7 +144,7 @@ def enumerate_layouts(scenario: Scenario, gpus: int | None = None, fix: dict[str
                                         (isinstance(v, int) and not isinstance(v, bool) and value == v)
                                         for v in fixed[name])
 
-    m, tr = scenario.model, scenario.training
+    m, tr, par = scenario.model, scenario.training, scenario.parallel
     sizes = gpu_overrides(scenario, gpus)
     gpn = sizes.get("gpus_per_node", scenario.gpus_per_node)
     total = gpn * sizes.get("nodes", scenario.nodes)
@@ -180,8 +180,8 @@ def enumerate_layouts(scenario: Scenario, gpus: int | None = None, fix: dict[str
             shapes = [("1f1b", 1)] if pp == 1 or split else [("gpipe", 1), ("1f1b", 1)]
             if pp > 1 and micro % pp == 0 and split is None:
                 shapes += [("interleaved-1f1b", v) for v in _divisors(m.layers // pp) if v >= 2]
-            if not varied:   # the split-backward schedules run models whose layers are alike (scenario rules)
-                shapes += _split_shapes(pp, micro, m.layers, split)
+            # the split-backward schedules; for models whose layers differ only with even splits (auto is refused)
+            shapes += _split_shapes(pp, micro, m.layers, split, auto_ok=not varied)
             for schedule, vpp in ((sc, v) for sc, v in shapes if ok("schedule", sc) and ok("vpp", v)):
                 # zero-bubble and DualPipe schedules run with ZeRO 0 or 1 (scenario rules)
                 allowed_zero = zeros if schedule not in SPLIT_BACKWARD else (0, 1)
@@ -196,6 +196,7 @@ def enumerate_layouts(scenario: Scenario, gpus: int | None = None, fix: dict[str
                                         "layers_per_stage": lps}
                                        for precision in precisions if ok("precision", precision)
                                        for experts in _expert_layouts(m, tp, dp * (cp or 1))
+                                       for experts in _with_overlap(experts, tr, par, m, pp, schedule, zero, recompute)
                                        if all(ok(k, v) for k, v in experts.items()))
             if max_layouts is not None and len(out) > max_layouts:
                 raise SimulationLimitError(
@@ -214,20 +215,35 @@ def enumerate_layouts(scenario: Scenario, gpus: int | None = None, fix: dict[str
     return out
 
 
-def _split_shapes(pp: int, micro: int, layers: int, split: str | None) -> list[tuple[str, int]]:
+def _split_shapes(pp: int, micro: int, layers: int, split: str | None, auto_ok: bool = True) -> list[tuple[str, int]]:
     """The zero-bubble and DualPipe schedules that apply (scenario rules): zb-h1 on any pipeline; zb-v and dualpipev
-    with two chunks per rank (an even split of 2 pp chunks, else auto when 2 pp <= layers + 2); dualpipe with an even
-    pp, at least 2 pp micro-batches, an even count, and an even split; dualpipe(v) with micro-batches >= 2 pp."""
+    with two chunks per rank (an even split of 2 pp chunks, else auto when 2 pp <= layers + 2 and ``auto_ok``);
+    dualpipe with an even pp, at least 2 pp micro-batches, an even count, and an even split; dualpipe(v) with
+    micro-batches >= 2 pp."""
     if pp == 1:
         return []
     out = [("zb-h1", 1)]
-    v_ok = layers % (2 * pp) == 0 or 2 * pp <= layers + 2
+    v_ok = layers % (2 * pp) == 0 or (auto_ok and 2 * pp <= layers + 2)
     if v_ok:
         out.append(("zb-v", 2))
     if pp % 2 == 0 and micro >= 2 * pp and micro % 2 == 0 and split is None:
         out.append(("dualpipe", 1))
     if v_ok and micro >= 2 * pp:
         out.append(("dualpipev", 2))
+    return out
+
+
+def _with_overlap(experts: dict, tr, par, model, pp: int, schedule: str, zero: int, recompute: str) -> list[dict]:
+    """A mixture of experts' layout without and, where the scenario rules take it, with Megatron-Core's EP
+    all-to-all overlap (ep > 1, interleaved 1F1B or 1F1B at pp 1, ZeRO 0/1, no full recompute, at most one MTP
+    module, the alltoall or deepep dispatcher, no 'moe' recompute module); dense layouts carry no such key."""
+    if not experts:
+        return [experts]
+    out = [{**experts, "ep_overlap": False}]
+    if (experts["ep"] > 1 and (schedule == "interleaved-1f1b" or (schedule == "1f1b" and pp == 1)) and zero <= 1
+            and recompute != "full" and model.mtp_layers <= 1 and par.moe_dispatcher in ("alltoall", "deepep")
+            and "moe" not in (tr.recompute_modules or ()) and not tr.activation_offload_layers):
+        out.append({**experts, "ep_overlap": True})
     return out
 
 

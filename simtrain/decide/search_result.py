@@ -20,7 +20,7 @@ LAYOUT_KEYS = {"tp": "parallel.tp", "pp": "parallel.pp", "dp": "parallel.dp", "v
                "micro_batch": "training.micro_batch", "zero": "parallel.zero", "recompute": "training.recompute",
                "schedule": "parallel.schedule", "sequence_parallel": "parallel.sequence_parallel",
                "precision": "training.precision", "ep": "parallel.ep", "etp": "parallel.etp",
-               "cp": "parallel.cp"}
+               "cp": "parallel.cp", "ep_overlap": "parallel.ep_overlap"}
 
 
 def layout_overrides(layout: dict[str, Any]) -> dict[str, Any]:

@@ -21,7 +21,7 @@ DTYPES: dict[str, str] = {
     # search
     "tp": "int64", "pp": "int64", "dp": "int64", "vpp": "int64", "micro_batch": "int64", "zero": "int64",
     "recompute": "string", "schedule": "string", "sequence_parallel": "bool", "precision": "string",
-    "layers_per_stage": "string", "status": "string",
+    "layers_per_stage": "string", "status": "string", "ep_overlap": "bool",
     "estimate_s": "float64", "lower_bound_s": "float64", "compute_s": "float64", "recompute_s": "float64",
     "exposed_tp_s": "float64", "exposed_pp_s": "float64", "exposed_dp_s": "float64", "exposed_ep_s": "float64",
     "reason": "string",
