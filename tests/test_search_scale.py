@@ -119,3 +119,32 @@ def test_fix_narrows_the_enumeration(split_case):
     result = search(split_case, fix={"parallel.tp": 2, "parallel.schedule": ["zb-h1", "dualpipe"]}, top=1,
                     workers=1, progress=False)
     assert result.counts["enumerated"] == len(fixed)
+
+
+def test_band_notes_name_the_layouts_closer_than_their_bands():
+    """Two layouts at 100 and 104 tokens/s with ±5% step-time bands overlap (#1's tokens/s band 95.2-105.3 reaches
+    #2's 99.0-109.5); a third at 120 does not: only #2 is named."""
+    from simtrain.decide.search_result import band_notes
+
+    def row(tps):
+        step = 1000.0 / tps          # 1,000 tokens a step
+        return {"tokens_per_s": tps, "step_time_s": step, "step_time_band_low_s": step / 1.05,
+                "step_time_band_high_s": step * 1.05}
+
+    notes = band_notes([row(104.0), row(100.0), row(80.0)])
+    assert len(notes) == 1 and notes[0].startswith("#1 and #2 are closer than their bands")
+    assert band_notes([row(120.0), row(100.0)]) == []
+    assert band_notes([{**row(100.0), "step_time_band_low_s": None, "step_time_band_high_s": None}]) == []
+
+
+def test_search_rows_carry_the_run_band():
+    """The top layouts of a search on DGX H100 carry the band `simtrain run` reports for that layout, and the text
+    table shows it."""
+    import simtrain
+
+    found = simtrain.search("pp4_dp4", top=2, workers=1, progress=False, fix={"parallel.tp": 1, "parallel.pp": 4,
+                                                                              "parallel.zero": 1})
+    best = found.top[0]
+    run = simulate(found.scenario(0))
+    assert (best["step_time_band_low_s"], best["step_time_band_high_s"]) == pytest.approx(run.step_time_band_s)
+    assert "band" in found.summary().splitlines()[0]

@@ -36,6 +36,7 @@ from typing import Any
 from simtrain.decide.search_result import (  # noqa: F401 - re-exported: the search's names in one place
     LAYOUT_KEYS,
     SearchResult,
+    add_bands,
     layout_overrides,
     layout_text,
     search_text,
@@ -421,6 +422,7 @@ def search(scenario: Scenario, *, gpus: int | None = None, top: int = 5, workers
         r["reason"] = why_slower(r, winners[0])
     if winners:
         winners[0]["reason"] = "best"
+    add_bands(winners, scenario)
     counts = {s: sum(1 for r in rows if r["status"] == s)
               for s in ("invalid", "oom", "tight", "pruned", "simulated", "failed")}
     counts["enumerated"] = len(rows)

@@ -131,8 +131,8 @@ class SearchResult:
                 n, layout_text(r), f"{r['step_time_s']:.3f} s", f"{r['tokens_per_s']:,.0f}", f"{r['mfu']:.1%}",
                 f"{r['bubble_fraction']:.1%}", f"{r.get('peak_memory_fraction', 0):.1%}", r["reason"])) + "</tr>"
             for n, r in enumerate(self.top, start=1))
-        notes = [counts_text(self)] + ([f"warning: the best layout: {tight_note(self.top[0])}"]
-                                       if self.top and tight_note(self.top[0]) else [])
+        notes = [counts_text(self)] + [f"warning: {n}" for n in band_notes(self.top)] + (
+            [f"warning: the best layout: {tight_note(self.top[0])}"] if self.top and tight_note(self.top[0]) else [])
         return ("<div><b>simtrain search</b><table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>"
                 + body + "</table>" + "".join(f"<p>{html.escape(n)}</p>" for n in notes) + "</div>")
 
@@ -187,12 +187,44 @@ def counts_text(result: SearchResult) -> str:
             + (f", {c['failed']} failed" if c["failed"] else "") + f" ({result.seconds:.1f} s)")
 
 
+def _band_text(row: dict[str, Any]) -> str:
+    low = row.get("step_time_band_low_s")
+    return "-" if low is None else f"{low:.2f}-{row['step_time_band_high_s']:.2f} s"
+
+
+def add_bands(top: list[dict[str, Any]], scenario: Scenario) -> None:
+    """Each top layout's step-time band (``step_time_band_low_s``/``_high_s``): the errors of validated runs of the
+    same GPU family and stack (report.bands), None where none resembles it."""
+    from simtrain.report.bands import band, gpu_family, stack_of
+
+    gpu = gpu_family(scenario.hardware.gpu.name)
+    for r in top:
+        b = band(r["step_time_s"], gpu, stack_of(r["zero"], scenario.model.moe is not None))
+        r["step_time_band_low_s"], r["step_time_band_high_s"] = (b.low_s, b.high_s) if b else (None, None)
+
+
+def band_notes(top: list[dict[str, Any]]) -> list[str]:
+    """The top layouts whose tokens/s band overlaps the best's: the validated runs' errors do not tell them apart."""
+    if not top or top[0].get("step_time_band_low_s") is None:
+        return []
+    tokens = top[0]["tokens_per_s"] * top[0]["step_time_s"]
+    lo0, hi0 = tokens / top[0]["step_time_band_high_s"], tokens / top[0]["step_time_band_low_s"]
+    close = [n for n, r in enumerate(top[1:], start=2) if r.get("step_time_band_low_s") is not None
+             and tokens / r["step_time_band_high_s"] <= hi0 and lo0 <= tokens / r["step_time_band_low_s"]]
+    if not close:
+        return []
+    names = ", #".join(map(str, close))
+    return [f"#1 and #{names} are closer than their bands (tokens/s of #1: {lo0:,.0f}-{hi0:,.0f}, from the errors "
+            "of validated runs like each): the prediction does not tell them apart"]
+
+
 def search_text(result: SearchResult) -> str:
     """The top layouts as a terminal table, with the search's own statistics."""
     c = result.counts
     experts = any("ep" in r for r in result.rows)   # a mixture of experts: ep and etp columns
     head = ["#", "tp", "pp", "dp", "vpp", "mb", "zero", "recompute", "schedule", "sp", "prec",
-            *(["ep", "etp"] if experts else []), "step", "tokens/s", "MFU", "bubble", "peak mem", "why slower than #1"]
+            *(["ep", "etp"] if experts else []), "step", "band", "tokens/s", "MFU", "bubble", "peak mem",
+            "why slower than #1"]
     body = []
     with_cp = any("cp" in r for r in result.top)
     if with_cp:
@@ -202,13 +234,14 @@ def search_text(result: SearchResult) -> str:
         body.append([str(n), str(r["tp"]), str(r["pp"]), dp, str(r["vpp"]), str(r["micro_batch"]),
                      str(r["zero"]), r["recompute"], r["schedule"], "yes" if r["sequence_parallel"] else "no",
                      r["precision"], *([str(r["ep"]), str(r["etp"])] if experts else []),
-                     f"{r['step_time_s']:.3f} s", f"{r['tokens_per_s']:,.0f}", f"{r['mfu']:.1%}",
+                     f"{r['step_time_s']:.3f} s", _band_text(r), f"{r['tokens_per_s']:,.0f}", f"{r['mfu']:.1%}",
                      f"{r['bubble_fraction']:.1%}", f"{r['peak_memory_bytes_max'] / 1e9:.1f} GB", r["reason"]])
     widths = [max(len(row[i]) for row in [head, *body]) for i in range(len(head))]
     left = (7, 8, len(head) - 1)
     lines = ["  ".join(cell.ljust(w) if i in left else cell.rjust(w)
                        for i, (cell, w) in enumerate(zip(row, widths))).rstrip() for row in [head, *body]]
     lines.append(counts_text(result))
+    lines += [f"warning: {note}" for note in band_notes(result.top)]
     if result.top and tight_note(result.top[0]):
         lines.append(f"warning: the best layout: {tight_note(result.top[0])}")
     if c["bound_violations"]:

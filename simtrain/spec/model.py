@@ -160,7 +160,7 @@ class ModelSpec(Closed):
     @property
     def layers_differ(self) -> bool:
         """True when the model's layers are not all one dense Llama-style layer: experts, latent or sliding-window
-        attention, or MTP modules (what the split-backward schedules and auto splits do not cost yet)."""
+        attention, or MTP modules (what auto splits do not cost yet)."""
         return self.moe is not None or self.attention.kind == "mla" or self.attention.sliding_window is not None \
             or self.mtp_layers > 0
 
