@@ -75,3 +75,18 @@ def test_dp_collectives_of_every_stage_equal_their_own_shapes(tmp_path):
         own = [sh.phase(1e9) for sh in collective_shape("reduce_scatter", [pl.dp_group(t, p) for t in range(pl.tp)],
                                                         s.cluster)]
         assert moved == own
+
+
+def test_the_ring_rate_cache_keeps_a_bounded_number_of_entries():
+    """Bottleneck rates are kept per link tuple, at most _KEEP_RATES of them (the newest): ad-hoc phases of plans
+    built per layout do not accumulate in a long session; a kept rate is min(bandwidth / flows) over the links."""
+    from simtrain.plan import collectives
+    from simtrain.spec.scenario import load_scenario
+
+    s = load_scenario(REPO / "scenarios" / "pp4_dp4.yaml")
+    cluster = s.cluster
+    link = next(iter(cluster.graph.edges))
+    tuples = [((link, k + 1),) for k in range(collectives._KEEP_RATES + 10)]
+    rates = [collectives.bottleneck_rate(t, cluster) for t in tuples]
+    assert rates[3] == pytest.approx(cluster.bandwidth(link) / 4)
+    assert len(cluster.shapes["rates"]) == collectives._KEEP_RATES

@@ -86,7 +86,7 @@ def test_moe_search_agrees_with_brute_force(moe_case):
     rivals = [r for r in result.rows if r["status"] in ("simulated", "pruned")]
     assert any(r["ep_overlap"] for r in rivals) and {"zb-h1", "zb-v"} <= {r["schedule"] for r in rivals}
     head = search_text(result).splitlines()[0].split()
-    assert head[head.index("prec") + 1:head.index("prec") + 3] == ["ep", "etp"]
+    assert head[head.index("prec") + 1:head.index("prec") + 4] == ["ep", "etp", "ovl"]
 
 
 def test_sweep_over_ep():
@@ -117,3 +117,17 @@ def test_compare_moe_scenarios():
         assert row["layout"].endswith(" ep8")
     assert rows[1]["time_to_train_s"] < rows[0]["time_to_train_s"]
     assert "ep8" in compare_text(rows)
+
+
+def test_deepep_layouts_carry_no_expert_tp():
+    """With the deepep dispatcher the search enumerates etp 1 only (the rules refuse expert TP with it), exactly the
+    alltoall enumeration's etp-1 layouts; and a fix on ep_overlap for a dense model is refused, as for ep."""
+    sc = make_scenario(hardware=TWO_NODES, nodes=1, gpus_per_node=4, model=MOE, training={"global_batch": 4},
+                       parallel={"dp": 4})
+    deepep = enumerate_layouts(sc.with_overrides({"parallel.moe_dispatcher": "deepep"}))
+    assert deepep and all(x["etp"] == 1 for x in deepep)
+    assert deepep == [x for x in enumerate_layouts(sc) if x["etp"] == 1]
+    dense = make_scenario(hardware=TWO_NODES, nodes=1, gpus_per_node=4, model=gpt_model(),
+                          training={"global_batch": 4}, parallel={"dp": 4})
+    with pytest.raises(InputError, match="ep_overlap"):
+        enumerate_layouts(dense, fix={"parallel.ep_overlap": True})

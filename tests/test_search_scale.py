@@ -4,8 +4,6 @@ parallelism, FP8, the zero-bubble and DualPipe schedules, auto splits)."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 from conftest import DATA, gpt_model, hardware_variant, make_scenario
 
@@ -13,8 +11,7 @@ from simtrain.decide.search import enumerate_layouts, screen, search
 from simtrain.decide.search_result import layout_overrides
 from simtrain.decide.sweep import ScenarioPayload
 from simtrain.engine.simulation import memory, simulate
-from simtrain.plan.device import Device
-from simtrain.plan.shared_costs import device_key, shared, shared_costs
+from simtrain.plan.shared_costs import shared, shared_costs
 from simtrain.spec.errors import InputError
 
 TWO_NODES = DATA / "core_two_nodes.yaml"
@@ -96,17 +93,6 @@ def test_shared_figures_equal_the_ones_computed_alone(long_case, split_case, mon
             together = screen(payload, {}, layouts)
         assert together == alone
         assert 0 < len(cache) < len(asked) / 2
-
-
-def test_device_key_names_every_device_field():
-    """A Device field the cache key left out would let two devices share a kernel time: the key lists them all."""
-    assert [f.name for f in dataclasses.fields(Device)] == ["gpu", "compute", "dtype", "attention_speed",
-                                                             "fp8_recipe", "graph_gap"]
-    dev = Device(gpu=object(), compute=object(), dtype="bf16")
-    assert len(device_key(dev)) == len(dataclasses.fields(Device))
-    assert device_key(dev) == device_key(dataclasses.replace(dev))
-    assert device_key(dev) != device_key(dataclasses.replace(dev, dtype="fp8"))
-    assert device_key(dev) != device_key(dataclasses.replace(dev, gpu=object()))
 
 
 def test_fix_narrows_the_enumeration(split_case):

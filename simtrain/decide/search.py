@@ -42,223 +42,29 @@ from simtrain.decide.search_result import (  # noqa: F401 - re-exported: the sea
     search_text,
     why_slower,
 )
+from simtrain.decide.search_space import (  # noqa: F401 - re-exported: the enumeration's names, as before
+    CP_MIN_TOKENS,
+    MAX_LAYOUTS,
+    RECOMPUTE,
+    _divisors,
+    check_fix,
+    enumerate_layouts,
+    gpu_overrides,
+)
 from simtrain.decide.sweep import ScenarioPayload, error_text
 from simtrain.decide.workers import open_executor, progress_bar, run_tasks
-from simtrain.plan.schedules import SPLIT_BACKWARD
 from simtrain.plan.shared_costs import shared_costs
 from simtrain.report.accuracy import LEDGER_ERROR
-from simtrain.spec.errors import InputError, SimulationLimitError
+from simtrain.spec.errors import InputError
 from simtrain.spec.scenario import Scenario
 from simtrain.spec.units import as_whole
 
-RECOMPUTE = ("none", "selective", "selective_op", "full")
 #: the default ``max_memory``: keep the memory ledger's measured error free (1 - 0.078, rounded down to 0.92), so
 #: that a winner fits even if the ledger underestimates it as much as it has been off where a peak was measured
 DEFAULT_MAX_MEMORY = math.floor((1.0 - LEDGER_ERROR) * 100) / 100
 #: screened rows of the last few searches, by what they depend on (scenario, hardware, cluster size, layouts)
 _SCREENED: OrderedDict[str, dict[str, dict[str, Any]]] = OrderedDict()
 _SCREENED_KEEP = 4
-#: context parallelism is enumerated where every CP rank still holds at least this many tokens of a sequence (Llama 3's
-#: long-context stage: 131,072 tokens over cp 16, Dubey et al. 2024 Table 4); shorter sequences search cp 1 only
-CP_MIN_TOKENS = 8192
-
-
-#: layouts a search screens at most unless its caller raises it: each costs a memory check and an estimate
-#: (measured ~4.5 ms on pp4_dp4's 5,080 layouts), so 200,000 is about 15 minutes of one core before any simulation;
-#: precision, context and expert parallelism and the split-backward schedules make 20,000-50,000 common at 1,024 GPUs
-MAX_LAYOUTS = 200_000
-
-
-def _divisors(n: int) -> list[int]:
-    """The divisors of ``n`` in increasing order, in O(sqrt n) steps (a global batch of 2**30 is instant)."""
-    small, large = [], []
-    d = 1
-    while d * d <= n:
-        if n % d == 0:
-            small.append(d)
-            if d * d != n:
-                large.append(n // d)
-        d += 1
-    return small + large[::-1]
-
-
-def gpu_overrides(scenario: Scenario, gpus: int | None) -> dict[str, Any]:
-    """Scenario keys that give the cluster ``gpus`` GPUs: nodes = gpus / gpus_per_node."""
-    if gpus is None:
-        return {}
-    gpn = scenario.gpus_per_node
-    whole = as_whole(gpus)
-    if whole is None:
-        raise InputError(f"gpus={gpus!r}: give a whole number of GPUs", field="gpus")
-    gpus = whole
-    if gpus < 1:
-        raise InputError(f"gpus={gpus}: give a positive GPU count", field="gpus")
-    if gpus > scenario.simulation.max_gpus:
-        raise SimulationLimitError(f"gpus={gpus:,} is more than simulation.max_gpus={scenario.simulation.max_gpus:,}"
-                                   ": building the network graph and plan takes time and memory in proportion; "
-                                   "raise simulation.max_gpus (e.g. --set simulation.max_gpus=N) if you mean it",
-                                   field="gpus")
-    if scenario.hardware.explicit:
-        raise InputError("gpus= cannot resize an explicit topology (its hardware file lists the devices)",
-                         field="gpus")
-    if gpus < gpn:
-        return {"nodes": 1, "gpus_per_node": gpus}
-    if gpus % gpn:
-        raise InputError(f"gpus={gpus} is not a whole number of {gpn}-GPU nodes", field="gpus")
-    return {"nodes": gpus // gpn}
-
-
-def check_fix(fix: dict[str, Any] | None) -> dict[str, list]:
-    """``fix`` as {layout field: [allowed values]}; its keys are layout fields (``zero``) or their scenario keys
-    (``parallel.zero``), a value one value or a list of them."""
-    if fix is None:
-        return {}
-    if not isinstance(fix, dict):
-        raise InputError(f"fix={fix!r}: give a mapping such as {{'parallel.zero': 1, 'parallel.tp': [4, 8]}}",
-                         field="fix")
-    by_key = {v: k for k, v in LAYOUT_KEYS.items()}
-    out: dict[str, list] = {}
-    for key, values in fix.items():
-        name = by_key.get(key, key)
-        if name not in LAYOUT_KEYS:
-            raise InputError(f"fix: {key!r} is not a searched layout key (allowed: "
-                             f"{', '.join(LAYOUT_KEYS.values())})", field="fix")
-        values = list(values) if isinstance(values, (list, tuple, set)) else [values]
-        # numpy scalars (a DataFrame's cells) compare as the Python values they hold
-        values = [v.item() if hasattr(v, "item") and not isinstance(v, (str, bytes)) else v for v in values]
-        if not values:
-            raise InputError(f"fix: {key!r} lists no value", field="fix")
-        out[name] = values
-    return out
-
-
-def enumerate_layouts(scenario: Scenario, gpus: int | None = None, fix: dict[str, Any] | None = None,
-                      max_layouts: int | None = None) -> list[dict[str, Any]]:
-    """Every layout worth validating for the scenario's model, cluster size (or ``gpus``) and global
-    batch, in a fixed order, keeping only the values ``fix`` allows (:func:`check_fix`). Cheap arithmetic
-    only; the scenario rules have the last word (:func:`screen`). Layouts that cannot differ are listed once:
-    ZeRO needs dp > 1, sequence parallelism tp > 1, and with one stage the schedule is moot (1F1B)."""
-    fixed = check_fix(fix)
-
-    def ok(name: str, value: Any) -> bool:
-        return name not in fixed or any(value == v and type(value) is type(v) or
-                                        (isinstance(v, int) and not isinstance(v, bool) and value == v)
-                                        for v in fixed[name])
-
-    m, tr, par = scenario.model, scenario.training, scenario.parallel
-    sizes = gpu_overrides(scenario, gpus)
-    gpn = sizes.get("gpus_per_node", scenario.gpus_per_node)
-    total = gpn * sizes.get("nodes", scenario.nodes)
-    hw = scenario.hardware
-    domain = hw.intra_node.domain_gpus if not hw.explicit and hw.intra_node.domain_gpus else gpn
-    peaks = hw.gpu.peak_flops
-    has_fp8 = "fp8" in peaks or ("mxfp8" in peaks and tr.fp8_recipe == "mxfp8")
-    precisions = ("bf16", "fp8") if tr.precision in ("bf16", "fp8") and has_fp8 else (tr.precision,)
-    # a mixture of experts: ZeRO-3 and selective_op recompute are refused by the scenario rules (not simulated yet
-    # for MoE layers), so they are not listed
-    zeros = (0, 1, 2) if m.moe is not None else (0, 1, 2, 3)
-    recomputes = tuple(r for r in RECOMPUTE if m.moe is None or r != "selective_op")
-    varied = m.layers_differ
-    cps = [c for c in _divisors(total) if tr.seq_len % (2 * c) == 0 and tr.seq_len // c >= CP_MIN_TOKENS]
-    cps = cps if len(cps) > 1 else [None]     # None: the layouts carry no cp key (short sequences)
-    out = []
-    grid = [(t, p, c) for t in _divisors(min(domain, total)) for p in _divisors(total // t) for c in cps]
-    for tp, pp, cp in grid:
-        if total % tp or m.heads % tp or m.num_kv_heads % tp or m.ffn_hidden % tp or not ok("tp", tp):
-            continue
-        if (total // (tp * pp)) % (cp or 1) or not ok("pp", pp) or (cp and not ok("cp", cp)) or pp > m.layers:
-            continue
-        # layers that do not split evenly over the ranks are balanced (layers_per_stage: auto; dense models only)
-        split = None if m.layers % pp == 0 else "auto"
-        if split and varied:
-            continue
-        dp = total // (tp * pp * (cp or 1))
-        if tr.global_batch % dp or not ok("dp", dp):
-            continue
-        for mb in (d for d in _divisors(tr.global_batch // dp) if ok("micro_batch", d)):
-            micro = tr.global_batch // (mb * dp)
-            # GPipe with a balanced split is left out: it takes 1F1B's time with more memory (Narayanan 2021 2.2.1)
-            shapes = [("1f1b", 1)] if pp == 1 or split else [("gpipe", 1), ("1f1b", 1)]
-            if pp > 1 and micro % pp == 0 and split is None:
-                shapes += [("interleaved-1f1b", v) for v in _divisors(m.layers // pp) if v >= 2]
-            # the split-backward schedules; for models whose layers differ only with even splits (auto is refused)
-            shapes += _split_shapes(pp, micro, m.layers, split, auto_ok=not varied)
-            for schedule, vpp in ((sc, v) for sc, v in shapes if ok("schedule", sc) and ok("vpp", v)):
-                # zero-bubble and DualPipe schedules run with ZeRO 0 or 1 (scenario rules)
-                allowed_zero = zeros if schedule not in SPLIT_BACKWARD else (0, 1)
-                lps = None if m.layers % (pp * vpp) == 0 else "auto"
-                for zero in (z for z in (allowed_zero if dp * (cp or 1) > 1 else (0,)) if ok("zero", z)):
-                    for recompute in (r for r in recomputes if ok("recompute", r)):
-                        for sp in (b for b in ((False, True) if tp > 1 else (False,)) if ok("sequence_parallel", b)):
-                            out.extend({"tp": tp, "pp": pp, "dp": dp, "vpp": vpp, "micro_batch": mb,
-                                        "zero": zero, "recompute": recompute, "schedule": schedule,
-                                        "sequence_parallel": sp, "precision": precision,
-                                        **({"cp": cp} if cp else {}), **experts,
-                                        "layers_per_stage": lps}
-                                       for precision in precisions if ok("precision", precision)
-                                       for experts in _expert_layouts(m, tp, dp * (cp or 1))
-                                       for experts in _with_overlap(experts, tr, par, m, pp, schedule, zero, recompute)
-                                       if all(ok(k, v) for k, v in experts.items()))
-            if max_layouts is not None and len(out) > max_layouts:
-                raise SimulationLimitError(
-                    f"this search would screen more than {max_layouts:,} layouts (about "
-                    f"{max_layouts * 4.5e-3:,.0f} s of one core before any simulation), more than max_layouts="
-                    f"{max_layouts:,}; narrow it with fix=, search fewer GPUs or a smaller global batch, or raise "
-                    "the limit (--max-layouts, search(max_layouts=...))", field="max_layouts")
-    why = {"cp": f"context parallelism is searched only where every CP rank keeps at least {CP_MIN_TOKENS:,} tokens "
-                 f"of a sequence (seq_len {tr.seq_len:,})",
-           "ep": "expert parallelism is searched only for a mixture of experts",
-           "etp": "expert tensor parallelism is searched only for a mixture of experts"}
-    for name in ("cp", "ep", "etp"):   # a fixed key no layout carries would otherwise be ignored silently
-        if name in fixed and not any(name in layout for layout in out):
-            raise InputError(f"fix: {LAYOUT_KEYS[name]} = {fixed[name]}: no searched layout has it ({why[name]})",
-                             field="fix")
-    return out
-
-
-def _split_shapes(pp: int, micro: int, layers: int, split: str | None, auto_ok: bool = True) -> list[tuple[str, int]]:
-    """The zero-bubble and DualPipe schedules that apply (scenario rules): zb-h1 on any pipeline; zb-v and dualpipev
-    with two chunks per rank (an even split of 2 pp chunks, else auto when 2 pp <= layers + 2 and ``auto_ok``);
-    dualpipe with an even pp, at least 2 pp micro-batches, an even count, and an even split; dualpipe(v) with
-    micro-batches >= 2 pp."""
-    if pp == 1:
-        return []
-    out = [("zb-h1", 1)]
-    v_ok = layers % (2 * pp) == 0 or (auto_ok and 2 * pp <= layers + 2)
-    if v_ok:
-        out.append(("zb-v", 2))
-    if pp % 2 == 0 and micro >= 2 * pp and micro % 2 == 0 and split is None:
-        out.append(("dualpipe", 1))
-    if v_ok and micro >= 2 * pp:
-        out.append(("dualpipev", 2))
-    return out
-
-
-def _with_overlap(experts: dict, tr, par, model, pp: int, schedule: str, zero: int, recompute: str) -> list[dict]:
-    """A mixture of experts' layout without and, where the scenario rules take it, with Megatron-Core's EP
-    all-to-all overlap (ep > 1, interleaved 1F1B or 1F1B at pp 1, ZeRO 0/1, no full recompute, at most one MTP
-    module, the alltoall or deepep dispatcher, no 'moe' recompute module); dense layouts carry no such key."""
-    if not experts:
-        return [experts]
-    out = [{**experts, "ep_overlap": False}]
-    if (experts["ep"] > 1 and (schedule == "interleaved-1f1b" or (schedule == "1f1b" and pp == 1)) and zero <= 1
-            and recompute != "full" and model.mtp_layers <= 1 and par.moe_dispatcher in ("alltoall", "deepep")
-            and "moe" not in (tr.recompute_modules or ()) and not tr.activation_offload_layers):
-        out.append({**experts, "ep_overlap": True})
-    return out
-
-
-def _expert_layouts(model, tp: int, dp: int) -> list[dict[str, int]]:
-    """The (ep, etp) pairs of a mixture of experts on a stage of tp x dp GPUs: ep divides the experts, etp divides
-    tp and the expert width, etp x ep divides tp x dp (Megatron-Core's folding). [{}] for a dense model, whose
-    layouts carry no expert keys."""
-    moe = model.moe
-    if moe is None:
-        return [{}]
-    return [{"ep": ep, "etp": etp} for etp in _divisors(tp) if moe.expert_ffn_hidden % etp == 0
-            for ep in _divisors(moe.experts) if (tp * dp) % (etp * ep) == 0]
-
-
 def screen(payload: ScenarioPayload, base: dict[str, Any], layouts: list[dict[str, Any]],
            max_memory: float = 1.0) -> list[dict[str, Any]]:
     """Validate, check memory and estimate each layout (runs in a worker); never raises. Status:

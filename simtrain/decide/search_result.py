@@ -221,9 +221,9 @@ def band_notes(top: list[dict[str, Any]]) -> list[str]:
 def search_text(result: SearchResult) -> str:
     """The top layouts as a terminal table, with the search's own statistics."""
     c = result.counts
-    experts = any("ep" in r for r in result.rows)   # a mixture of experts: ep and etp columns
+    experts = any("ep" in r for r in result.rows)   # a mixture of experts: ep, etp and EP-overlap (ovl) columns
     head = ["#", "tp", "pp", "dp", "vpp", "mb", "zero", "recompute", "schedule", "sp", "prec",
-            *(["ep", "etp"] if experts else []), "step", "band", "tokens/s", "MFU", "bubble", "peak mem",
+            *(["ep", "etp", "ovl"] if experts else []), "step", "band", "tokens/s", "MFU", "bubble", "peak mem",
             "why slower than #1"]
     body = []
     with_cp = any("cp" in r for r in result.top)
@@ -233,7 +233,8 @@ def search_text(result: SearchResult) -> str:
         dp = f"{r['dp']} x {r['cp']}" if with_cp else str(r["dp"])
         body.append([str(n), str(r["tp"]), str(r["pp"]), dp, str(r["vpp"]), str(r["micro_batch"]),
                      str(r["zero"]), r["recompute"], r["schedule"], "yes" if r["sequence_parallel"] else "no",
-                     r["precision"], *([str(r["ep"]), str(r["etp"])] if experts else []),
+                     r["precision"], *([str(r["ep"]), str(r["etp"]), "yes" if r.get("ep_overlap") else "no"]
+                                       if experts else []),
                      f"{r['step_time_s']:.3f} s", _band_text(r), f"{r['tokens_per_s']:,.0f}", f"{r['mfu']:.1%}",
                      f"{r['bubble_fraction']:.1%}", f"{r['peak_memory_bytes_max'] / 1e9:.1f} GB", r["reason"]])
     widths = [max(len(row[i]) for row in [head, *body]) for i in range(len(head))]

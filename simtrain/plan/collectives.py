@@ -28,7 +28,7 @@ their bytes divided by that fraction.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, replace
 
 from simtrain.spec.curves import Ramp, curve_ramp
@@ -206,6 +206,9 @@ def phase_time_alone(phase: Phase, cluster: Cluster, scale: dict | None = None) 
 
 #: phases over at least this many links keep their bottleneck rate (a ring over a 1,024-GPU DP group has thousands)
 _KEEP_RATE_LINKS = 16
+#: how many link tuples' rates a cluster keeps (a search's shapes are far fewer; plans built per layout at full
+#: fidelity add pipeline-send tuples that would otherwise accumulate in a long notebook session)
+_KEEP_RATES = 4096
 
 
 def bottleneck_rate(links: tuple[tuple[Link, int], ...], cluster: Cluster) -> float:
@@ -213,10 +216,14 @@ def bottleneck_rate(links: tuple[tuple[Link, int], ...], cluster: Cluster) -> fl
     a ring or all-to-all shape are one tuple shared by every phase made from it (and kept by the cluster's shape
     cache), so the minimum is taken once per shape and kept on the cluster, keyed by the tuple's identity (the
     entry holds the tuple, so the identity cannot be reused)."""
-    key = ("rate", id(links))
-    hit = cluster.shapes.get(key)
+    rates = cluster.shapes.get("rates")
+    if rates is None:
+        rates = cluster.shapes["rates"] = OrderedDict()
+    hit = rates.get(id(links))
     if hit is None or hit[0] is not links:
-        hit = cluster.shapes[key] = (links, min(cluster.bandwidth(link) / count for link, count in links))
+        hit = rates[id(links)] = (links, min(cluster.bandwidth(link) / count for link, count in links))
+        if len(rates) > _KEEP_RATES:   # ad-hoc phases (a full-fidelity plan's sends) come and go: keep the newest
+            rates.popitem(last=False)
     return hit[1]
 
 

@@ -1,14 +1,14 @@
 """Costs that many layouts of one search share, computed once per search.
 
 A layout search screens tens of thousands of layouts of one model on one cluster. Most of what a layout costs
-depends on a few of its keys only: a layer's kernel times on (tp, micro-batch, sequence, precision, recompute,
-sequence parallelism, cp), a rank's parameter count on (tp, pp, vpp, schedule, split, ep, etp), the activations a
-schedule keeps in flight on (schedule, pp, micro-batches, vpp, rank). Inside ``with shared_costs():`` the functions
-that compute such a figure keep it under a key made of exactly the inputs it reads, so the next layout with the
-same inputs gets the same float back; outside the block every call computes afresh, as before.
+depends on a few of its keys only: a rank's parameter count on (tp, pp, vpp, schedule, split, ep, etp), the
+activations a schedule keeps in flight on (schedule, pp, micro-batches, vpp, EP overlap, rank, chunk shares).
+Inside ``with shared_costs():`` the functions that compute such a figure keep it under a key made of exactly the
+inputs it reads, so the next layout with the same inputs gets the same float back; outside the block every call
+computes afresh, as before.
 
 The key must name everything the computation reads, or a layout would get another's figure:
-``tests/test_search_memo.py`` compares cached and uncached screening over a sample of layouts.
+``tests/test_search_scale.py`` compares cached and uncached screening over a sample of layouts.
 
 Objects that are loaded once and shared by every layout (the hardware, the cluster) enter a key by identity
 (:class:`Same`), which holds them so that their identity cannot be reused while the cache lives; the model by its
@@ -83,9 +83,3 @@ def by_value(model) -> Any:
     if hit is None or hit[0] is not model:
         hit = seen[id(model)] = (model, (type(model).__qualname__, model.model_dump_json()))
     return hit[1]
-
-
-def device_key(dev) -> tuple:
-    """Every field of a :class:`~simtrain.plan.device.Device`: its GPU and compute model by identity (loaded once
-    per hardware file), the rest by value."""
-    return (Same(dev.gpu), Same(dev.compute), dev.dtype, dev.attention_speed, dev.fp8_recipe, dev.graph_gap)
