@@ -186,12 +186,13 @@ def import_times(repeats: int) -> dict:
         _sub(["-c", "pass"])
         startup.append(time.perf_counter() - start)
     big = []      # `simtrain run <16,384-GPU case> --json FILE` as a whole process (issue 25's start-up target)
-    out = Path(tempfile.mkdtemp()) / "report.json"
-    for _ in range(repeats):
-        start = time.perf_counter()
-        _sub(["-c", "import sys; from simtrain.cli import main; "
-                    f"main(['run', {str(SCEN / 'llama3_405b_16k_h100.yaml')!r}, '--json', {str(out)!r}])"])
-        big.append(time.perf_counter() - start)
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "report.json"
+        for _ in range(repeats):
+            start = time.perf_counter()
+            _sub(["-c", "import sys; from simtrain.cli import main; "
+                        f"main(['run', {str(SCEN / 'llama3_405b_16k_h100.yaml')!r}, '--json', {str(out)!r}])"])
+            big.append(time.perf_counter() - start)
     return {"import_simtrain_s": best["simtrain"] / 1e6, "process_16k_run_s": min(big),
             "import_for_a_run_s": (run["simtrain"] + run.get("simtrain.engine.simulation", 0)) / 1e6,
             "parts_s": {k: v / 1e6 for k, v in parts.items()}, "process_small_run_s": min(t),
