@@ -132,14 +132,18 @@ HAND = [
 ]
 
 
+def _period(times, slowdown: float = 1.0, L: int = 12) -> float:
+    """Seconds one more merged layer pair adds (13 layers' pair minus 12 layers')."""
+    one = merged_pair(_chunk(*times, L), _chunk(*times, L), slowdown)
+    more = merged_pair(_chunk(*times, L + 1), _chunk(*times, L + 1), slowdown)
+    return more.end - one.end
+
+
 @pytest.mark.parametrize(("times", "period"), HAND)
 def test_steady_state_pair_exposes_a2a_minus_the_compute_it_hides_under(times, period):
     """One more merged layer pair adds the hand-calculated period: compute + max(0, a2a - overlapping compute) of
     each all-to-all (Megatron-Core TransformerLayerSchedulePlan.run)."""
-    L = 12
-    one = merged_pair(_chunk(*times, L), _chunk(*times, L))
-    more = merged_pair(_chunk(*times, L + 1), _chunk(*times, L + 1))
-    assert more.end - one.end == pytest.approx(period)
+    assert _period(times) == pytest.approx(period)
 
 
 # the same rows with compute 1.25x slower while an all-to-all runs (the hardware files' overlap slowdown), by hand:
@@ -160,10 +164,7 @@ SLOWED = [
 def test_compute_under_an_all_to_all_runs_at_the_overlap_slowdown(times, period):
     """Compute sharing the GPU with an all-to-all runs 1.25x slower while it is in flight (arXiv:2507.03114's
     slowdown, as for DP collectives): the hand-calculated steady-state periods above."""
-    L = 12
-    one = merged_pair(_chunk(*times, L), _chunk(*times, L), 1.25)
-    more = merged_pair(_chunk(*times, L + 1), _chunk(*times, L + 1), 1.25)
-    assert more.end - one.end == pytest.approx(period)
+    assert _period(times, 1.25) == pytest.approx(period)
 
 
 @pytest.mark.parametrize("m", [2, 4])
