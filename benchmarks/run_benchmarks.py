@@ -241,21 +241,26 @@ def case_table(results: dict) -> list[str]:
 
 def search_table(results: dict) -> list[str]:
     """Per search: what happened to its layouts, where the time went, and the simulations' events per second.
-    Screened: validated by the scenario rules and memory-checked; bounded: fit in memory, so estimated and bounded;
-    simulated: the rest were pruned by the bound (or set aside above max_memory)."""
-    lines = ["| search | GPUs | enumerated | screened | bounded | simulated | pruned | screen s | simulate s | total s "
-             "| events | events/s (simulate phase) |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    Floored: every layout's step-time and memory floors, in bulk (numpy); set aside: the floors alone show it cannot
+    fit or cannot reach the top K (never built); screened: built, validated by the scenario rules, memory-checked
+    and, if it fits, estimated and bounded; simulated: the rest were pruned by the bound (or set aside above
+    max_memory)."""
+    lines = ["| search | GPUs | enumerated | set aside by floors | screened | bounded | simulated | pruned "
+             "| floor s | screen s | simulate s | total s | events | events/s (simulate phase) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for case in SEARCHES:
         r = results.get(case)
         if not r:
             continue
         c, ph = r["counts"], r.get("phase_seconds", {})
-        screened = c["enumerated"] - c["invalid"] - c["failed"]
+        screened = c.get("screened", c["enumerated"] - c["invalid"] - c["failed"])
+        aside = c["enumerated"] - screened
         bounded = c["tight"] + c["pruned"] + c["simulated"]
         sim_s = ph.get("simulate", 0.0)
         rate = f"{c.get('events', 0) / sim_s:,.0f}" if sim_s > 0 and c.get("events") else "-"
-        lines.append(f"| ({case}) {CASES[case][0]} | {r['gpus']:,} | {c['enumerated']:,} | {screened:,} | "
-                     f"{bounded:,} | {c['simulated']:,} | {c['pruned']:,} | {_f(ph.get('screen', 0.0), 1)} | "
+        lines.append(f"| ({case}) {CASES[case][0]} | {r['gpus']:,} | {c['enumerated']:,} | {aside:,} | "
+                     f"{screened:,} | {bounded:,} | {c['simulated']:,} | {c['pruned']:,} | "
+                     f"{_f(ph.get('floor', 0.0), 2)} | {_f(ph.get('screen', 0.0), 1)} | "
                      f"{_f(sim_s, 1)} | {_f(r['run_s'], 1)} | {c.get('events', 0):,} | {rate} |")
     return lines
 

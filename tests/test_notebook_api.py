@@ -143,20 +143,24 @@ def test_fix_narrows_the_enumeration(small_case):
 
 
 def test_the_screening_is_reused_across_max_memory(small_case, monkeypatch):
-    """A second search of the same scenario at another max_memory screens nothing again, and ranks as a fresh
-    search at that max_memory does."""
+    """A second search of the same scenario at another max_memory screens no layout the first screened again (only
+    those the first never reached), and ranks as a fresh search at that max_memory does, row for row."""
     from simtrain.decide import search as search_module
 
     search_module._SCREENED.clear()
     first = simtrain.search(small_case, top=2, workers=1, progress=False, max_memory=1.0)
     calls = []
     real = search_module.screen
-    monkeypatch.setattr(search_module, "screen", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(search_module, "screen",
+                        lambda p, b, layouts, *a: calls.extend(layouts) or real(p, b, layouts, *a))
     second = simtrain.search(small_case, top=2, workers=1, progress=False, max_memory=0.6)
-    assert calls == [] and first.counts["enumerated"] == second.counts["enumerated"]
+    assert first.counts["enumerated"] == second.counts["enumerated"]
+    done_first = [{k: r[k] for k in calls[0]} for r in first.rows if r["status"] != "unscreened"] if calls else []
+    assert not any(layout in done_first for layout in calls)
+    calls.clear()
     search_module._SCREENED.clear()
     fresh = simtrain.search(small_case, top=2, workers=1, progress=False, max_memory=0.6)
-    assert calls and fresh.top == second.top and fresh.counts == second.counts
+    assert calls and fresh.top == second.top and fresh.counts == second.counts and fresh.rows == second.rows
 
 
 def test_the_default_margin_is_the_ledger_error():

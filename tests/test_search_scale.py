@@ -41,9 +41,9 @@ def split_case(tmp_path):
                          training={"global_batch": 8, "seq_len": 2048}, parallel={"dp": 4})
 
 
-def _brute_force(scenario, max_memory: float, top: int) -> tuple[list, int]:
+def _brute_force(scenario, max_memory: float, top: int) -> tuple[list, dict]:
     """Every enumerated layout the scenario rules accept, simulated if it fits within ``max_memory`` of the GPU:
-    the ``top`` by tokens/s (ties by enumeration order) and how many competed."""
+    the ``top`` by tokens/s (ties by enumeration order) and the tokens/s of each that competed, by index."""
     scored = []
     for i, layout in enumerate(enumerate_layouts(scenario)):
         try:
@@ -54,7 +54,7 @@ def _brute_force(scenario, max_memory: float, top: int) -> tuple[list, int]:
         if mem.fits_in_memory and mem.peak_memory_bytes_max <= max_memory * mem.capacity_bytes:
             scored.append((-simulate(sc).tokens_per_s, i, layout))
     scored.sort(key=lambda x: (x[0], x[1]))
-    return [(layout, -neg) for neg, _, layout in scored[:top]], len(scored)
+    return [(layout, -neg) for neg, _, layout in scored[:top]], {i: -neg for neg, i, _ in scored}
 
 
 @pytest.mark.parametrize("case", ["long_case", "split_case"])
@@ -66,10 +66,13 @@ def test_search_agrees_with_brute_force_on_new_dimensions(case, request):
     brute, competed = _brute_force(scenario, result.max_memory, 3)
     found = [({k: r[k] for k in brute[0][0]}, r["tokens_per_s"]) for r in result.top]
     assert found == brute
-    assert result.counts["simulated"] + result.counts["pruned"] == competed
+    unscreened = sum(1 for i in competed if result.rows[i]["status"] == "unscreened")
+    assert result.counts["simulated"] + result.counts["pruned"] == len(competed) - unscreened
+    assert all(competed[i] < brute[-1][1] for i in competed if result.rows[i]["status"] == "unscreened")
     assert result.counts["pruned"] > 0 and result.counts["bound_violations"] == 0
-    rivals = [r for r in result.rows if r["status"] in ("simulated", "pruned")]
+    rivals = [result.rows[i] for i in competed]     # every layout that fits: simulated, pruned or unscreened
     assert {r["schedule"] for r in rivals} >= {"1f1b", "zb-h1", "dualpipe"}
+    assert result.counts["unscreened"] > 0
     if case == "long_case":
         assert {r["cp"] for r in rivals} == {1, 2} and {r["precision"] for r in rivals} == {"bf16", "fp8"}
     else:

@@ -6,26 +6,31 @@
    bf16 and fp8 where the GPU has an FP8 peak (and the scenario trains in either), PP dividing the layers,
    EP dividing the experts with etp x ep dividing the stage's tp x dp GPUs (Megatron-Core's folding) and etp
    a divisor of tp that divides the expert width,
-   DP from the rest; each candidate is ``scenario.with_overrides(...)``, and those
-   the scenario rules reject (InputError) are dropped.
-2. Drop the layouts that do not fit by the memory model (``simtrain.plan.memory``), or fit with less headroom than
-   ``max_memory`` leaves (default :data:`DEFAULT_MAX_MEMORY`: the memory ledger's measured error kept free).
-3. Bound the rest with the analytic estimate (:mod:`simtrain.decide.estimate`): its
-   ``lower_bound_s`` never exceeds the simulated step, so ``tokens / lower_bound``
-   is an optimistic throughput.
-4. Simulate candidates in order of their estimate, skipping any whose optimistic
-   throughput is below the K-th best simulated so far: a skipped layout cannot be
-   in the top K, so the answer equals simulating every candidate (a test checks it). Candidates go in
-   rounds of ``SIMULATE_BATCH``, whatever the worker count, so the table is the same on every machine.
+   DP from the rest.
+2. Floor every layout in bulk (:mod:`simtrain.decide.bulk`, numpy over the layout table): a step time and a peak
+   memory it cannot go below, from per-layer figures computed once per (tp, sequence parallelism, cp, micro-batch,
+   precision, recompute). A layout whose memory floor passes the GPU's memory does not fit and is never built.
+3. Screen the others in waves of ``SCREEN_WAVE``, in order of their step-time floor: build the scenario (the rules
+   reject some: InputError), drop those that do not fit by the memory model (``simtrain.plan.memory``) or fit with
+   less headroom than ``max_memory`` leaves (default :data:`DEFAULT_MAX_MEMORY`: the memory ledger's measured error
+   kept free), and bound the rest with the analytic estimate (:mod:`simtrain.decide.estimate`), whose
+   ``lower_bound_s`` never exceeds the simulated step, so ``tokens / lower_bound`` is an optimistic throughput.
+4. Simulate screened candidates in order of their estimate, in rounds of ``SIMULATE_BATCH`` (whatever the worker
+   count, so the table is the same on every machine), skipping any whose optimistic throughput is below the K-th
+   best simulated so far; screen another wave whenever a layout not yet screened has a floor below the best waiting
+   estimate. Once the next floor's throughput is below the K-th best, every layout left is "unscreened": its floor
+   never exceeds its bound, so none of them can be in the top K, and the answer equals simulating every layout
+   that fits (tests check it against brute force, and the floors against the bound and the ledger).
 
 Screening and simulation run on the sweep's executors (:mod:`simtrain.decide.sweep`). ``fix`` narrows the
 enumeration itself (``{"parallel.zero": 1, "parallel.tp": [4, 8]}``). The screening (validity, memory, estimate) does
 not depend on ``max_memory``, so it is kept for the last few searched scenarios in this process and a second search
-at another ``max_memory`` only simulates.
+at another ``max_memory`` screens only the layouts the first never reached.
 """
 
 from __future__ import annotations
 
+import heapq
 import json
 import math
 import time
@@ -33,6 +38,9 @@ from collections import OrderedDict
 from concurrent.futures import Executor
 from typing import Any
 
+import numpy as np
+
+from simtrain.decide.bulk import floors, memory_floors
 from simtrain.decide.search_result import (  # noqa: F401 - re-exported: the search's names in one place
     LAYOUT_KEYS,
     SearchResult,
@@ -70,9 +78,21 @@ def screen(payload: ScenarioPayload, base: dict[str, Any], layouts: list[dict[st
     """Validate, check memory and estimate each layout (runs in a worker); never raises. Status:
     'invalid' (rejected by the scenario rules), 'oom', 'tight' (fits, above ``max_memory`` of the GPU; estimated
     too, so that another ``max_memory`` can reuse the row), 'fits' (then estimated) or 'failed'."""
-    scenario = payload.build()
-    with shared_costs():      # figures the layouts share (simtrain.plan.shared_costs) are computed once per chunk
+    scenario, cache = _worker_state(payload)
+    with shared_costs(cache):   # figures the layouts share (simtrain.plan.shared_costs), once per search and process
         return [_screen_one(scenario, base, layout, max_memory) for layout in layouts]
+
+
+#: (payload key, its scenario, its shared-cost cache) of the search this process screens for: a search screens in
+#: waves, and each wave's chunk would otherwise rebuild the scenario and every shared figure
+_WORKER: list = [None, None, None]
+
+
+def _worker_state(payload: ScenarioPayload) -> tuple[Scenario, dict]:
+    key = (json.dumps(payload.raw, sort_keys=True, default=str), payload.file, payload.base_dir)
+    if _WORKER[0] != key:
+        _WORKER[:] = [key, payload.build(), {}]
+    return _WORKER[1], _WORKER[2]
 
 
 def _screen_one(scenario: Scenario, base: dict[str, Any], layout: dict[str, Any], max_memory: float) -> dict:
@@ -120,6 +140,8 @@ def simulate_layout(payload: ScenarioPayload, base: dict[str, Any], layout: dict
 #: layouts simulated per round; the pruning bound is updated between rounds. A constant, not the worker count,
 #: so that which layouts are simulated or pruned (and so ``--out``) is the same on every machine.
 SIMULATE_BATCH = 4
+#: layouts screened per wave, in order of their step-time floor; a constant for the same reason
+SCREEN_WAVE = 64
 
 
 def _screen_key(scenario: Scenario, base: dict[str, Any]) -> str:
@@ -158,68 +180,106 @@ def search(scenario: Scenario, *, gpus: int | None = None, top: int = 5, workers
     rows = [dict(layout) for layout in layouts]
     key = _screen_key(scenario, base)
     known = _SCREENED.get(key, {})
-    todo = [i for i, layout in enumerate(layouts) if json.dumps(layout, sort_keys=True) not in known]
-    for i in set(range(len(layouts))) - set(todo):
-        rows[i].update(known[json.dumps(layouts[i], sort_keys=True)])
-    with open_executor(workers, executor, len(layouts)) as ex:     # the simulations use it too, screened or not
+    screened = known if key in _SCREENED else {}
+    _SCREENED[key] = screened
+    _SCREENED.move_to_end(key)
+    while len(_SCREENED) > _SCREENED_KEEP:
+        _SCREENED.popitem(last=False)
+    floor = floors(scenario, base, layouts)      # every layout's step-time floor, in bulk (decide/bulk.py)
+    capacity = scenario.hardware.gpu.memory
+    memory_floor = memory_floors(scenario, base, layouts)     # and its peak memory's
+    for i in np.flatnonzero(memory_floor > capacity):   # cannot fit whatever else it costs: never screened
+        rows[i].update(status="oom", memory_floor_bytes=float(memory_floor[i]))
+    by_floor = sorted((i for i in range(len(layouts)) if memory_floor[i] <= capacity), key=lambda i: (floor[i], i))
+    floored_at = time.perf_counter()
+    tokens = scenario.tokens_per_step
+    best: list[tuple[float, int]] = []      # (-tokens/s, index) of simulated layouts, sorted
+    waiting: list[tuple[float, int]] = []   # (estimate, index) of screened layouts that fit: a heap
+
+    def threshold() -> float:
+        return -best[top - 1][0] if len(best) >= top else 0.0
+
+    def beaten(bound: float) -> bool:
+        return bound > 0 and tokens / bound < threshold()
+
+    pos = pruned = simulated = events = screen_count = 0
+    screen_time = 0.0
+    with open_executor(workers, executor, len(layouts)) as ex, \
+            progress_bar(len(layouts), progress, "bound and simulate", eta=False, unit="layout") as bar:
         lanes = getattr(ex, "_max_workers", None) or workers or 1
-        size = max(8, min(128, math.ceil(len(todo) / (4 * lanes))))
-        chunks = [todo[i:i + size] for i in range(0, len(todo), size)]
-        with progress_bar(len(layouts), progress, "screen", unit="layout") as bar:
-            bar.update(len(layouts) - len(todo))
+        bar.update(len(layouts) - len(by_floor))     # the layouts whose memory floor does not fit
+
+        def screen_wave() -> None:
+            """Screen the next SCREEN_WAVE layouts by floor (fewer where a floor already loses)."""
+            nonlocal pos, screen_count, screen_time
+            started_wave = time.perf_counter()
+            wave, taken = [], 0     # a wave takes SCREEN_WAVE layouts, screened now or by an earlier search
+            while pos < len(by_floor) and taken < SCREEN_WAVE and not beaten(floor[by_floor[pos]]):
+                i = by_floor[pos]
+                pos += 1
+                taken += 1
+                hit = screened.get(json.dumps(layouts[i], sort_keys=True))
+                if hit is None:
+                    wave.append(i)
+                else:
+                    rows[i].update(hit)
+                    _queue(i)
+            size = max(1, math.ceil(len(wave) / lanes))
+            chunks = [wave[k:k + size] for k in range(0, len(wave), size)]
             for c, value in run_tasks(screen, [(payload, base, [layouts[i] for i in ch]) for ch in chunks], ex):
                 for i, info in zip(chunks[c], value if isinstance(value, list) else []):
                     rows[i].update(info)
                 if not isinstance(value, list):
                     for i in chunks[c]:
                         rows[i].update(status="invalid", error=error_text(value))
-                bar.update(len(chunks[c]))
-        screened = known if key in _SCREENED else {}
-        for i in todo:
-            screened[json.dumps(layouts[i], sort_keys=True)] = {k: v for k, v in rows[i].items() if k not in layouts[i]}
-        _SCREENED[key] = screened
-        _SCREENED.move_to_end(key)
-        while len(_SCREENED) > _SCREENED_KEEP:
-            _SCREENED.popitem(last=False)
-        for r in rows:      # the screening ran at max_memory 1: which fit above this search's limit is decided here
+                for i in chunks[c]:
+                    screened[json.dumps(layouts[i], sort_keys=True)] = \
+                        {k: v for k, v in rows[i].items() if k not in layouts[i]}
+                    _queue(i)
+            screen_count += len(wave)
+            screen_time += time.perf_counter() - started_wave
+
+        def _queue(i: int) -> None:
+            """A screened layout: in the queue if it fits within max_memory (the screening ran at 1)."""
+            r = rows[i]
             if r["status"] in ("fits", "tight"):
                 r["status"] = "tight" if r["peak_memory_fraction"] > max_memory else "fits"
-        screened_at = time.perf_counter()
-        tokens = scenario.tokens_per_step
-        order = sorted((i for i, r in enumerate(rows) if r["status"] == "fits"),
-                       key=lambda i: (rows[i]["estimate_s"], i))
-        best: list[tuple[float, int]] = []      # (-tokens/s, index) of simulated layouts, sorted
+            if r["status"] == "fits":
+                heapq.heappush(waiting, (r["estimate_s"], i))
+            else:
+                bar.update(1)
 
-        def threshold() -> float:
-            return -best[top - 1][0] if len(best) >= top else 0.0
-
-        # most candidates are pruned, not simulated: the bar counts both and shows no remaining time
-        with progress_bar(len(order), progress, "bound and simulate", eta=False, unit="layout") as bar:
-            pos, pruned, simulated, events = 0, 0, 0, 0
-            while pos < len(order):
-                batch = []
-                while pos < len(order) and len(batch) < SIMULATE_BATCH:
-                    i = order[pos]
-                    pos += 1
-                    bound = rows[i]["lower_bound_s"]
-                    if bound > 0 and tokens / bound < threshold():
-                        rows[i]["status"] = "pruned"
-                        pruned += 1
-                        bar.update(1)
-                        continue
-                    batch.append(i)
-                for k, value in run_tasks(simulate_layout, [(payload, base, layouts[i]) for i in batch], ex):
-                    i = batch[k]
-                    if isinstance(value, BaseException):
-                        value = {"status": "failed", "error": error_text(value)}
-                    events += value.pop("events", 0)     # the benchmark's events per second, not a table column
-                    rows[i].update(value)
-                    if value["status"] == "simulated":
-                        best.append((-value["tokens_per_s"], i))
-                        best.sort()
-                    simulated += 1
-                    bar.set_postfix_str(f"pruned {pruned}, simulated {simulated}", refresh=False)
+        while True:
+            nxt = floor[by_floor[pos]] if pos < len(by_floor) else math.inf
+            if pos < len(by_floor) and not beaten(nxt) and (not waiting or waiting[0][0] > nxt):
+                screen_wave()      # a layout not screened yet may have a smaller estimate than any waiting
+                continue
+            if not waiting:
+                break
+            batch = []
+            while waiting and len(batch) < SIMULATE_BATCH:
+                _, i = heapq.heappop(waiting)
+                if beaten(rows[i]["lower_bound_s"]):
+                    rows[i]["status"] = "pruned"
+                    pruned += 1
                     bar.update(1)
+                    continue
+                batch.append(i)
+            for k, value in run_tasks(simulate_layout, [(payload, base, layouts[i]) for i in batch], ex):
+                i = batch[k]
+                if isinstance(value, BaseException):
+                    value = {"status": "failed", "error": error_text(value)}
+                events += value.pop("events", 0)     # the benchmark's events per second, not a table column
+                rows[i].update(value)
+                if value["status"] == "simulated":
+                    best.append((-value["tokens_per_s"], i))
+                    best.sort()
+                simulated += 1
+                bar.update(1)
+            bar.set_postfix_str(f"screened {screen_count}, pruned {pruned}, simulated {simulated}", refresh=False)
+        for i in by_floor[pos:]:     # never screened: their floor loses to the K-th best simulated step
+            rows[i].update(status="unscreened", floor_s=float(floor[i]))
+        bar.update(len(by_floor) - pos)
     finished = time.perf_counter()
     for r in rows:
         r["reason"] = ""
@@ -230,8 +290,9 @@ def search(scenario: Scenario, *, gpus: int | None = None, top: int = 5, workers
         winners[0]["reason"] = "best"
     add_bands(winners, scenario)
     counts = {s: sum(1 for r in rows if r["status"] == s)
-              for s in ("invalid", "oom", "tight", "pruned", "simulated", "failed")}
+              for s in ("invalid", "oom", "tight", "pruned", "simulated", "failed", "unscreened")}
     counts["enumerated"] = len(rows)
+    counts["screened"] = pos    # layouts screened (in this search, or in an earlier one of the same scenario)
     counts["events"] = events     # simpy events of the simulated layouts
     # the pruning is exact only if the bound holds; check it on every layout that was simulated
     counts["bound_violations"] = sum(1 for r in rows if r["status"] == "simulated"
@@ -239,4 +300,5 @@ def search(scenario: Scenario, *, gpus: int | None = None, top: int = 5, workers
     return SearchResult(rows=rows, top=winners, tokens_per_step=tokens, gpus=total,
                         seconds=time.perf_counter() - started, counts=counts, max_memory=max_memory,
                         scenario_searched=scenario, overrides=base,
-                        phase_seconds={"screen": screened_at - started, "simulate": finished - screened_at})
+                        phase_seconds={"floor": floored_at - started, "screen": screen_time,
+                                       "simulate": finished - floored_at - screen_time})

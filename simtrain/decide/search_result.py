@@ -91,7 +91,8 @@ class SearchResult:
     @property
     def table(self):
         """Every candidate as a pandas DataFrame with fixed dtypes: the layout's fields, its status (simulated,
-        pruned, oom, tight, invalid, failed), the estimate and the simulated metrics (SI units)."""
+        pruned, oom, tight, invalid, failed, unscreened), the estimate and the simulated metrics (SI units); a layout
+        set aside by its floors alone has ``memory_floor_bytes`` (oom) or ``floor_s`` (unscreened) instead."""
         from simtrain.decide.tables import frame_of
 
         columns = list(dict.fromkeys(k for row in self.rows for k in row))
@@ -183,7 +184,10 @@ def counts_text(result: SearchResult) -> str:
     return (f"{format_count(c['enumerated'], 'layout')} of {format_count(result.gpus, 'GPU')}: "
             f"{c['invalid']} invalid, {c['oom']} do not fit, "
             f"{c['tight']} fit above {result.max_memory:.0%} of memory (max_memory), "
-            f"{c['pruned']} pruned by the analytic bound, {c['simulated']} simulated"
+            f"{c['pruned']} pruned by the analytic bound, "
+            + (f"{c['unscreened']} not screened (their step-time floor loses to the top {len(result.top)}), "
+               if c.get("unscreened") else "")
+            + f"{c['simulated']} simulated"
             + (f", {c['failed']} failed" if c["failed"] else "") + f" ({result.seconds:.1f} s)")
 
 

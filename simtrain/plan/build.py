@@ -12,12 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
-from simtrain.plan import costs, device
+from simtrain.plan import costs
 from simtrain.plan.activations import weight_grad_fraction
 from simtrain.plan.build_moe import chunk_fields, layer_figures, varied_layers
 from simtrain.plan.collectives import Phase, collective_shape, p2p_phase, stage_shape
-from simtrain.plan.context import CPFigures, cp_figures, local_shape
+from simtrain.plan.context import CPFigures, cp_figures
 from simtrain.plan.flops import model_flops_per_step
+from simtrain.plan.layer_floor import dense_layer_cost, layer_shapes, step_device
 from simtrain.plan.memory import (
     StageMemory,
     edge_params,
@@ -27,7 +28,7 @@ from simtrain.plan.memory import (
 )
 from simtrain.plan.memory_moe import expert_params_local
 from simtrain.plan.offload import with_offload
-from simtrain.plan.recompute import modules_of, selective_extra, selective_tp_factor
+from simtrain.plan.recompute import modules_of, selective_tp_factor
 from simtrain.plan.schedules import Op, StageLayout, rank_schedules, stage_layout
 from simtrain.plan.tp_comm import TP_RECOMPUTE, tp_collectives, tp_time
 from simtrain.plan.tp_overlap import exposed_tp
@@ -236,9 +237,7 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
     has it already (``memory_report(scenario).stages``, as a search's screening does)."""
     par, tr, m, hw = scenario.parallel, scenario.training, scenario.model, scenario.hardware
     graphs = tr.cuda_graphs
-    dev = device.Device(gpu=hw.gpu, compute=hw.compute, dtype=tr.precision,
-                        attention_speed=hw.compute.attention_speed(tr.attention_kernel), fp8_recipe=tr.fp8_recipe,
-                        graph_gap=device.graph_gap(hw.compute) if graphs != "none" else None)
+    dev = step_device(hw, tr, tr.precision)
     # partial capture graphs the transformer layers (TE make_graphed_callables); full also the embedding, output
     # layer and loss (Megatron-Core full_iteration); the optimizer step runs eagerly in both
     edge_dev = dev if graphs == "full" else replace(dev, graph_gap=None)
@@ -247,21 +246,10 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
     mb = scenario.microbatches
     cp = par.cp
     tokens = tr.micro_batch * tr.seq_len // cp     # each CP rank holds s / cp of every sequence
-    at = m.attention
-    mla = (at.q_lora_rank or 0, at.kv_lora_rank, at.qk_nope_head_dim, at.qk_rope_head_dim, at.v_head_dim) \
-        if at.kind == "mla" else None
-    full_shape = costs.LayerShape(tokens=tokens * cp, seq=tr.seq_len, batch=tr.micro_batch, hidden=m.hidden,
-                             ffn=m.ffn_hidden, heads=m.heads, kv_width=m.kv_width, mlp_matrices=m.mlp_matrices,
-                             tp=par.tp, sequence_parallel=par.sequence_parallel and par.tp > 1,
-                             flash=tr.attention_kernel != "none", dropout=tr.dropout,
-                                  q_width=m.q_width if m.q_width != m.hidden else 0, mla=mla)
-    shape = local_shape(full_shape, cp)
-    lc = costs.layer_cost(shape, dev, tr.recompute)
+    full_shape, shape = layer_shapes(m, tr, tp=par.tp, sequence_parallel=par.sequence_parallel, cp=cp,
+                                     micro_batch=tr.micro_batch)
+    lc = dense_layer_cost(shape, dev, tr, tr.recompute)
     modules = modules_of(tr)
-    if modules and modules != ("core_attn",):   # Megatron's --recompute-modules beyond the default
-        extra, extra_flops = selective_extra(shape, dev, modules)
-        lc = replace(costs.layer_cost(shape, dev, "none"), recompute=extra)
-        lc = replace(lc, hardware_flops=lc.hardware_flops + extra_flops)
     partial = tr.recompute == "full" and tr.recompute_layers is not None
     attention_recomputed = tr.recompute == "full" or \
         (tr.recompute == "selective" and "core_attn" in (tr.recompute_modules or ["core_attn"]))

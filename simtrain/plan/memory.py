@@ -33,7 +33,7 @@ from simtrain.plan.memory_moe import (
     mtp_dense_params_local,
 )
 from simtrain.plan.offload import resident_layers
-from simtrain.plan.recompute import mla_qkv_width, modules_of, selective_saving
+from simtrain.plan.recompute import mla_qkv_width, modules_for, modules_of, selective_saving
 from simtrain.plan.schedules import (
     SPLIT_BACKWARD,
     V_SHAPED,
@@ -294,14 +294,10 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
     s, b, h, a, t = tr.seq_len // par.cp, tr.micro_batch, m.hidden, m.heads, par.tp
     sp = par.sequence_parallel and t > 1
     scale = 2.0 if tr.precision == "fp32" else 1.0   # fp32 training: every term doubled (masks too, conservatively)
-    per_layer = activation_bytes_per_layer(
-        s, b, h, a, ffn=m.ffn_hidden, mlp=m.mlp, t=t, sequence_parallel=sp, **_attention_widths(m),
-        attention_scores=not tr.flash_attention, recompute=tr.recompute, dropout=tr.dropout) * scale
+    per_layer = dense_layer_activation(m, tr, tp=t, sequence_parallel=par.sequence_parallel, cp=par.cp,
+                                       micro_batch=b, precision=tr.precision, recompute=tr.recompute)
     fp8 = tr.precision == "fp8"
-    if fp8 and tr.recompute in ("none", "selective"):
-        per_layer -= fp8_activation_saving(s, b, h, m.ffn_hidden, t, sp, tr.fp8_recipe)
     modules = modules_of(tr)
-    per_layer -= selective_saving(s, b, h, m.ffn_hidden, m.mlp, t, sp, modules, mla_qkv_width(m)) * scale
     per_mb = per_layer * layers
     if tr.recompute == "full" and tr.recompute_layers is not None:
         # Megatron's block method: the first recompute_layers of each (virtual) stage keep only their input
@@ -390,6 +386,22 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
                        inflight=inflight, activation_per_microbatch=per_mb, other_detail=detail, experts=experts,
                        fp8_weights=fp8_copies, offload_layer_bytes=offload_layer,
                        host_bytes=offload_layer * n_off * inflight)
+
+
+def dense_layer_activation(m, tr, *, tp: int, sequence_parallel: bool, cp: int, micro_batch: int, precision: str,
+                           recompute: str) -> float:
+    """Bytes one dense layer keeps for its backward per micro-batch on one GPU (Korthikanti et al. 2022 with
+    s -> s / cp, FP8's and the recompute modules' savings); read by the ledger and by a search's memory floor."""
+    s, b, h, a, t = tr.seq_len // cp, micro_batch, m.hidden, m.heads, tp
+    sp = sequence_parallel and t > 1
+    scale = 2.0 if precision == "fp32" else 1.0
+    per_layer = activation_bytes_per_layer(
+        s, b, h, a, ffn=m.ffn_hidden, mlp=m.mlp, t=t, sequence_parallel=sp, **_attention_widths(m),
+        attention_scores=not tr.flash_attention, recompute=recompute, dropout=tr.dropout) * scale
+    if precision == "fp8" and recompute in ("none", "selective"):
+        per_layer -= fp8_activation_saving(s, b, h, m.ffn_hidden, t, sp, tr.fp8_recipe)
+    modules = modules_for(recompute, tr.recompute_modules)
+    return per_layer - selective_saving(s, b, h, m.ffn_hidden, m.mlp, t, sp, modules, mla_qkv_width(m)) * scale
 
 
 def _attention_widths(m) -> dict:

@@ -35,9 +35,14 @@ DEFAULT_MODULES = ("core_attn",)
 
 def modules_of(training) -> tuple[str, ...]:
     """The recomputed modules of a selective-recompute run (none otherwise)."""
-    if training.recompute != "selective":
+    return modules_for(training.recompute, training.recompute_modules)
+
+
+def modules_for(recompute: str, listed) -> tuple[str, ...]:
+    """The recomputed modules under ``recompute`` with ``training.recompute_modules`` = ``listed``."""
+    if recompute != "selective":
         return ()
-    return tuple(training.recompute_modules or DEFAULT_MODULES)
+    return tuple(listed or DEFAULT_MODULES)
 
 
 def mlp_forward(sh: costs.LayerShape, dev: device.Device) -> tuple[float, float]:

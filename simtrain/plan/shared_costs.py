@@ -45,13 +45,14 @@ class Same:
 
 
 @contextmanager
-def shared_costs() -> Iterator[dict]:
-    """Keep shared figures for the duration of the block (nested blocks use the outer one's cache)."""
+def shared_costs(keep: dict | None = None) -> Iterator[dict]:
+    """Keep shared figures for the duration of the block (nested blocks use the outer one's cache); ``keep``: a
+    cache to continue (a search's worker screens many chunks of one search)."""
     cache = _CACHE.get()
     if cache is not None:
         yield cache
         return
-    cache = {}
+    cache = {} if keep is None else keep
     token = _CACHE.set(cache)
     try:
         yield cache

@@ -1,0 +1,187 @@
+"""A step-time floor for every layout of a search at once: what lets a search skip building most layouts.
+
+Screening one layout (its scenario, memory ledger and analytic estimate) costs milliseconds of Python; a search
+enumerates tens of thousands. Most of them cannot reach the top K whatever their memory: their compute alone is
+slower than the K-th best simulated step. This module bounds every layout's step from below over the whole layout
+table with numpy, from per-layer figures computed once per (tp, sequence parallelism, cp, micro-batch, precision,
+recompute) (:func:`simtrain.plan.layer_floor.layer_floor`), and the search screens a layout only while its floor
+can still beat the K-th best.
+
+With ``p`` pipeline ranks, ``v`` chunks per rank, ``m`` micro-batches, ``n = L / (p v)`` layers per chunk, a layer's
+forward ``f`` and backward ``b`` floors and the output layer's ``h`` (forward and backward):
+
+- 1F1B, GPipe and interleaved 1F1B with an even split: the analytic bound's recurrence
+  (:mod:`simtrain.decide.estimate`) with every chunk at its floor and the embedding, sends and the tail (DP
+  gradients, optimizer, parameter gathers) left out: ``(p - 1) n (f + b) + m (v n (f + b) + h)`` (the fill through
+  the first p - 1 stages, the last rank's work, the drain back);
+- an uneven (auto) split, and the zero-bubble and DualPipe schedules: the busiest rank's work at least the mean,
+  ``m (L (f + b) + h) / p``, and (one chunk per rank) at least ``m ceil(L/p) (f + b)``; with one stage per rank
+  and no split backward, also the recurrence's fill and drain with the last stage's layers unknown,
+  ``L (f + b) + m h``; ZB-H1 (1F1B's stages) with an even split at least ``(p - 1) n f + m (n (f + b) + h)`` (the
+  last rank waits for the first forward); DualPipe's overlapped pairs may hide communication, so its layers count
+  their compute alone;
+- times the smallest compute slowdown under overlapped collectives (1 unless a hardware file says otherwise).
+
+Every term is one the analytic lower bound also counts, with per-layer figures no larger than the plan's, so the
+floor never exceeds the lower bound, which never exceeds the simulated step (a test checks both on every layout of
+several searches). Models whose layers differ (experts, latent or sliding-window attention) get no floor (0): every
+one of their layouts is screened, as before.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from simtrain.decide.search_result import layout_overrides
+from simtrain.plan.layer_floor import layer_floor, memory_floor
+from simtrain.plan.schedules import SPLIT_BACKWARD
+from simtrain.spec.errors import InputError
+from simtrain.spec.scenario import Scenario
+
+#: relative slack on the floor: it adds the same floats as the bound in another order
+_ROUNDING = 1e-9
+#: the keys a layer's floor depends on
+FLOOR_KEYS = ("tp", "sequence_parallel", "cp", "micro_batch", "precision", "recompute")
+
+
+def floors(scenario: Scenario, base: dict[str, Any], layouts: list[dict[str, Any]]) -> np.ndarray:
+    """Each layout's step-time floor in seconds (module docstring); 0 where none is known."""
+    out = np.zeros(len(layouts))
+    model = scenario.model
+    if not layouts or model.layers_differ or scenario.simulation.jitter > 0 or scenario.simulation.stragglers:
+        return out
+    reps: dict[tuple, Scenario | None] = {}       # (tp, sequence parallelism, cp) -> a layout's scenario
+    per_key: dict[tuple, tuple[float, float, float, float]] = {}
+    f, b, c, h = (np.zeros(len(layouts)) for _ in range(4))
+    known = np.zeros(len(layouts), dtype=bool)
+    for i, layout in enumerate(layouts):
+        key = tuple(layout.get(k, 1) for k in FLOOR_KEYS)
+        figures = per_key.get(key)
+        if figures is None:
+            shape = key[:3]
+            if shape not in reps:
+                reps[shape] = _representative(scenario, base, layouts, i, shape)
+            rep = reps[shape]
+            if rep is None:
+                figures = per_key[key] = (0.0, 0.0, 0.0, 0.0)
+            else:
+                lf = layer_floor(rep, micro_batch=layout["micro_batch"], precision=layout["precision"],
+                                 recompute=layout["recompute"])
+                figures = per_key[key] = (lf.forward, lf.backward, lf.compute, lf.head)
+        f[i], b[i], c[i], h[i] = figures
+        known[i] = figures != (0.0, 0.0, 0.0, 0.0)
+    col = {k: np.array([layout[k] for layout in layouts]) for k in ("pp", "vpp", "dp", "micro_batch")}
+    p, v = col["pp"].astype(float), col["vpp"].astype(float)
+    m = scenario.training.global_batch / (col["dp"] * col["micro_batch"]).astype(float)
+    L = float(model.layers)
+    schedule = np.array([layout["schedule"] for layout in layouts])
+    split = np.isin(schedule, list(SPLIT_BACKWARD))
+    paired = np.isin(schedule, ["dualpipe", "dualpipev"])
+    uneven = np.array([layout.get("layers_per_stage") == "auto" for layout in layouts]) | (L % (p * v) != 0)
+    layer = np.where(paired, c, f + b)
+    n = L / (p * v)
+    recurrence = (p - 1) * n * layer + m * (v * n * layer + h)
+    mean = m * (L * layer + h) / p
+    busiest = np.where((v == 1) & ~paired, m * np.ceil(L / p) * layer, 0.0)
+    # one stage per rank, not split: the first micro-batch's forward and backward through every layer, then the
+    # last stage's other micro-batches (the recurrence with the last stage's layers unknown, at least 0)
+    chain = np.where((v == 1) & ~split, L * layer + m * h, 0.0)
+    # ZB-H1 (1F1B's stages): the last rank starts once the first micro-batch has gone forward through the others
+    zb_fill = np.where((schedule == "zb-h1") & ~uneven, (p - 1) * n * f + m * (n * layer + h), 0.0)
+    floor = np.where(split | uneven, np.maximum.reduce([mean, busiest, chain, zb_fill]), recurrence)
+    hw = scenario.hardware
+    slow = min(1.0, hw.overlap_slowdown(False), hw.overlap_slowdown(True))
+    return np.where(known, floor * slow * (1.0 - _ROUNDING), 0.0)
+
+
+def memory_floors(scenario: Scenario, base: dict[str, Any], layouts: list[dict[str, Any]]) -> np.ndarray:
+    """Each layout's peak memory floor in bytes on its busiest GPU; 0 where none is known (models whose layers
+    differ). The ledger's terms (``simtrain.plan.memory.stage_memory``) that every layout pays, with the rest (the
+    embedding and output layer, FP8 weight copies, ZeRO-3 and CP buffers, masks, transient peaks) left out:
+
+    - weights, gradients and optimizer state of the rank with the most layers (at least ceil(L / p); DualPipe holds
+      two chunks of L / p), each sharded over dp x cp as ZeRO shards it;
+    - with an even split and no activation offloading, the first rank's activations: its layers' bytes per
+      micro-batch times the micro-batches it holds at its peak (``inflight_microbatches``; for the split-backward
+      schedules ``inflight_peak`` of its op list, with no weight-gradient share kept from B to W, the least any
+      split keeps);
+    - the hardware's fixed overheads (CUDA context, workspace, communication buffers) and fragmentation on the
+      tensors counted.
+    """
+    from simtrain.plan.memory import fsdp1_sharded_state, inflight_microbatches, state_bytes_per_param
+    from simtrain.plan.schedules import inflight_peak, rank_schedules, stage_layout
+
+    out = np.zeros(len(layouts))
+    model, tr, par = scenario.model, scenario.training, scenario.parallel
+    if not layouts or model.layers_differ:
+        return out
+    reps: dict[tuple, Scenario | None] = {}
+    per_key: dict[tuple, tuple[float, float]] = {}
+    states: dict[str, tuple[float, float, float]] = {}
+    inflight: dict[tuple, tuple[int, float]] = {}     # (schedule, pp, micro-batches, vpp) -> (chunks, peak)
+    L = model.layers
+    for i, layout in enumerate(layouts):
+        key = tuple(layout.get(k, 1) for k in FLOOR_KEYS)
+        figures = per_key.get(key)
+        if figures is None:
+            shape = key[:3]
+            if shape not in reps:
+                reps[shape] = _representative(scenario, base, layouts, i, shape)
+            rep = reps[shape]
+            figures = per_key[key] = (0.0, 0.0) if rep is None else memory_floor(
+                rep, micro_batch=layout["micro_batch"], precision=layout["precision"], recompute=layout["recompute"])
+        params, act = figures
+        if not params:
+            continue
+        precision, zero, pp, vpp = layout["precision"], layout["zero"], layout["pp"], layout["vpp"]
+        shards = layout["dp"] * layout.get("cp", 1)
+        if precision not in states:
+            st = state_bytes_per_param(precision, tr.optimizer, tr.grad_dtype)
+            fs = fsdp1_sharded_state(st) if par.zero_impl == "fsdp1" and precision != "fp32" else st
+            states[precision] = (min(st.weights, fs.weights), min(st.grads, fs.grads),
+                                 min(st.optimizer, fs.optimizer))
+        w, g, o = states[precision]
+        per_param = w / (shards if zero >= 3 else 1) + g / (shards if zero >= 2 else 1) + \
+            o / (shards if zero >= 1 else 1)
+        schedule = layout["schedule"]
+        even = layout.get("layers_per_stage") is None and L % (pp * vpp) == 0
+        busiest = 2 * L // pp if schedule == "dualpipe" else -(-L // pp)
+        floor = busiest * params * per_param
+        if even and not tr.activation_offload_layers:
+            m = tr.global_batch // (layout["dp"] * layout["micro_batch"])
+            if schedule in SPLIT_BACKWARD:
+                key = (schedule, pp, m, vpp)
+                if key not in inflight:
+                    chunks = [stage_layout(schedule, pp, vpp).chunk[v]
+                              for v in stage_layout(schedule, pp, vpp).stages_of(0)]
+                    # no weight-gradient share kept from B to W: the least a split backward can hold
+                    inflight[key] = (len(chunks), inflight_peak(rank_schedules(schedule, pp, m, vpp)[0],
+                                                                {c: 1.0 / len(chunks) for c in chunks}, 0.0))
+                k, held = inflight[key]
+            else:
+                k, held = 1, inflight_microbatches(schedule, m, pp, 0, vpp)
+            layers = k * L // (pp * vpp) if schedule in SPLIT_BACKWARD else L // pp
+            floor = max(floor, layers * params * per_param + max(0.0, act * layers * held))
+        out[i] = floor
+    ov = scenario.hardware.memory_overheads
+    fixed = ov.cuda_context + ov.workspace + ov.comm_buffers
+    return np.where(out > 0, out * (1.0 + ov.fragmentation) + fixed, 0.0) * (1.0 - _ROUNDING)
+
+
+def _representative(scenario: Scenario, base: dict[str, Any], layouts: list[dict[str, Any]], start: int,
+                    shape: tuple) -> Scenario | None:
+    """The scenario of the first layout from ``start`` on with this (tp, sequence parallelism, cp) that the scenario
+    rules accept (its other keys do not enter a layer's floor), or None."""
+    tried = 0
+    for layout in layouts[start:]:
+        if tuple(layout.get(k, 1) for k in FLOOR_KEYS[:3]) != shape:
+            continue
+        try:
+            return scenario.with_overrides({**base, **layout_overrides(layout)})
+        except InputError:
+            tried += 1
+            if tried >= 8:     # a tp/cp the rules keep refusing: no floor for it (its layouts are all screened)
+                return None
+    return None

@@ -1,0 +1,104 @@
+"""What one dense layer costs on one GPU, from the few keys it depends on, and the floor a search bounds layouts with.
+
+:func:`step_device`, :func:`layer_shapes` and :func:`dense_layer_cost` are the plan's own definitions
+(``build_plan`` calls them): the kernel model for the step's precision, the layer's shape on one TP and CP rank, and
+its forward, backward and recompute compute. They read the hardware, the model, the training settings and, of the
+layout, only (tp, sequence parallelism, cp, micro-batch, precision, recompute).
+
+:func:`layer_floor` keeps from them what every chunk of such a layout spends per layer at least: the compute, and
+the TP collectives where they are on the critical path (not when ``tp_comm_overlap`` hides them). It leaves out what
+only some layouts pay or what depends on the rest of the layout (CP exchanges and their extra attention, FSDP's
+per-unit work, pipeline sends, DP buckets, the embedding): each of those only adds to a chunk's time, so the floor
+stays below the plan's per-layer figures, and ``simtrain.decide.bulk`` builds a step-time floor from it that stays
+below the analytic lower bound (a test checks it on every layout of several searches).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from simtrain.plan import costs, device
+from simtrain.plan.context import local_shape
+from simtrain.plan.memory import dense_layer_activation, layer_params_per_rank
+from simtrain.plan.recompute import modules_for, selective_extra, selective_tp_factor
+from simtrain.plan.tp_comm import TP_RECOMPUTE, tp_time
+from simtrain.spec.placement import placement_of
+from simtrain.spec.scenario import Scenario
+
+
+def step_device(hw, tr, precision: str) -> device.Device:
+    """The kernel model of a step in ``precision`` (CUDA-graph launch gaps where the training captures graphs)."""
+    return device.Device(gpu=hw.gpu, compute=hw.compute, dtype=precision,
+                         attention_speed=hw.compute.attention_speed(tr.attention_kernel), fp8_recipe=tr.fp8_recipe,
+                         graph_gap=device.graph_gap(hw.compute) if tr.cuda_graphs != "none" else None)
+
+
+def layer_shapes(model, tr, *, tp: int, sequence_parallel: bool, cp: int,
+                 micro_batch: int) -> tuple[costs.LayerShape, costs.LayerShape]:
+    """(the whole micro-batch's layer, the layer as one CP rank runs it: s / cp of its tokens)."""
+    at = model.attention
+    mla = (at.q_lora_rank or 0, at.kv_lora_rank, at.qk_nope_head_dim, at.qk_rope_head_dim, at.v_head_dim) \
+        if at.kind == "mla" else None
+    tokens = micro_batch * tr.seq_len // cp
+    full = costs.LayerShape(tokens=tokens * cp, seq=tr.seq_len, batch=micro_batch, hidden=model.hidden,
+                            ffn=model.ffn_hidden, heads=model.heads, kv_width=model.kv_width,
+                            mlp_matrices=model.mlp_matrices, tp=tp, sequence_parallel=sequence_parallel and tp > 1,
+                            flash=tr.attention_kernel != "none", dropout=tr.dropout,
+                            q_width=model.q_width if model.q_width != model.hidden else 0, mla=mla)
+    return full, local_shape(full, cp)
+
+
+def dense_layer_cost(shape: costs.LayerShape, dev: device.Device, tr, recompute: str) -> costs.LayerCost:
+    """One dense layer's compute under ``recompute``, with Megatron's ``--recompute-modules`` beyond the default
+    (``training.recompute_modules``) where selective recompute names them."""
+    modules = modules_for(recompute, tr.recompute_modules)
+    if modules and modules != ("core_attn",):
+        extra, extra_flops = selective_extra(shape, dev, modules)
+        lc = replace(costs.layer_cost(shape, dev, "none"), recompute=extra)
+        return replace(lc, hardware_flops=lc.hardware_flops + extra_flops)
+    return costs.layer_cost(shape, dev, recompute)
+
+
+@dataclass(frozen=True)
+class LayerFloor:
+    """Seconds one layer and the output layer take on one GPU at least, for one micro-batch."""
+
+    forward: float     # compute (+ TP collectives on the critical path)
+    backward: float    # compute, the recomputed forward where every layer recomputes (+ TP collectives)
+    compute: float     # forward + backward compute alone (what an overlapped pair of micro-batches cannot hide)
+    head: float        # the output layer's forward and backward (its loss included)
+
+
+def layer_floor(scenario: Scenario, *, micro_batch: int, precision: str, recompute: str) -> LayerFloor:
+    """The floor of one dense layer of ``scenario``'s model run with its tp, sequence parallelism and cp, at
+    ``micro_batch``, ``precision`` and ``recompute`` (module docstring). ``scenario`` is any layout with those tp,
+    sequence parallelism and cp: its other keys are not read."""
+    par, tr, hw = scenario.parallel, scenario.training, scenario.hardware
+    dev = step_device(hw, tr, precision)
+    full, shape = layer_shapes(scenario.model, tr, tp=par.tp, sequence_parallel=par.sequence_parallel, cp=par.cp,
+                               micro_batch=micro_batch)
+    lc = dense_layer_cost(shape, dev, tr, recompute)
+    partial = recompute == "full" and tr.recompute_layers is not None
+    rec = 0.0 if partial else lc.recompute
+    tp_fwd = tp_bwd = 0.0
+    if par.tp > 1 and not (par.tp_comm_overlap and par.sequence_parallel):
+        tp_fwd = tp_time(scenario, placement_of(scenario), shape.tokens * scenario.model.hidden * dev.element_bytes, 0)
+        modules = modules_for(recompute, tr.recompute_modules)
+        factor = selective_tp_factor(modules) if modules else TP_RECOMPUTE.get(recompute, 1.0)
+        tp_bwd = tp_fwd * (1.0 if partial else factor)
+    edge_dev = dev if tr.cuda_graphs == "full" else replace(dev, graph_gap=None)
+    edge = costs.edge_cost(shape.tokens, scenario.model.hidden, scenario.model.vocab, par.tp, edge_dev,
+                           tr.cross_entropy)
+    return LayerFloor(forward=lc.forward + tp_fwd, backward=lc.backward + rec + tp_bwd,
+                      compute=lc.forward + lc.backward + rec, head=edge.head_forward + edge.head_backward)
+
+
+def memory_floor(scenario: Scenario, *, micro_batch: int, precision: str, recompute: str) -> tuple[float, float]:
+    """(parameters of one layer on one GPU, bytes one layer keeps per micro-batch) of ``scenario``'s model at its
+    tp, sequence parallelism and cp: the ledger's own figures (``simtrain.plan.memory``), from which a search
+    bounds a layout's peak memory from below (``simtrain.decide.bulk.memory_floors``)."""
+    par = scenario.parallel
+    return (float(layer_params_per_rank(scenario.model, par.tp)),
+            dense_layer_activation(scenario.model, scenario.training, tp=par.tp,
+                                   sequence_parallel=par.sequence_parallel, cp=par.cp, micro_batch=micro_batch,
+                                   precision=precision, recompute=recompute))

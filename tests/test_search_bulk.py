@@ -1,0 +1,119 @@
+"""The search's step-time floor over the whole layout table (issue 25, "screen layouts in bulk"): it is the plan's own
+per-layer figures, it follows the pipeline recurrence written out by hand, and it never exceeds the analytic lower
+bound of any layout the scenario rules accept (else a layout that could win would go unscreened)."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import DATA, gpt_model, hardware_variant, make_scenario
+
+from simtrain.decide.bulk import floors
+from simtrain.decide.search import enumerate_layouts, screen
+from simtrain.decide.search_result import layout_overrides
+from simtrain.decide.sweep import ScenarioPayload
+from simtrain.plan.build import build_plan
+from simtrain.plan.layer_floor import layer_floor
+from simtrain.spec.scenario import load_scenario
+
+TWO_NODES = DATA / "core_two_nodes.yaml"
+SIX = gpt_model(layers=6, hidden=512, heads=8, vocab=32000)
+
+
+def _hardware(tmp_path, gib: float):
+    return hardware_variant(tmp_path, {"gpu.memory": {"value": f"{gib} GiB", "source": "test fixture"},
+                                       "gpu.peak_flops.fp8": {"value": "2000 TFLOPS", "source": "test fixture"}},
+                            base=TWO_NODES)
+
+
+@pytest.fixture
+def cases(tmp_path):
+    """Short and long sequences (cp 2 searched), FP8, every schedule, auto splits, on 2 x 2 GPUs."""
+    return [make_scenario(hardware=_hardware(tmp_path, 1.2), nodes=2, gpus_per_node=2, model=SIX,
+                          training={"global_batch": 8, "seq_len": 2048}, parallel={"dp": 4}),
+            make_scenario(hardware=_hardware(tmp_path, 5), nodes=2, gpus_per_node=2, model=SIX,
+                          training={"global_batch": 4, "seq_len": 16384}, parallel={"dp": 4})]
+
+
+def test_floor_never_exceeds_the_analytic_lower_bound(cases):
+    """Rule: a layout is left unscreened only if its floor loses, so the floor must be at most the analytic lower
+    bound (itself at most the simulated step) on every layout the rules accept; and it is not vacuous: positive
+    on every layout."""
+    for scenario in cases:
+        layouts = enumerate_layouts(scenario)
+        floor = floors(scenario, {}, layouts)
+        rows = screen(ScenarioPayload.of(scenario), {}, layouts)
+        bounded = [(f, r["lower_bound_s"]) for f, r in zip(floor, rows) if "lower_bound_s" in r]
+        assert len(bounded) > 100 and all(f > 0 for f in floor)
+        assert all(f <= lb for f, lb in bounded), max(f / lb for f, lb in bounded)
+
+
+def test_memory_floor_never_exceeds_the_ledger(cases):
+    """Rule: a layout whose memory floor passes the GPU's memory is reported as not fitting without being screened,
+    so the floor must be at most the ledger's peak on every layout the rules accept; and it is more than the fixed
+    overheads on every layout."""
+    from simtrain.decide.bulk import memory_floors
+
+    for scenario in cases:
+        layouts = enumerate_layouts(scenario)
+        floor = memory_floors(scenario, {}, layouts)
+        rows = screen(ScenarioPayload.of(scenario), {}, layouts)
+        peaks = [(f, r["peak_memory_bytes_max"], x["schedule"]) for f, r, x in zip(floor, rows, layouts)
+                 if "peak_memory_bytes_max" in r]
+        assert len(peaks) > 100 and all(f > 0 for f in floor)
+        assert all(f <= peak for f, peak, _ in peaks), max(f / peak for f, peak, _ in peaks)
+        ov = scenario.hardware.memory_overheads
+        assert all(f > ov.cuda_context + ov.workspace + ov.comm_buffers for f in floor)
+
+
+def test_floors_hold_on_a_sample_of_a_large_search():
+    """The same two rules on every 97th layout of the Llama-3-70B search on 1,024 H100 (tp to 8, pp to 80, fp8,
+    every schedule and recompute mode): floors at most the analytic bound and the ledger's peak."""
+    from simtrain.decide.bulk import memory_floors
+
+    sc = load_scenario("benchmarks/scenarios/llama3_70b_1024_h100.yaml")
+    layouts = enumerate_layouts(sc)[::97]
+    floor, memory = floors(sc, {}, layouts), memory_floors(sc, {}, layouts)
+    rows = screen(ScenarioPayload.of(sc), {}, layouts)
+    assert all(f <= r["lower_bound_s"] for f, r in zip(floor, rows) if "lower_bound_s" in r)
+    assert all(f <= r["peak_memory_bytes_max"] for f, r in zip(memory, rows) if "peak_memory_bytes_max" in r)
+    assert sum("lower_bound_s" in r for r in rows) > 20
+
+
+def test_floor_is_the_plans_own_layer_figures():
+    """A dense layer's floor is the plan's figure for it: forward = compute + TP collectives of one layer, backward =
+    compute + recompute + the backward's TP collectives (Llama-3-70B, tp 8, sequence parallelism, full recompute)."""
+    sc = load_scenario("benchmarks/scenarios/llama3_70b_1024_h100.yaml",
+                       {"training.recompute": "full", "parallel.pp": 8, "parallel.dp": 16})
+    chunk = build_plan(sc).chunks[3]
+    lf = layer_floor(sc, micro_batch=1, precision="bf16", recompute="full")
+    assert lf.forward == chunk.fwd_layer + chunk.tp_fwd_layer
+    assert lf.backward == chunk.bwd_layer + chunk.recompute_layer + chunk.tp_bwd_layer
+    assert lf.compute == chunk.fwd_layer + chunk.bwd_layer + chunk.recompute_layer
+    last = build_plan(sc).chunks[-1]
+    assert lf.head == last.head_fwd + last.head_bwd
+
+
+def test_floor_follows_the_pipeline_recurrence_by_hand(cases):
+    """1F1B over p = 2 ranks of n = 3 layers, m = 4 micro-batches (global batch 8, dp 1, micro-batch 2):
+    (p - 1) n (f + b) + m (n (f + b) + h); ZB-H1 on the same stages gets the larger of the mean work
+    m (L (f + b) + h) / p and the last rank's wait for the first forward, (p - 1) n f + m (n (f + b) + h)."""
+    scenario = cases[0]
+    base = {"tp": 2, "pp": 2, "dp": 1, "vpp": 1, "micro_batch": 2, "zero": 0, "recompute": "none",
+            "schedule": "1f1b", "sequence_parallel": False, "precision": "bf16", "layers_per_stage": None}
+    zb = {**base, "schedule": "zb-h1"}
+    got = floors(scenario, {}, [base, zb])
+    lf = layer_floor(scenario.with_overrides(layout_overrides(base)), micro_batch=2, precision="bf16",
+                     recompute="none")
+    t = lf.forward + lf.backward
+    assert got[0] == pytest.approx((1 * 3 * t + 4 * (3 * t + lf.head)), rel=1e-8)
+    assert got[1] == pytest.approx(max(4 * (6 * t + lf.head) / 2, 3 * lf.forward + 4 * (3 * t + lf.head)), rel=1e-8)
+
+
+def test_models_whose_layers_differ_get_no_floor(tmp_path):
+    """Experts (or latent / sliding-window attention): no floor (0), so every layout is screened as before."""
+    from test_search_moe import MOE8
+
+    sc = make_scenario(hardware=_hardware(tmp_path, 1.6), nodes=2, gpus_per_node=2, model=MOE8,
+                       training={"global_batch": 4}, parallel={"dp": 4})
+    layouts = enumerate_layouts(sc)
+    assert layouts and not floors(sc, {}, layouts).any()
