@@ -102,15 +102,21 @@ def memory_floors(scenario: Scenario, base: dict[str, Any], layouts: list[dict[s
     embedding and output layer, FP8 weight copies, ZeRO-3 and CP buffers, masks, transient peaks) left out:
 
     - weights, gradients and optimizer state of the rank with the most layers (at least ceil(L / p); DualPipe holds
-      two chunks of L / p), each sharded over dp x cp as ZeRO shards it;
-    - with an even split and no activation offloading, the first rank's activations: its layers' bytes per
-      micro-batch times the micro-batches it holds at its peak (``inflight_microbatches``; for the split-backward
-      schedules ``inflight_peak`` of its op list, with no weight-gradient share kept from B to W, the least any
-      split keeps);
+      two chunks of L / p), each sharded over dp x cp as ZeRO shards it; with an uneven split, also one micro-batch's
+      activations of those layers (held together once its last forward there ends), the output layer's rank's edges
+      and one micro-batch's logits, and on the second rank (with
+      three or more, its chunks are middle stages of at least a layer each) a layer's activations per chunk
+      forward it keeps in flight;
+    - with an even split and no activation offloading, the ranks holding the embedding, the output layer and the
+      most micro-batches: their layers and edges, and their layers' activations (and the loss's logits, 4 or 2
+      bytes each, on the output layer's rank) times the micro-batches each holds at its peak
+      (``inflight_microbatches``; for the split-backward schedules ``inflight_peak`` of its op list with the
+      ledger's share kept from B to W);
+    - a recomputed layer's short-lived peak, on every rank under full or op-level recompute;
     - the hardware's fixed overheads (CUDA context, workspace, communication buffers) and fragmentation on the
       tensors counted.
     """
-    from simtrain.plan.memory import fsdp1_sharded_state, inflight_microbatches, state_bytes_per_param
+    from simtrain.plan.memory import edge_params, fsdp1_sharded_state, inflight_microbatches, state_bytes_per_param
     from simtrain.plan.schedules import inflight_peak, rank_schedules, stage_layout
 
     out = np.zeros(len(layouts))
@@ -118,7 +124,7 @@ def memory_floors(scenario: Scenario, base: dict[str, Any], layouts: list[dict[s
     if not layouts or model.layers_differ:
         return out
     reps: dict[tuple, Scenario | None] = {}
-    per_key: dict[tuple, tuple[float, float]] = {}
+    per_key: dict[tuple, tuple[float, float, float, float]] = {}
     states: dict[str, tuple[float, float, float]] = {}
     inflight: dict[tuple, tuple[int, float]] = {}     # (schedule, pp, micro-batches, vpp) -> (chunks, peak)
     L = model.layers
@@ -130,9 +136,9 @@ def memory_floors(scenario: Scenario, base: dict[str, Any], layouts: list[dict[s
             if shape not in reps:
                 reps[shape] = _representative(scenario, base, layouts, i, shape)
             rep = reps[shape]
-            figures = per_key[key] = (0.0, 0.0) if rep is None else memory_floor(
+            figures = per_key[key] = (0.0, 0.0, 0.0, 0.0) if rep is None else memory_floor(
                 rep, micro_batch=layout["micro_batch"], precision=layout["precision"], recompute=layout["recompute"])
-        params, act = figures
+        params, act, transient, w_share = figures
         if not params:
             continue
         precision, zero, pp, vpp = layout["precision"], layout["zero"], layout["pp"], layout["vpp"]
@@ -149,22 +155,62 @@ def memory_floors(scenario: Scenario, base: dict[str, Any], layouts: list[dict[s
         even = layout.get("layers_per_stage") is None and L % (pp * vpp) == 0
         busiest = 2 * L // pp if schedule == "dualpipe" else -(-L // pp)
         floor = busiest * params * per_param
-        if even and not tr.activation_offload_layers:
-            m = tr.global_batch // (layout["dp"] * layout["micro_batch"])
-            if schedule in SPLIT_BACKWARD:
-                key = (schedule, pp, m, vpp)
+        if not even and schedule != "dualpipe" and not tr.activation_offload_layers:
+            # any split: the rank with the most layers holds all their activations of the first micro-batch once its
+            # last forward there ends (its backwards all come after; a V-shape's second chunk runs before the first's)
+            floor += busiest * max(0.0, act)
+            # the output layer's rank: its edges, and one micro-batch's logits held from its forward to its backward
+            lay = stage_layout(schedule, pp, vpp)
+            last_stage = max(lay.model_stage)
+            r = lay.rank[lay.model_stage.index(last_stage)]
+            stages = {lay.model_stage[v] for v in lay.stages_of(r)}
+            logits = (4.0 if tr.cross_entropy == "eager" else 2.0) * (tr.seq_len // layout.get("cp", 1)) * \
+                layout["micro_batch"] * model.vocab / layout["tp"] * (2.0 if precision == "fp32" else 1.0)
+            floor = max(floor, edge_params(model, layout["tp"], pp, first=0 in stages, last=True) * per_param
+                        + logits)
+            if pp >= 3:
+                # the second rank's chunks are all middle stages, each at least one layer (balance.py's lower
+                # bounds): its peak holds at least one layer per chunk forward it keeps in flight
+                m = tr.global_batch // (layout["dp"] * layout["micro_batch"])
+                key = ("rank 1", schedule, pp, m, vpp, w_share)
                 if key not in inflight:
                     chunks = [stage_layout(schedule, pp, vpp).chunk[v]
-                              for v in stage_layout(schedule, pp, vpp).stages_of(0)]
-                    # no weight-gradient share kept from B to W: the least a split backward can hold
-                    inflight[key] = (len(chunks), inflight_peak(rank_schedules(schedule, pp, m, vpp)[0],
-                                                                {c: 1.0 / len(chunks) for c in chunks}, 0.0))
-                k, held = inflight[key]
-            else:
-                k, held = 1, inflight_microbatches(schedule, m, pp, 0, vpp)
-            layers = k * L // (pp * vpp) if schedule in SPLIT_BACKWARD else L // pp
-            floor = max(floor, layers * params * per_param + max(0.0, act * layers * held))
-        out[i] = floor
+                              for v in stage_layout(schedule, pp, vpp).stages_of(1)]
+                    units = inflight_peak(rank_schedules(schedule, pp, m, vpp)[1], {c: 1.0 for c in chunks},
+                                          w_share) \
+                        if schedule in SPLIT_BACKWARD else inflight_microbatches(schedule, m, pp, 1, vpp) * vpp
+                    inflight[key] = (len(chunks), units)
+                k, units = inflight[key]
+                floor = max(floor, k * params * per_param + max(0.0, act) * units)
+        if even and not tr.activation_offload_layers:
+            m = tr.global_batch // (layout["dp"] * layout["micro_batch"])
+            lay = stage_layout(schedule, pp, vpp)
+            key = (schedule, pp, m, vpp, w_share)
+            if key not in inflight:
+                if schedule in SPLIT_BACKWARD:
+                    ops = rank_schedules(schedule, pp, m, vpp)
+                    held_by_rank = []
+                    for r in range(pp):
+                        chunks = [lay.chunk[v] for v in lay.stages_of(r)]
+                        held_by_rank.append(inflight_peak(ops[r], {c: 1.0 / len(chunks) for c in chunks}, w_share))
+                else:
+                    held_by_rank = [inflight_microbatches(schedule, m, pp, r, vpp) for r in range(pp)]
+                inflight[key] = (len(lay.stages_of(0)), held_by_rank)
+            k, held = inflight[key]
+            layers = k * L // (pp * vpp)      # every chunk holds L / (p v) layers
+            logits = (4.0 if tr.cross_entropy == "eager" else 2.0) * (tr.seq_len // layout.get("cp", 1)) * \
+                layout["micro_batch"] * model.vocab / layout["tp"] * (2.0 if precision == "fp32" else 1.0)
+            last_stage = max(lay.model_stage)
+            busiest_held = max(range(pp), key=lambda r: held[r])
+            for r in {lay.rank[lay.model_stage.index(0)], lay.rank[lay.model_stage.index(last_stage)], busiest_held}:
+                stages = {lay.model_stage[v] for v in lay.stages_of(r)}
+                first, last = 0 in stages, last_stage in stages
+                # the ledger's rank r: its layers and edges, its activations and (the output layer's rank) logits,
+                # times the micro-batches it holds at its peak
+                edges = edge_params(model, layout["tp"], pp, first=first, last=last)
+                floor = max(floor, (layers * params + edges) * per_param +
+                            max(0.0, act * layers + (logits if last else 0.0)) * held[r])
+        out[i] = floor + transient     # every rank's peak has a recomputed layer's on top (the ledger's)
     ov = scenario.hardware.memory_overheads
     fixed = ov.cuda_context + ov.workspace + ov.comm_buffers
     return np.where(out > 0, out * (1.0 + ov.fragmentation) + fixed, 0.0) * (1.0 - _ROUNDING)

@@ -125,7 +125,7 @@ def simulate_layout(payload: ScenarioPayload, base: dict[str, Any], layout: dict
     from simtrain.engine.simulation import simulate
 
     try:
-        r = simulate(payload.build().with_overrides({**base, **layout_overrides(layout)}))
+        r = simulate(_worker_state(payload)[0].with_overrides({**base, **layout_overrides(layout)}))
     except Exception as err:  # noqa: BLE001
         return {"status": "failed", "error": error_text(err)}
     return {"status": "simulated", "step_time_s": r.step_time_s, "tokens_per_s": r.tokens_per_s, "mfu": r.mfu,

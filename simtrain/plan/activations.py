@@ -109,11 +109,17 @@ def weight_grad_bytes_per_layer(s: int, b: int, h: int, *, ffn: int, kv: int, ml
 def weight_grad_fraction(scenario: Scenario) -> float:
     """The share of a layer's kept activations that a split backward holds from its B until its W (at most all
     of them: under full recompute W needs tensors that B rebuilt, counted here as the kept input)."""
-    tr, m, par = scenario.training, scenario.model, scenario.parallel
+    tr, par = scenario.training, scenario.parallel
+    return w_fraction_of(scenario.model, tr, tp=par.tp, sequence_parallel=par.sequence_parallel,
+                         micro_batch=tr.micro_batch, recompute=tr.recompute)
+
+
+def w_fraction_of(m, tr, *, tp: int, sequence_parallel: bool, micro_batch: int, recompute: str) -> float:
+    """:func:`weight_grad_fraction` for a model and training settings at the given layout keys."""
     kept = activation_bytes_per_layer(
-        tr.seq_len, tr.micro_batch, m.hidden, m.heads, ffn=m.ffn_hidden, kv=m.kv_width, mlp=m.mlp, t=par.tp,
-        sequence_parallel=par.sequence_parallel and par.tp > 1, attention_scores=not tr.flash_attention,
-        recompute=tr.recompute, dropout=tr.dropout)
-    w = weight_grad_bytes_per_layer(tr.seq_len, tr.micro_batch, m.hidden, ffn=m.ffn_hidden, kv=m.kv_width,
-                                    mlp=m.mlp, t=par.tp)
+        tr.seq_len, micro_batch, m.hidden, m.heads, ffn=m.ffn_hidden, kv=m.kv_width, mlp=m.mlp, t=tp,
+        sequence_parallel=sequence_parallel and tp > 1, attention_scores=not tr.flash_attention,
+        recompute=recompute, dropout=tr.dropout)
+    w = weight_grad_bytes_per_layer(tr.seq_len, micro_batch, m.hidden, ffn=m.ffn_hidden, kv=m.kv_width,
+                                    mlp=m.mlp, t=tp)
     return min(1.0, w / kept) if kept > 0 else 0.0

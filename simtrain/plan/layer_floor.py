@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from simtrain.plan import costs, device
+from simtrain.plan.activations import w_fraction_of
 from simtrain.plan.context import local_shape
 from simtrain.plan.memory import dense_layer_activation, layer_params_per_rank
 from simtrain.plan.recompute import modules_for, selective_extra, selective_tp_factor
@@ -93,12 +94,20 @@ def layer_floor(scenario: Scenario, *, micro_batch: int, precision: str, recompu
                       compute=lc.forward + lc.backward + rec, head=edge.head_forward + edge.head_backward)
 
 
-def memory_floor(scenario: Scenario, *, micro_batch: int, precision: str, recompute: str) -> tuple[float, float]:
-    """(parameters of one layer on one GPU, bytes one layer keeps per micro-batch) of ``scenario``'s model at its
+def memory_floor(scenario: Scenario, *, micro_batch: int, precision: str,
+                 recompute: str) -> tuple[float, float, float, float]:
+    """(parameters of one layer on one GPU, bytes one layer keeps per micro-batch, the short-lived peak of a
+    recomputed layer on top of them, the share a split backward keeps from B to W) of ``scenario``'s model at its
     tp, sequence parallelism and cp: the ledger's own figures (``simtrain.plan.memory``), from which a search
     bounds a layout's peak memory from below (``simtrain.decide.bulk.memory_floors``)."""
-    par = scenario.parallel
-    return (float(layer_params_per_rank(scenario.model, par.tp)),
-            dense_layer_activation(scenario.model, scenario.training, tp=par.tp,
-                                   sequence_parallel=par.sequence_parallel, cp=par.cp, micro_batch=micro_batch,
-                                   precision=precision, recompute=recompute))
+    par, tr, m = scenario.parallel, scenario.training, scenario.model
+    kept = dense_layer_activation(m, tr, tp=par.tp, sequence_parallel=par.sequence_parallel, cp=par.cp,
+                                  micro_batch=micro_batch, precision=precision, recompute=recompute)
+    transient = 0.0
+    if recompute in ("full", "selective_op"):   # the ledger's recompute_peak
+        whole = dense_layer_activation(m, tr, tp=par.tp, sequence_parallel=par.sequence_parallel, cp=par.cp,
+                                       micro_batch=micro_batch, precision=precision, recompute="none")
+        transient = max(0.0, whole - (kept if recompute == "selective_op" else 0.0))
+    w = w_fraction_of(m, tr, tp=par.tp, sequence_parallel=par.sequence_parallel, micro_batch=micro_batch,
+                      recompute=recompute)
+    return float(layer_params_per_rank(m, par.tp)), kept, transient, w
