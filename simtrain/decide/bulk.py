@@ -96,7 +96,8 @@ def floors(scenario: Scenario, base: dict[str, Any], layouts: list[dict[str, Any
     return np.where(known, floor * slow * (1.0 - _ROUNDING), 0.0)
 
 
-def memory_floors(scenario: Scenario, base: dict[str, Any], layouts: list[dict[str, Any]]) -> np.ndarray:
+def memory_floors(scenario: Scenario, base: dict[str, Any], layouts: list[dict[str, Any]],
+                  cache: dict | None = None) -> np.ndarray:
     """Each layout's peak memory floor in bytes on its busiest GPU; 0 where none is known (models whose layers
     differ). The ledger's terms (``simtrain.plan.memory.stage_memory``) that every layout pays, with the rest (the
     embedding and output layer, FP8 weight copies, ZeRO-3 and CP buffers, masks, transient peaks) left out:
@@ -123,11 +124,19 @@ def memory_floors(scenario: Scenario, base: dict[str, Any], layouts: list[dict[s
     model, tr, par = scenario.model, scenario.training, scenario.parallel
     if not layouts or model.layers_differ:
         return out
-    reps: dict[tuple, Scenario | None] = {}
-    per_key: dict[tuple, tuple[float, float, float, float]] = {}
-    states: dict[str, tuple[float, float, float]] = {}
-    inflight: dict[tuple, tuple[int, float]] = {}     # (schedule, pp, micro-batches, vpp) -> (chunks, peak)
+    cache = {} if cache is None else cache     # what calls on parts of one search's layouts share
+    reps: dict[tuple, Scenario | None] = cache.setdefault("reps", {})
+    per_key: dict[tuple, tuple[float, float, float, float]] = cache.setdefault("per_key", {})
+    states: dict[str, tuple[float, float, float]] = cache.setdefault("states", {})
+    inflight: dict[tuple, tuple] = cache.setdefault("inflight", {})   # (schedule, pp, m, vpp, B-W share) -> peaks
+    op_lists: dict[tuple, tuple] = cache.setdefault("ops", {})        # (schedule, pp, m, vpp) -> op lists
     L = model.layers
+
+    def ops_of(schedule: str, pp: int, m: int, vpp: int) -> tuple:
+        key = (schedule, pp, m, vpp)
+        if key not in op_lists:
+            op_lists[key] = rank_schedules(schedule, pp, m, vpp)
+        return op_lists[key]
     for i, layout in enumerate(layouts):
         key = tuple(layout.get(k, 1) for k in FLOOR_KEYS)
         figures = per_key.get(key)
@@ -176,7 +185,7 @@ def memory_floors(scenario: Scenario, base: dict[str, Any], layouts: list[dict[s
                 if key not in inflight:
                     chunks = [stage_layout(schedule, pp, vpp).chunk[v]
                               for v in stage_layout(schedule, pp, vpp).stages_of(1)]
-                    units = inflight_peak(rank_schedules(schedule, pp, m, vpp)[1], {c: 1.0 for c in chunks},
+                    units = inflight_peak(ops_of(schedule, pp, m, vpp)[1], {c: 1.0 for c in chunks},
                                           w_share) \
                         if schedule in SPLIT_BACKWARD else inflight_microbatches(schedule, m, pp, 1, vpp) * vpp
                     inflight[key] = (len(chunks), units)
@@ -188,7 +197,7 @@ def memory_floors(scenario: Scenario, base: dict[str, Any], layouts: list[dict[s
             key = (schedule, pp, m, vpp, w_share)
             if key not in inflight:
                 if schedule in SPLIT_BACKWARD:
-                    ops = rank_schedules(schedule, pp, m, vpp)
+                    ops = ops_of(schedule, pp, m, vpp)
                     held_by_rank = []
                     for r in range(pp):
                         chunks = [lay.chunk[v] for v in lay.stages_of(r)]

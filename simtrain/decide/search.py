@@ -7,9 +7,10 @@
    EP dividing the experts with etp x ep dividing the stage's tp x dp GPUs (Megatron-Core's folding) and etp
    a divisor of tp that divides the expert width,
    DP from the rest.
-2. Floor every layout in bulk (:mod:`simtrain.decide.bulk`, numpy over the layout table): a step time and a peak
-   memory it cannot go below, from per-layer figures computed once per (tp, sequence parallelism, cp, micro-batch,
-   precision, recompute). A layout whose memory floor passes the GPU's memory does not fit and is never built.
+2. Floor every layout in bulk (:mod:`simtrain.decide.bulk`, numpy over the layout table): a step time it cannot go
+   below, from per-layer figures computed once per (tp, sequence parallelism, cp, micro-batch, precision,
+   recompute); and, a block at a time as the screening reaches them, a peak memory it cannot go below: a layout
+   whose memory floor passes the GPU's memory does not fit and is never built.
 3. Screen the others in waves of ``SCREEN_WAVE``, in order of their step-time floor: build the scenario (the rules
    reject some: InputError), drop those that do not fit by the memory model (``simtrain.plan.memory``) or fit with
    less headroom than ``max_memory`` leaves (default :data:`DEFAULT_MAX_MEMORY`: the memory ledger's measured error
@@ -37,8 +38,6 @@ import time
 from collections import OrderedDict
 from concurrent.futures import Executor
 from typing import Any
-
-import numpy as np
 
 from simtrain.decide.bulk import floors, memory_floors
 from simtrain.decide.search_result import (  # noqa: F401 - re-exported: the search's names in one place
@@ -187,10 +186,8 @@ def search(scenario: Scenario, *, gpus: int | None = None, top: int = 5, workers
         _SCREENED.popitem(last=False)
     floor = floors(scenario, base, layouts)      # every layout's step-time floor, in bulk (decide/bulk.py)
     capacity = scenario.hardware.gpu.memory
-    memory_floor = memory_floors(scenario, base, layouts)     # and its peak memory's
-    for i in np.flatnonzero(memory_floor > capacity):   # cannot fit whatever else it costs: never screened
-        rows[i].update(status="oom", memory_floor_bytes=float(memory_floor[i]))
-    by_floor = sorted((i for i in range(len(layouts)) if memory_floor[i] <= capacity), key=lambda i: (floor[i], i))
+    memory_cache: dict = {}
+    by_floor = sorted(range(len(layouts)), key=lambda i: (floor[i], i))
     floored_at = time.perf_counter()
     tokens = scenario.tokens_per_step
     best: list[tuple[float, int]] = []      # (-tokens/s, index) of simulated layouts, sorted
@@ -202,21 +199,30 @@ def search(scenario: Scenario, *, gpus: int | None = None, top: int = 5, workers
     def beaten(bound: float) -> bool:
         return bound > 0 and tokens / bound < threshold()
 
-    pos = pruned = simulated = events = screen_count = 0
+    pos = pruned = simulated = events = screen_count = set_aside = 0
+    memory_floor: dict[int, float] = {}     # by layout index, computed as the screening reaches it
     screen_time = 0.0
     with open_executor(workers, executor, len(layouts)) as ex, \
             progress_bar(len(layouts), progress, "bound and simulate", eta=False, unit="layout") as bar:
         lanes = getattr(ex, "_max_workers", None) or workers or 1
-        bar.update(len(layouts) - len(by_floor))     # the layouts whose memory floor does not fit
 
         def screen_wave() -> None:
             """Screen the next SCREEN_WAVE layouts by floor (fewer where a floor already loses)."""
-            nonlocal pos, screen_count, screen_time
+            nonlocal pos, screen_count, screen_time, set_aside
             started_wave = time.perf_counter()
             wave, taken = [], 0     # a wave takes SCREEN_WAVE layouts, screened now or by an earlier search
             while pos < len(by_floor) and taken < SCREEN_WAVE and not beaten(floor[by_floor[pos]]):
                 i = by_floor[pos]
                 pos += 1
+                if i not in memory_floor:     # the next layouts' memory floors, a block at a time
+                    block = [j for j in by_floor[pos - 1:pos - 1 + 4 * SCREEN_WAVE] if j not in memory_floor]
+                    memory_floor.update(zip(block, memory_floors(scenario, base, [layouts[j] for j in block],
+                                                                 memory_cache).tolist()))
+                if memory_floor[i] > capacity:    # cannot fit whatever else it costs: never built
+                    rows[i].update(status="oom", memory_floor_bytes=memory_floor[i])
+                    set_aside += 1
+                    bar.update(1)
+                    continue
                 taken += 1
                 hit = screened.get(json.dumps(layouts[i], sort_keys=True))
                 if hit is None:
@@ -292,7 +298,7 @@ def search(scenario: Scenario, *, gpus: int | None = None, top: int = 5, workers
     counts = {s: sum(1 for r in rows if r["status"] == s)
               for s in ("invalid", "oom", "tight", "pruned", "simulated", "failed", "unscreened")}
     counts["enumerated"] = len(rows)
-    counts["screened"] = pos    # layouts screened (in this search, or in an earlier one of the same scenario)
+    counts["screened"] = pos - set_aside    # layouts screened (here, or by an earlier search of the same scenario)
     counts["events"] = events     # simpy events of the simulated layouts
     # the pruning is exact only if the bound holds; check it on every layout that was simulated
     counts["bound_violations"] = sum(1 for r in rows if r["status"] == "simulated"
