@@ -48,8 +48,17 @@ def play(plan: Plan, send: dict, scale: float = 1.0, pair_compute_only: bool = F
     # an op's duration depends on its rank, kind, chunk, pairing and (a B) whether it is split, not on its
     # micro-batch: each is computed once
     durations: dict = {}
-    v_of, prev, nxt = {}, layout.prev, layout.next
-    # per rank, per op: its parts as (done key, duration, [(dependency key, send seconds)])
+    prev, nxt = layout.prev, layout.next
+    n_v = len(prev)
+    n_mb = 1 + max((max(op.mb, op.mb2 if op.kind == "FB" else 0) for ops in plan.schedule for op in ops), default=0)
+    kinds = {"F": 0, "B": 1, "W": 2}
+
+    def ident(kind: str, v: int, mb: int) -> int:
+        """An op part's index in ``done``: (kind, virtual stage, micro-batch) as one integer."""
+        return (kinds[kind] * n_v + v) * n_mb + mb
+
+    v_of: dict = {}
+    # per rank, per op: its parts' indices, its dependencies [(index, send seconds)] and its duration
     prepared = []
     for r, ops in enumerate(plan.schedule):
         rows = []
@@ -62,7 +71,7 @@ def play(plan: Plan, send: dict, scale: float = 1.0, pair_compute_only: bool = F
                 v = v_of.get((r, ch))
                 if v is None:
                     v = v_of[(r, ch)] = layout.v_of(r, ch)
-                keys.append((kind, v, mb))
+                keys.append(ident(kind, v, mb))
                 dkey = (r, kind, ch, paired, kind == "B" and (mb, ch) in split_here)
                 d = durations.get(dkey)
                 if d is None:
@@ -70,39 +79,44 @@ def play(plan: Plan, send: dict, scale: float = 1.0, pair_compute_only: bool = F
                 took += d
                 if kind == "F":
                     if prev[v] >= 0:
-                        deps.append((("F", prev[v], mb), send.get((prev[v], v), 0.0)))
+                        deps.append((ident("F", prev[v], mb), send.get((prev[v], v), 0.0)))
                 elif kind == "W":
-                    deps.append((("B", v, mb), 0.0))
+                    deps.append((ident("B", v, mb), 0.0))
                 else:
-                    deps.append((("F", v, mb), 0.0))
+                    deps.append((ident("F", v, mb), 0.0))
                     if nxt[v] >= 0:
-                        deps.append((("B", nxt[v], mb), send.get((nxt[v], v), 0.0)))
+                        deps.append((ident("B", nxt[v], mb), send.get((nxt[v], v), 0.0)))
             rows.append((keys, deps, took))
         prepared.append(rows)
 
-    done: dict = {}
+    done = [-1.0] * (3 * n_v * n_mb)     # when each op part ends; -1: not yet
     pos, free, work = [0] * pp, [0.0] * pp, [0.0] * pp
-    left = sum(len(rows) for rows in prepared)
-    while left:
-        moved = False
-        for r in range(pp):
-            rows = prepared[r]
-            while pos[r] < len(rows):
-                keys, deps, took = rows[pos[r]]
-                start = free[r]
-                for key, delay in deps:
-                    t = done.get(key)
-                    if t is None:
-                        break
-                    start = max(start, t + delay)
-                else:
-                    end = start + took
-                    for key in keys:
-                        done[key] = end
-                    free[r], work[r] = end, work[r] + took
-                    pos[r], left, moved = pos[r] + 1, left - 1, True
-                    continue
-                break
-        if not moved:
-            raise AssertionError(f"schedule deadlocks at {pos}")   # an internal invariant: the op lists are sound
+    waiting: dict[int, list[int]] = {}   # an op part not done yet -> the ranks blocked on it
+    runnable = list(range(pp - 1, -1, -1))
+    while runnable:        # an op's times depend only on its inputs' and its rank's: any order gives the same
+        r = runnable.pop()
+        rows = prepared[r]
+        at, start_free, done_work = pos[r], free[r], work[r]
+        while at < len(rows):
+            keys, deps, took = rows[at]
+            start = start_free
+            for key, delay in deps:
+                t = done[key]
+                if t < 0.0:
+                    waiting.setdefault(key, []).append(r)
+                    break
+                if t + delay > start:
+                    start = t + delay
+            else:
+                end = start + took
+                for key in keys:
+                    done[key] = end
+                    runnable.extend(waiting.pop(key, ()))
+                start_free, done_work = end, done_work + took
+                at += 1
+                continue
+            break
+        pos[r], free[r], work[r] = at, start_free, done_work
+    if any(at < len(rows) for at, rows in zip(pos, prepared)):
+        raise AssertionError(f"schedule deadlocks at {pos}")   # an internal invariant: the op lists are sound
     return free, work
