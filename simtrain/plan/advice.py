@@ -56,27 +56,45 @@ def _offload_tip(scenario: Scenario, report: MemoryReport) -> list[str]:
     """Activation offloading where Megatron-Core allows it (pp 1, no recompute, a host link): the fewest layers
     whose copies to host make the run fit, found with the ledger itself. It re-runs no forward work, so it comes
     first; its price is the PCIe copy time each layer's compute must hide."""
+    found = fewest_offload_layers(scenario, report)
+    if found is None:
+        return []
+    lo, st = found
+    link = scenario.hardware.inter_node.pcie_bandwidth
+    return [f"offload the activations of {lo} layers to host memory (training.activation_offload_layers: {lo}): "
+            f"peak {st.total / 1e9:.1f} GB per GPU with no recomputed work; each layer's "
+            f"{st.offload_layer_bytes / 1e9:.2f} GB crosses PCIe in {st.offload_layer_bytes / link * 1e3:.0f} ms each "
+            "way, exposed where the layers' compute is shorter (Megatron-Core --cpu-offloading)"]
+
+
+def offload_applies(scenario: Scenario) -> bool:
+    """Megatron-Core's limits on activation offloading (pp 1, no recompute) and what simtrain does not simulate with
+    it (ZeRO-3, ep_overlap), and a host link to copy over."""
     tr, par, hw = scenario.training, scenario.parallel, scenario.hardware
     link = hw.inter_node.pcie_bandwidth if hw.inter_node is not None else None
+    return par.pp == 1 and tr.recompute == "none" and link is not None and par.zero < 3 and not par.ep_overlap
+
+
+def fewest_offload_layers(scenario: Scenario, report: MemoryReport) -> tuple[int, StageMemory] | None:
+    """The fewest layers whose activations, offloaded, make the run fit, and the ledger's stage then; None where
+    offloading does not apply (:func:`offload_applies`), the run fits already with what it offloads, no number of
+    layers makes it fit, or the offloaded layers would not fit in the node's host memory."""
+    tr, hw = scenario.training, scenario.hardware
     layers = report.stages[0].layers
-    # Megatron-Core's limits (pp 1, no recompute) and what simtrain does not simulate with it (ZeRO-3, ep_overlap)
-    if par.pp > 1 or tr.recompute != "none" or link is None or layers < 3 or par.zero >= 3 or par.ep_overlap:
-        return []
+    if not offload_applies(scenario) or layers < 3:
+        return None
 
     def peak(n: int) -> StageMemory:
         return stage_memory(replace(scenario, training=tr.model_copy(update={"activation_offload_layers": n})), 0)
 
     lo, hi = tr.activation_offload_layers + 1, layers - 1
     if lo > hi or peak(hi).total > report.capacity:
-        return []
+        return None
     while lo < hi:   # the ledger falls as layers leave: the fewest that fit
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if peak(mid).total <= report.capacity else (mid + 1, hi)
     st = peak(lo)
     cap = hw.host_memory
     if cap is not None and st.host_bytes * scenario.cluster.gpus_per_node > cap:
-        return []    # the offloaded layers would not fit in the node's host memory either
-    return [f"offload the activations of {lo} layers to host memory (training.activation_offload_layers: {lo}): "
-            f"peak {st.total / 1e9:.1f} GB per GPU with no recomputed work; each layer's "
-            f"{st.offload_layer_bytes / 1e9:.2f} GB crosses PCIe in {st.offload_layer_bytes / link * 1e3:.0f} ms each "
-            "way, exposed where the layers' compute is shorter (Megatron-Core --cpu-offloading)"]
+        return None    # the offloaded layers would not fit in the node's host memory either
+    return lo, st
