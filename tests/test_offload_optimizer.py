@@ -17,6 +17,7 @@ from simtrain.plan.advice import advice
 from simtrain.plan.build import build_plan
 from simtrain.plan.memory import memory_report, stage_memory
 from simtrain.plan.offload_optimizer import host_step
+from simtrain.report.trace import trace_events
 from simtrain.spec.errors import InputError
 
 PCIE = 10e9          # host link of the test node variant, bytes/s per direction
@@ -126,3 +127,11 @@ def test_memory_advice_offers_offload_where_it_makes_the_run_fit(tmp_path):
     assert f"waits {wait:.2f} s" in line
     tiny = _hw(tmp_path, **{"gpu.memory": {"value": f"{base.params / 2:.0f} B", "source": "test"}})
     assert not any("offload_optimizer" in t for t in advice(_sc(tiny, False), memory_report(_sc(tiny, False))))
+
+
+def test_trace_draws_the_host_step_on_its_own_row(tmp_path):
+    """The trace has a 'host offload' thread holding the gradient copy, the CPU step and the weight copy, in turn."""
+    events = trace_events(simulate(_sc(_hw(tmp_path), True)))["traceEvents"]
+    tid = next(e["tid"] for e in events if e.get("ph") == "M" and e["args"].get("name") == "host offload")
+    slices = sorted((e["ts"], e["name"]) for e in events if e.get("ph") == "X" and e["tid"] == tid and e["pid"] == 1)
+    assert [name for _ts, name in slices] == ["optimizer_d2h", "optimizer_cpu", "optimizer_h2d"]
