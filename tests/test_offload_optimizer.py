@@ -12,7 +12,8 @@ from __future__ import annotations
 import pytest
 from conftest import gpt_model, hardware_variant, make_scenario
 
-from simtrain.engine.simulation import simulate
+from simtrain.decide.estimate import estimate
+from simtrain.engine.simulation import memory, simulate
 from simtrain.plan.advice import advice
 from simtrain.plan.build import build_plan
 from simtrain.plan.memory import memory_report, stage_memory
@@ -73,10 +74,13 @@ def test_offloaded_step_is_copies_and_cpu_adam_in_turn(tmp_path):
 
 
 def test_plan_total_is_what_the_estimate_reads(tmp_path):
-    """The plan's optimizer time (which the analytic estimate adds) is the sum of the three parts."""
-    plan = build_plan(_sc(_hw(tmp_path), True))
+    """The plan's optimizer time (which the analytic estimate adds) is the sum of the three parts, and on one stage
+    without contention the estimate and the engine agree (style rule 5)."""
+    sc = _sc(_hw(tmp_path), True)
+    plan = build_plan(sc)
     host = plan.optimizer_host[0]
     assert plan.optimizer_time[0] == pytest.approx(host.d2h + host.cpu + host.h2d, rel=1e-15)
+    assert estimate(sc).step_time_s == pytest.approx(simulate(sc).step_time_s, rel=1e-12)
 
 
 def test_host_memory_overflow_does_not_fit(tmp_path):
@@ -135,3 +139,16 @@ def test_trace_draws_the_host_step_on_its_own_row(tmp_path):
     tid = next(e["tid"] for e in events if e.get("ph") == "M" and e["args"].get("name") == "host offload")
     slices = sorted((e["ts"], e["name"]) for e in events if e.get("ph") == "X" and e["tid"] == tid and e["pid"] == 1)
     assert [name for _ts, name in slices] == ["optimizer_d2h", "optimizer_cpu", "optimizer_h2d"]
+
+
+def test_memory_command_reports_and_checks_host_memory(tmp_path):
+    """`simtrain memory` (no simulation) gives each stage's host bytes (16 B per shard parameter) and, as a run does,
+    calls a node over its host memory a 'does not fit'."""
+    roomy = memory(_sc(_hw(tmp_path), True))
+    shard = stage_memory(_sc(_hw(tmp_path), False), 0).params_local / DP
+    assert roomy.stages[0].host_memory_bytes == pytest.approx(16 * shard, rel=1e-12)
+    assert roomy.fits_in_memory and roomy.to_dict()["stages"][0]["host_memory_bytes"] == round(16 * shard)
+    assert "host_memory_bytes" not in memory(_sc(_hw(tmp_path), False)).to_dict()["stages"][0]
+    tight = memory(_sc(_hw(tmp_path, host_memory={"value": "1 MB", "source": "test"}), True))
+    assert not tight.fits_in_memory
+    assert any(w.startswith("does not fit: offloaded optimizer state") for w in tight.warnings)
