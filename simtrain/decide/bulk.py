@@ -158,6 +158,7 @@ def memory_floors(scenario: Scenario, base: dict[str, Any], layouts: list[dict[s
             states[precision] = (min(st.weights, fs.weights), min(st.grads, fs.grads),
                                  min(st.optimizer, fs.optimizer))
         w, g, o = states[precision]
+        o = 0.0 if par.offload_optimizer else o     # the optimizer state lives in host memory
         per_param = w / (shards if zero >= 3 else 1) + g / (shards if zero >= 2 else 1) + \
             o / (shards if zero >= 1 else 1)
         schedule = layout["schedule"]

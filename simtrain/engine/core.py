@@ -99,7 +99,7 @@ class Engine(CommMixin):
                 if self.plan.has_cp:       # a CP key only with context parallelism (other reports keep theirs)
                     lane.busy["cp"] = 0.0
                     lane.exposed["cp"] = 0.0
-                if self.plan.has_offload:  # waits for activation copies to and from host memory
+                if self.plan.has_offload or self.plan.optimizer_host:   # waits for copies to and from the host
                     lane.busy["offload"] = 0.0
                     lane.exposed["offload"] = 0.0
                 lanes.append(lane)
@@ -387,7 +387,13 @@ class Engine(CommMixin):
         if tail is not None and not tail.processed:
             yield tail
         lane.exposed["dp"] += env.now - t_compute_end
-        yield from self._segment(lane, "compute", "optimizer", plan.optimizer_time[lane.rank], -1, -1, None)
+        if plan.optimizer_host:   # the step on the host CPU: the GPU waits for each part in turn
+            host = plan.optimizer_host[lane.rank]
+            for kind, sec in (("optimizer_d2h", host.d2h), ("optimizer_cpu", host.cpu), ("optimizer_h2d", host.h2d)):
+                lane.exposed["offload"] += sec
+                yield from self._segment(lane, "offload", kind, sec, -1, -1, None)
+        else:
+            yield from self._segment(lane, "compute", "optimizer", plan.optimizer_time[lane.rank], -1, -1, None)
         if dp_sync and self.zero in (1, 2):
             t0 = env.now
             mem = plan.stage_memory[lane.rank]

@@ -140,13 +140,16 @@ def memory(scenario: Scenario) -> Result:
     per_stage = [st.breakdown() for st in rep.stages]
     stages = tuple(StageSummary(pp=st.pp, layers=st.layers, compute_s=None, bubble_s=None,
                                 peak_memory_bytes=st.total, memory=st.breakdown(),
-                                other_detail=dict(st.other_detail), experts=dict(st.experts) or None)
+                                other_detail=dict(st.other_detail), experts=dict(st.experts) or None,
+                                host_memory_bytes=(st.host_bytes + st.host_optimizer) or None)
                    for st in rep.stages)
+    host = host_memory_warning(scenario, rep)   # the node's host memory, as a simulated run checks it
+    fits = rep.fits and not host
     return Result(scenario=scenario.name, gpus=scenario.gpus, microbatches=scenario.microbatches,
-                  params_total=rep.params_total, capacity_bytes=rep.capacity, fits_in_memory=rep.fits,
+                  params_total=rep.params_total, capacity_bytes=rep.capacity, fits_in_memory=fits,
                   peak_memory_bytes_max=rep.peak_max, devices=_devices(scenario, per_stage), stages=stages,
-                  warnings=scenario.warnings, advice=tuple(advice(scenario, rep)) if not rep.fits else (),
-                  config=_config(scenario))
+                  warnings=tuple(scenario.warnings) + ((host,) if host else ()),
+                  advice=tuple(advice(scenario, rep)) if not fits else (), config=_config(scenario))
 
 
 def _slowdowns(s: Scenario) -> dict[int, float]:
@@ -260,7 +263,8 @@ def simulate(scenario: Scenario, *, fidelity: str | None = None, seed: int | Non
         stages.append(StageSummary(pp=p, layers=rep.stages[p].layers, compute_s=slow.busy["compute"],
                                    bubble_s=slow.bubble + (step - slow.end), exposed_comm_s=dict(slow.exposed),
                                    peak_memory_bytes=sum(mem.values()), memory=mem,
-                                   experts=dict(rep.stages[p].experts) or None, bubble_breakdown_s=parts))
+                                   experts=dict(rep.stages[p].experts) or None, bubble_breakdown_s=parts,
+                                   host_memory_bytes=(rep.stages[p].host_bytes + rep.stages[p].host_optimizer) or None))
     peak = max(st.peak_memory_bytes for st in stages)
     fits = peak <= rep.capacity
     if not fits:

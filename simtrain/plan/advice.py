@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from simtrain.plan.memory import MemoryReport, StageMemory, stage_memory
+from simtrain.plan.offload_optimizer import HOST_STATE_BYTES, host_step
 from simtrain.spec.scenario import Scenario
 
 
@@ -43,6 +44,7 @@ def advice(scenario: Scenario, report: MemoryReport) -> list[str]:
         tips.append("train in bf16 mixed precision (training.precision: bf16)")
     if tr.precision == "fp8" and tr.fp8_recipe != "tensorwise" and dom == "params":
         tips.append("tensorwise FP8 (training.fp8_recipe: tensorwise) keeps fewer FP8 weight copies")
+    tips += _offload_optimizer_tip(scenario, report)
     if tr.optimizer == "adam" and dom in ("optimizer", "params", "grads"):
         tips.append("a leaner optimizer (training.optimizer: adafactor) drops Adam's 8 bytes/parameter of moments")
     if par.zero < 3 and scenario.dp_cp > 1:
@@ -95,6 +97,33 @@ def fewest_offload_layers(scenario: Scenario, report: MemoryReport) -> tuple[int
         lo, hi = (lo, mid) if peak(mid).total <= report.capacity else (mid + 1, hi)
     st = peak(lo)
     cap = hw.host_memory
-    if cap is not None and st.host_bytes * scenario.cluster.gpus_per_node > cap:
+    if cap is not None and (st.host_bytes + st.host_optimizer) * scenario.cluster.gpus_per_node > cap:
         return None    # the offloaded layers would not fit in the node's host memory either
     return lo, st
+
+
+def _offload_optimizer_tip(scenario: Scenario, report: MemoryReport) -> list[str]:
+    """The optimizer state in host memory (Megatron-Core --optimizer-cpu-offload) where simtrain simulates it
+    (Adam, ZeRO-1/2, a host link and the host's memory bandwidth in the hardware file) and where it alone makes
+    every stage fit, its host state fitting the node's host memory too; its price is the step's copies over PCIe
+    and the CPU Adam step, each GPU waiting for them."""
+    tr, par, hw = scenario.training, scenario.parallel, scenario.hardware
+    link = hw.inter_node.pcie_bandwidth if hw.inter_node is not None else None
+    if par.offload_optimizer or tr.optimizer != "adam" or par.zero not in (1, 2) or link is None \
+            or hw.host_memory_bandwidth is None:
+        return []
+    moved = replace(scenario, parallel=par.model_copy(update={"offload_optimizer": True}))
+    stages = [stage_memory(moved, p) for p in range(par.pp)]
+    if max(st.total for st in stages) > report.capacity:
+        return []
+    worst = max(stages, key=lambda st: st.host_bytes + st.host_optimizer)
+    gpus = scenario.gpus_per_node
+    if hw.host_memory is not None and (worst.host_bytes + worst.host_optimizer) * gpus > hw.host_memory:
+        return []
+    shard = max(st.host_optimizer for st in stages) / HOST_STATE_BYTES
+    step = host_step(shard, link, hw.host_memory_bandwidth, gpus)
+    peak = max(st.total for st in stages)
+    return [f"keep the optimizer state in host memory (parallel.offload_optimizer: true): peak {peak / 1e9:.1f} GB "
+            f"per GPU; each step the GPU waits {step.total:.2f} s for its {shard / 1e9:.2f} B-parameter shard: "
+            f"gradients down and weights up over PCIe ({step.d2h + step.h2d:.2f} s) and Adam on the CPU "
+            f"({step.cpu:.2f} s, at best: peak DRAM bandwidth; Megatron-Core --optimizer-cpu-offload)"]

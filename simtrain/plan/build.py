@@ -28,6 +28,7 @@ from simtrain.plan.memory import (
 )
 from simtrain.plan.memory_moe import expert_params_local
 from simtrain.plan.offload import with_offload
+from simtrain.plan.offload_optimizer import host_step
 from simtrain.plan.recompute import modules_of, selective_tp_factor
 from simtrain.plan.schedules import Op, StageLayout, rank_schedules, stage_layout
 from simtrain.plan.tp_comm import TP_RECOMPUTE, tp_collectives, tp_time
@@ -168,6 +169,7 @@ class Plan:
     has_offload: bool = False                # activation offloading: offload keys in the report
     expert_grad_bytes: tuple[float, ...] = ()     # per pipeline rank: routed-expert gradient bytes of one GPU
     expert_params_local: tuple[int, ...] = ()     # per pipeline rank: routed-expert weights on one GPU
+    optimizer_host: tuple = ()               # per pipeline rank: the offloaded step's parts (HostStep), if offloaded
 
     # --- collectives -------------------------------------------------------
     def _groups(self, kind: str, pp_rank: int, dp_index: int | None) -> list[list[int]]:
@@ -368,6 +370,11 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
                                      max(0.0, state.grads - state.weights), kernel=tr.optimizer_kernel,
                                      grad_bytes=4.0 if fsdp1 else state.grads)   # FSDP upcasts the shard
                 for r in range(par.pp))
+    host = ()
+    if par.offload_optimizer:   # gradients down, CPU Adam, fp32 shard up, one after another (plan.offload_optimizer)
+        host = tuple(host_step(local_optimizer_params(r), hw.inter_node.pcie_bandwidth, hw.host_memory_bandwidth,
+                               scenario.gpus_per_node) for r in range(par.pp))
+        opt = tuple(h.total for h in host)
     model_flops = model_flops_per_step(scenario)
     # context parallelism's attention beyond the local shape's: 3x (forward, backward) + a recomputed forward
     cp_flops = cpf[0].flops * (3.0 + (1.0 if attention_recomputed else 0.0))
@@ -392,7 +399,7 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
     experts = m.moe is not None
     return Plan(scenario=scenario, placement=placement, chunks=tuple(chunks), schedule=schedule, layout=layout,
                 microbatches=mb,
-                stage_memory=mems, optimizer_time=opt, model_flops_per_step=model_flops,
+                stage_memory=mems, optimizer_time=opt, optimizer_host=host, model_flops_per_step=model_flops,
                 hardware_flops_per_step=hardware_flops, dtype_bytes=dev.element_bytes,
                 framework_overhead_layer=unit_overhead, has_experts=experts, has_cp=cp > 1,
                 has_offload=tr.activation_offload_layers > 0,

@@ -33,6 +33,7 @@ from simtrain.plan.memory_moe import (
     mtp_dense_params_local,
 )
 from simtrain.plan.offload import resident_layers
+from simtrain.plan.offload_optimizer import host_state_bytes
 from simtrain.plan.recompute import mla_qkv_width, modules_for, modules_of, selective_saving
 from simtrain.plan.schedules import (
     SPLIT_BACKWARD,
@@ -141,6 +142,7 @@ class StageMemory:
     experts: dict = field(default_factory=dict)   # the routed experts' share of params/grads/optimizer (MoE only)
     offload_layer_bytes: float = 0.0   # activations one offloaded layer copies to host per micro-batch
     host_bytes: float = 0.0            # this GPU's activations in host memory at the peak
+    host_optimizer: float = 0.0        # this GPU's optimizer shard in host memory (parallel.offload_optimizer)
 
     @property
     def total(self) -> float:
@@ -284,6 +286,13 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
         weights += fp8_copies
     grads = n * stored.grads / (dp if par.zero >= 2 else 1)
     optim = n * stored.optimizer / (dp if par.zero >= 1 else 1)
+    host_optim = 0.0
+    if par.offload_optimizer:   # the GPU's optimizer shard lives in host memory (plan.offload_optimizer)
+        host_optim = host_state_bytes(n / (dp if par.zero >= 1 else 1) +
+                                      (n_exp / (edp if par.zero >= 1 else 1) if n_exp else 0.0))
+        optim = 0.0
+        if n_exp:
+            experts["optimizer"] = 0.0
     if n_exp:
         weights += experts["params"]
         grads += experts["grads"]
@@ -385,7 +394,7 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
                        optimizer=optim, activations=activations, other=sum(detail.values()),
                        inflight=inflight, activation_per_microbatch=per_mb, other_detail=detail, experts=experts,
                        fp8_weights=fp8_copies, offload_layer_bytes=offload_layer,
-                       host_bytes=offload_layer * n_off * inflight)
+                       host_bytes=offload_layer * n_off * inflight, host_optimizer=host_optim)
 
 
 def dense_layer_activation(m, tr, *, tp: int, sequence_parallel: bool, cp: int, micro_batch: int, precision: str,

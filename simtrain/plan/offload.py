@@ -93,12 +93,19 @@ def with_offload(c, groups: int, layer_bytes: float, host_bandwidth: float):
 
 
 def host_memory_warning(scenario, report) -> str:
-    """'does not fit: ...' when a node's GPUs put more activations in host memory than the hardware file's
-    ``host_memory`` (the offloaded layers of every micro-batch in flight, pinned buffers of the same size); empty
-    when they fit or nothing is offloaded. Without a published host memory figure nothing is checked."""
-    per_gpu = max((st.host_bytes for st in report.stages), default=0.0)
+    """'does not fit: ...' when a node's GPUs put more in host memory than the hardware file's ``host_memory``: the
+    offloaded activations (the offloaded layers of every micro-batch in flight, pinned buffers of the same size) and
+    the offloaded optimizer state (plan.offload_optimizer); empty when they fit or nothing is offloaded. Without a
+    published host memory figure nothing is checked."""
+    worst = max(report.stages, key=lambda st: st.host_bytes + st.host_optimizer)
     cap = scenario.hardware.host_memory
-    node = per_gpu * scenario.cluster.gpus_per_node
-    if not per_gpu or cap is None or node <= cap:
+    gpus = scenario.cluster.gpus_per_node
+    acts, optim = worst.host_bytes * gpus, worst.host_optimizer * gpus
+    if not acts + optim or cap is None or acts + optim <= cap:
         return ""
-    return f"does not fit: offloaded activations {node / 1e9:.1f} GB > {cap / 1e9:.1f} GB of host memory per node"
+    if not optim:
+        return f"does not fit: offloaded activations {acts / 1e9:.1f} GB > {cap / 1e9:.1f} GB of host memory per node"
+    what = f"offloaded optimizer state {optim / 1e9:.1f} GB"
+    if acts:
+        what = f"offloaded activations {acts / 1e9:.1f} GB + {what}"
+    return f"does not fit: {what} > {cap / 1e9:.1f} GB of host memory per node"

@@ -67,6 +67,7 @@ class StageSummary:
     other_detail: dict[str, float] | None = None   # what "other" memory holds (the ledger's parts), when known
     experts: dict[str, float] | None = None   # the routed experts' share of params/grads/optimizer (MoE models)
     bubble_breakdown_s: dict[str, float] | None = None   # BUBBLE_PARTS; fill + drain + imbalance = bubble_s
+    host_memory_bytes: float | None = None   # one GPU's offloaded activations and optimizer state in host memory
 
 
 @dataclass(frozen=True)
@@ -197,6 +198,8 @@ def _stage_dict(s: StageSummary) -> dict[str, Any]:
         out["other_detail"] = {k: round(v) for k, v in s.other_detail.items()}
     if s.experts:
         out["experts"] = {k: round(v) for k, v in s.experts.items()}
+    if s.host_memory_bytes:
+        out["host_memory_bytes"] = round(s.host_memory_bytes)
     return out
 
 

@@ -41,7 +41,7 @@ def memory_text(result: Any) -> str:
     lines = [f"{result.scenario}: {result.gpus} x {c.get('gpu')} ({c.get('hardware')}), model {c.get('model')} "
              f"({result.params_total / 1e9:.2f} B parameters), "
              f"{format_count(result.microbatches, 'micro-batch', 'micro-batches')} per step", ""]
-    lines += memory_table(result) + _other_parts(result) + _expert_share(result) + [""]
+    lines += memory_table(result) + _other_parts(result) + _expert_share(result) + _host_memory(result) + [""]
     lines += verdict(result) + _assumed(result)
     lines += [f"warning: {w}" for w in result.warnings]
     return "\n".join(lines) + "\n"
@@ -110,7 +110,7 @@ def run_text(result: Any) -> str:
                      f"{format_time(st.bubble_s):>10} "
                      f"{format_bytes(st.peak_memory_bytes):>10} "
                      f"{_pct(st.peak_memory_bytes / result.capacity_bytes):>7}")
-    lines += _expert_share(result)
+    lines += _expert_share(result) + _host_memory(result)
     place = c.get("placement", {})
     if place:
         lines += ["", "placement        " + _placement_line(place)]
@@ -163,6 +163,17 @@ def _expert_share(result: Any) -> list[str]:
     return [f"experts (stage {worst.pp}): params {format_bytes(worst.experts['params'])}, grads "
             f"{format_bytes(worst.experts['grads'])}, optimizer {format_bytes(worst.experts['optimizer'])} "
             f"({_pct(share / static if static else 0.0)} of params + grads + optimizer)"]
+
+
+def _host_memory(result: Any) -> list[str]:
+    """What a GPU keeps in host memory (offloaded activations and optimizer state), on the stage with the most, and
+    its node's total (GPUs per node of the config)."""
+    worst = max(result.stages, key=lambda s: s.host_memory_bytes or 0.0)
+    if not worst.host_memory_bytes:
+        return []
+    node = worst.host_memory_bytes * result.config.get("gpus_per_node", 1)
+    return [f"host memory (stage {worst.pp}): {format_bytes(worst.host_memory_bytes)} per GPU, "
+            f"{format_bytes(node)} per node (offloaded activations and optimizer state)"]
 
 
 def _other_parts(result: Any) -> list[str]:

@@ -280,7 +280,11 @@ class HardwareSpec(Closed):
     memory_overheads: MemoryOverheads = MemoryOverheads()
     cost: Cost = Cost()
     host_memory: Bytes | None = Field(None, description="host (CPU) memory of one node, bytes: where offloaded "
-                                                        "activations go; absent = not published for this system")
+                                                        "activations and optimizer state go; absent = not published "
+                                                        "for this system")
+    host_memory_bandwidth: Bandwidth | None = Field(
+        None, description="peak DRAM bandwidth of one node's CPUs, bytes/s: what an offloaded optimizer step "
+                          "(parallel.offload_optimizer) streams its state at; absent = not published for this system")
     devices: list[ExplicitDevice] | None = Field(None, description="explicit form: the GPUs")
     switches: list[ExplicitSwitch] = Field(default_factory=list)
     links: list[ExplicitLink] = Field(default_factory=list)

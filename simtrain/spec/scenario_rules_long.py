@@ -135,6 +135,25 @@ def _check_offload(s, fail) -> None:
             what = f"zero {par.zero}" if par.zero >= 3 else "parallel.ep_overlap"
             fail(key, f"{n} with {what} is not simulated yet (allowed with zero 0-2, without ep_overlap)")
     if par.offload_optimizer:
-        fail("parallel.offload_optimizer", "true: optimizer offloading is not simulated yet: the CPU Adam step "
-             "needs a measured rate (ZeRO-Offload, Ren et al. 2021) that is not in simtrain's sources yet "
-             "(allowed: false)")
+        _check_offload_optimizer(s, fail)
+
+
+def _check_offload_optimizer(s, fail) -> None:
+    """Megatron-Core's --optimizer-cpu-offload as simtrain plays it (plan.offload_optimizer): Adam over the
+    distributed optimizer's shard, on hardware whose file gives the host link and the host's DRAM bandwidth."""
+    par, tr, hw = s.parallel, s.training, s.hardware
+    key = "parallel.offload_optimizer"
+    inter = hw.inter_node
+    if inter is None or inter.pcie_bandwidth is None:
+        fail(key, f"true needs the GPUs' host link, but hardware '{hw.name}' gives none (inter_node.pcie_bandwidth: "
+             "the GPU's PCIe link per direction); add it with its source, or use false")
+    if hw.host_memory_bandwidth is None:
+        fail(key, f"true needs the host's memory bandwidth, but hardware '{hw.name}' gives none "
+             "(host_memory_bandwidth: the node's peak DRAM bandwidth, which the CPU Adam step streams at); add it "
+             "with its source, or use false")
+    if tr.optimizer != "adam":
+        fail(key, f"true with optimizer '{tr.optimizer}' is not simulated (the host step is Megatron-Core's CPU "
+             "AdamW; allowed with optimizer: adam)")
+    if par.zero == 0 or par.zero >= 3:
+        fail(key, f"true with zero {par.zero} is not simulated: the host step is modelled over the distributed "
+             "optimizer's shard (allowed with zero 1 or 2)")

@@ -149,8 +149,10 @@ class Parallel(Closed):
                            "attention; a2a = Ulysses all-to-alls of Q, K, V and the output (heads split over cp); "
                            "allgather = K and V all-gathered before attention")
     offload_optimizer: bool = Field(
-        False, description="optimizer state and step on the host CPU (DeepSpeed ZeRO-Offload): the fp32 master and "
-                           "moments live in host memory, gradients go down and weights come back over PCIe")
+        False, description="optimizer state and step on the host CPU (Megatron-Core --optimizer-cpu-offload, "
+                           "ZeRO-Offload's idea): each GPU's shard of fp32 master and moments lives in host memory; "
+                           "per step its gradients go down over PCIe, the CPU steps Adam, the weights come back "
+                           "(zero 1 or 2, adam)")
 
     @model_serializer(mode="wrap")
     def _without_unset_ep_overlap(self, handler) -> dict:
