@@ -117,3 +117,46 @@ def test_models_whose_layers_differ_get_no_floor(tmp_path):
                        training={"global_batch": 4}, parallel={"dp": 4})
     layouts = enumerate_layouts(sc)
     assert layouts and not floors(sc, {}, layouts).any()
+
+
+def test_search_tries_activation_offloading_and_agrees_with_brute_force(tmp_path):
+    """Rule (issue 21): the search tries Megatron's activation offloading where it applies (pp 1, no recompute) with
+    the fewest layers that make the layout fit; its top 3 equal those of simulating every layout that fits, each
+    offloading variant with that fewest count (found here by bisection on the ledger, independently of the
+    search)."""
+    from simtrain.decide.search import search
+    from simtrain.engine.simulation import memory, simulate
+    from simtrain.plan.memory import memory_report
+
+    # 1.65 GiB: with no recompute, one stage and micro-batch 1 the ledger needs 1.706 GiB; offloading 4 of the 6
+    # layers brings it to 1.640 GiB
+    hw = hardware_variant(tmp_path, {"gpu.memory": {"value": "1.65 GiB", "source": "test fixture"},
+                                     "inter_node.pcie_bandwidth": {"value": "64 GB/s", "source": "test fixture"},
+                                     "host_memory": {"value": "1 TB", "source": "test fixture"}}, base=TWO_NODES)
+    sc = make_scenario(hardware=hw, nodes=1, gpus_per_node=2, model=SIX,
+                       training={"global_batch": 8, "seq_len": 2048}, parallel={"dp": 2})
+    result = search(sc, top=3, workers=1, progress=False, max_memory=1.0)
+    scored = []
+    for i, layout in enumerate(enumerate_layouts(sc)):
+        try:
+            s = sc.with_overrides(layout_overrides(layout))
+        except Exception:   # noqa: BLE001 - the rules reject it
+            continue
+        fits = memory(s).fits_in_memory
+        if layout.get("offload"):
+            if fits:
+                continue
+            n = next((k for k in range(1, s.model.layers) if memory_report(
+                s.with_overrides({"training.activation_offload_layers": k})).fits), None)
+            if n is None:
+                continue
+            s = s.with_overrides({"training.activation_offload_layers": n})
+            layout = {**layout, "activation_offload_layers": n}
+        elif not fits:
+            continue
+        scored.append((-simulate(s).tokens_per_s, i, layout))
+    scored.sort(key=lambda x: (x[0], x[1]))
+    brute = [(layout, -neg) for neg, _, layout in scored[:3]]
+    assert any(layout.get("activation_offload_layers") == 4 for _, _, layout in scored)
+    found = [({k: r.get(k) for k in layout}, r["tokens_per_s"]) for (layout, _), r in zip(brute, result.top)]
+    assert found == brute

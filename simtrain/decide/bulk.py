@@ -165,7 +165,8 @@ def memory_floors(scenario: Scenario, base: dict[str, Any], layouts: list[dict[s
         even = layout.get("layers_per_stage") is None and L % (pp * vpp) == 0
         busiest = 2 * L // pp if schedule == "dualpipe" else -(-L // pp)
         floor = busiest * params * per_param
-        if not even and schedule != "dualpipe" and not tr.activation_offload_layers:
+        offloads = tr.activation_offload_layers or layout.get("offload")   # activations may go to host memory
+        if not even and schedule != "dualpipe" and not offloads:
             # any split: the rank with the most layers holds all their activations of the first micro-batch once its
             # last forward there ends (its backwards all come after; a V-shape's second chunk runs before the first's)
             floor += busiest * max(0.0, act)
@@ -192,7 +193,7 @@ def memory_floors(scenario: Scenario, base: dict[str, Any], layouts: list[dict[s
                     inflight[key] = (len(chunks), units)
                 k, units = inflight[key]
                 floor = max(floor, k * params * per_param + max(0.0, act) * units)
-        if even and not tr.activation_offload_layers:
+        if even and not offloads:
             m = tr.global_batch // (layout["dp"] * layout["micro_batch"])
             lay = stage_layout(schedule, pp, vpp)
             key = (schedule, pp, m, vpp, w_share)

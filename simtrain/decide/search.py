@@ -97,6 +97,7 @@ def _worker_state(payload: ScenarioPayload) -> tuple[Scenario, dict]:
 def _screen_one(scenario: Scenario, base: dict[str, Any], layout: dict[str, Any], max_memory: float) -> dict:
     """One layout's screening row (:func:`screen`)."""
     from simtrain.decide.estimate import estimate
+    from simtrain.plan.advice import fewest_offload_layers
     from simtrain.plan.balance import resolve_split
     from simtrain.plan.build import build_plan
     from simtrain.plan.memory import memory_report
@@ -105,6 +106,14 @@ def _screen_one(scenario: Scenario, base: dict[str, Any], layout: dict[str, Any]
     try:
         sc = resolve_split(scenario.with_overrides({**base, **layout_overrides(layout)}))
         mem = memory_report(sc)     # the ledger of simtrain.memory(sc), without its per-GPU report
+        if layout.get("offload"):   # the fewest offloaded layers that make it fit (plan.advice)
+            if mem.fits:
+                return {"status": "invalid", "error": "fits without offloading: the same layout without it competes"}
+            found = fewest_offload_layers(sc, mem)
+            if found is not None:
+                sc = sc.with_overrides({"training.activation_offload_layers": found[0]})
+                mem = memory_report(sc)
+                row["activation_offload_layers"] = found[0]
         row.update(status="oom", peak_memory_bytes_max=round(mem.peak_max),
                    peak_memory_fraction=mem.peak_max / mem.capacity)
         if mem.fits:
@@ -141,6 +150,12 @@ def simulate_layout(payload: ScenarioPayload, base: dict[str, Any], layout: dict
 SIMULATE_BATCH = 4
 #: layouts screened per wave, in order of their step-time floor; a constant for the same reason
 SCREEN_WAVE = 64
+
+
+def _layout_of(row: dict[str, Any], layout: dict[str, Any]) -> dict[str, Any]:
+    """What simulates a screened layout: its fields, and the offloaded layers its screening found."""
+    found = row.get("activation_offload_layers")
+    return {**layout, "activation_offload_layers": found} if found else layout
 
 
 def _screen_key(scenario: Scenario, base: dict[str, Any]) -> str:
@@ -271,7 +286,8 @@ def search(scenario: Scenario, *, gpus: int | None = None, top: int = 5, workers
                     bar.update(1)
                     continue
                 batch.append(i)
-            for k, value in run_tasks(simulate_layout, [(payload, base, layouts[i]) for i in batch], ex):
+            for k, value in run_tasks(simulate_layout, [(payload, base, _layout_of(rows[i], layouts[i]))
+                                                        for i in batch], ex):
                 i = batch[k]
                 if isinstance(value, BaseException):
                     value = {"status": "failed", "error": error_text(value)}

@@ -28,6 +28,8 @@ def layout_overrides(layout: dict[str, Any]) -> dict[str, Any]:
     out = {LAYOUT_KEYS[k]: layout[k] for k in LAYOUT_KEYS if k in layout}
     # an uneven split of the original layout does not carry over: even, or balanced (auto) where the search chose it
     out["parallel.layers_per_stage"] = layout.get("layers_per_stage")
+    if layout.get("activation_offload_layers"):   # an offloading layout, once screening found how many layers
+        out["training.activation_offload_layers"] = layout["activation_offload_layers"]
     return out
 
 
@@ -235,8 +237,11 @@ def search_text(result: SearchResult) -> str:
         head[3] = "dp x cp"
     for n, r in enumerate(result.top, start=1):
         dp = f"{r['dp']} x {r['cp']}" if with_cp else str(r["dp"])
+        # an offloading layout: its recompute mode (none) and the layers whose activations go to host memory
+        recompute = f"{r['recompute']}, offload {r['activation_offload_layers']}" \
+            if r.get("activation_offload_layers") else r["recompute"]
         body.append([str(n), str(r["tp"]), str(r["pp"]), dp, str(r["vpp"]), str(r["micro_batch"]),
-                     str(r["zero"]), r["recompute"], r["schedule"], "yes" if r["sequence_parallel"] else "no",
+                     str(r["zero"]), recompute, r["schedule"], "yes" if r["sequence_parallel"] else "no",
                      r["precision"], *([str(r["ep"]), str(r["etp"]), "yes" if r.get("ep_overlap") else "no"]
                                        if experts else []),
                      f"{r['step_time_s']:.3f} s", _band_text(r), f"{r['tokens_per_s']:,.0f}", f"{r['mfu']:.1%}",

@@ -114,6 +114,9 @@ def enumerate_layouts(scenario: Scenario, gpus: int | None = None, fix: dict[str
     zeros = (0, 1, 2) if m.moe is not None else (0, 1, 2, 3)
     recomputes = tuple(r for r in RECOMPUTE if m.moe is None or r != "selective_op")
     varied = m.layers_differ
+    # activation offloading where it may make a layout fit (plan.advice.offload_applies): a host link to copy over
+    offload = not hw.explicit and hw.inter_node is not None and hw.inter_node.pcie_bandwidth is not None \
+        and not tr.activation_offload_layers
     cps = [c for c in _divisors(total) if tr.seq_len % (2 * c) == 0 and tr.seq_len // c >= CP_MIN_TOKENS]
     cps = cps if len(cps) > 1 else [None]     # None: the layouts carry no cp key (short sequences)
     out = []
@@ -153,7 +156,8 @@ def enumerate_layouts(scenario: Scenario, gpus: int | None = None, fix: dict[str
                                        for precision in precisions if ok("precision", precision)
                                        for experts in _expert_layouts(m, tp, dp * (cp or 1), par.moe_dispatcher)
                                        for experts in _with_overlap(experts, tr, par, m, pp, schedule, zero, recompute)
-                                       if all(ok(k, v) for k, v in experts.items()))
+                                       if all(ok(k, v) for k, v in experts.items())
+                                       for experts in _with_offload(experts, offload, pp, zero, recompute))
             if max_layouts is not None and len(out) > max_layouts:
                 raise SimulationLimitError(
                     f"this search would screen more than {max_layouts:,} layouts (about "
@@ -215,3 +219,12 @@ def _expert_layouts(model, tp: int, dp: int, dispatcher: str = "alltoall") -> li
     etps = [1] if dispatcher == "deepep" else _divisors(tp)
     return [{"ep": ep, "etp": etp} for etp in etps if moe.expert_ffn_hidden % etp == 0
             for ep in _divisors(moe.experts) if (tp * dp) % (etp * ep) == 0]
+
+
+def _with_offload(layout: dict, offload: bool, pp: int, zero: int, recompute: str) -> list[dict]:
+    """The layout, and where Megatron-Core's activation offloading applies (pp 1, no recompute; simtrain: ZeRO 0-2,
+    no EP overlap) the same with ``offload``: the fewest layers whose activations, copied to host memory, make it
+    fit (found when it is screened, ``activation_offload_layers`` in its row)."""
+    if offload and pp == 1 and recompute == "none" and zero <= 2 and not layout.get("ep_overlap"):
+        return [layout, {**layout, "offload": True}]
+    return [layout]
