@@ -160,3 +160,20 @@ def test_search_tries_activation_offloading_and_agrees_with_brute_force(tmp_path
     assert any(layout.get("activation_offload_layers") == 4 for _, _, layout in scored)
     found = [({k: r.get(k) for k in layout}, r["tokens_per_s"]) for (layout, _), r in zip(brute, result.top)]
     assert found == brute
+
+
+def test_a_128k_token_llama_3_70b_run_needs_context_parallelism():
+    """Rule (issue 21): on 64 H100 (TP 8, bf16, ZeRO-1, 131,072-token sequences, 16 per step) the search's best layout
+    splits each sequence over CP ranks; with CP fixed at 1 almost nothing fits (at most a few deep pipelines with full
+    recompute), and its best is slower."""
+    from simtrain.decide.search import search
+
+    sc = load_scenario("benchmarks/scenarios/llama3_70b_1024_h100.yaml",
+                       {"nodes": 8, "parallel.dp": 2, "training.seq_len": 131072, "training.global_batch": 16})
+    fix = {"parallel.tp": 8, "training.precision": "bf16", "parallel.zero": 1}
+    found = search(sc, top=1, workers=1, progress=False, fix=fix)
+    assert found.best["cp"] >= 2
+    alone = search(sc, top=1, workers=1, progress=False, fix={**fix, "parallel.cp": 1})
+    fitting = [r for r in alone.rows if r["status"] in ("simulated", "pruned", "tight")]
+    assert len(fitting) <= 0.01 * alone.counts["enumerated"]
+    assert not alone.top or alone.top[0]["tokens_per_s"] < found.top[0]["tokens_per_s"]
