@@ -121,7 +121,8 @@ def test_models_whose_layers_differ_get_no_floor(tmp_path):
 
 def test_search_tries_activation_offloading_and_agrees_with_brute_force(tmp_path):
     """Rule (issue 21): the search tries Megatron's activation offloading where it applies (pp 1, no recompute) with
-    the fewest layers that make the layout fit; its top 3 equal those of simulating every layout that fits, each
+    the fewest layers that make the layout fit, and the optimizer on the host (ZeRO-1/2, the hardware file giving the
+    host's memory bandwidth); its top 3 equal those of simulating every layout that fits, each
     offloading variant with that fewest count (found here by bisection on the ledger, independently of the
     search)."""
     from simtrain.decide.search import search
@@ -132,7 +133,9 @@ def test_search_tries_activation_offloading_and_agrees_with_brute_force(tmp_path
     # layers brings it to 1.640 GiB
     hw = hardware_variant(tmp_path, {"gpu.memory": {"value": "1.65 GiB", "source": "test fixture"},
                                      "inter_node.pcie_bandwidth": {"value": "64 GB/s", "source": "test fixture"},
-                                     "host_memory": {"value": "1 TB", "source": "test fixture"}}, base=TWO_NODES)
+                                     "host_memory": {"value": "1 TB", "source": "test fixture"},
+                                     "host_memory_bandwidth": {"value": "400 GB/s", "source": "test fixture"}},
+                            base=TWO_NODES)
     sc = make_scenario(hardware=hw, nodes=1, gpus_per_node=2, model=SIX,
                        training={"global_batch": 8, "seq_len": 2048}, parallel={"dp": 2})
     result = search(sc, top=3, workers=1, progress=False, max_memory=1.0)
@@ -158,14 +161,14 @@ def test_search_tries_activation_offloading_and_agrees_with_brute_force(tmp_path
     scored.sort(key=lambda x: (x[0], x[1]))
     brute = [(layout, -neg) for neg, _, layout in scored[:3]]
     assert any(layout.get("activation_offload_layers") == 4 for _, _, layout in scored)
+    assert any(layout.get("offload_optimizer") for _, _, layout in scored)
     found = [({k: r.get(k) for k in layout}, r["tokens_per_s"]) for (layout, _), r in zip(brute, result.top)]
     assert found == brute
 
 
 def test_a_128k_token_llama_3_70b_run_needs_context_parallelism():
     """Rule (issue 21): on 64 H100 (TP 8, bf16, ZeRO-1, 131,072-token sequences, 16 per step) the search's best layout
-    splits each sequence over CP ranks; with CP fixed at 1 almost nothing fits (at most a few deep pipelines with full
-    recompute), and its best is slower."""
+    splits each sequence over CP ranks; with CP fixed at 1 the best is slower (if any layout fits at all)."""
     from simtrain.decide.search import search
 
     sc = load_scenario("benchmarks/scenarios/llama3_70b_1024_h100.yaml",
@@ -174,6 +177,4 @@ def test_a_128k_token_llama_3_70b_run_needs_context_parallelism():
     found = search(sc, top=1, workers=1, progress=False, fix=fix)
     assert found.best["cp"] >= 2
     alone = search(sc, top=1, workers=1, progress=False, fix={**fix, "parallel.cp": 1})
-    fitting = [r for r in alone.rows if r["status"] in ("simulated", "pruned", "tight")]
-    assert len(fitting) <= 0.01 * alone.counts["enumerated"]
     assert not alone.top or alone.top[0]["tokens_per_s"] < found.top[0]["tokens_per_s"]

@@ -20,6 +20,8 @@ forward ``f`` and backward ``b`` floors and the output layer's ``h`` (forward an
   ``L (f + b) + m h``; ZB-H1 (1F1B's stages) with an even split at least ``(p - 1) n f + m (n (f + b) + h)`` (the
   last rank waits for the first forward); DualPipe's overlapped pairs may hide communication, so its layers count
   their compute alone;
+- with the optimizer on the host (``offload_optimizer``) and the recurrence's schedules, plus the first rank's
+  host step for at least its layers' and embedding's share of the parameters (``plan.offload_optimizer``);
 - times the smallest compute slowdown under overlapped collectives (1 unless a hardware file says otherwise).
 
 Every term is one the analytic lower bound also counts, with per-layer figures no larger than the plan's, so the
@@ -36,6 +38,8 @@ import numpy as np
 
 from simtrain.decide.search_result import layout_overrides
 from simtrain.plan.layer_floor import layer_floor, memory_floor
+from simtrain.plan.memory import edge_params, layer_params_per_rank
+from simtrain.plan.offload_optimizer import host_step
 from simtrain.plan.schedules import SPLIT_BACKWARD
 from simtrain.spec.errors import InputError
 from simtrain.spec.scenario import Scenario
@@ -91,7 +95,19 @@ def floors(scenario: Scenario, base: dict[str, Any], layouts: list[dict[str, Any
     # ZB-H1 (1F1B's stages): the last rank starts once the first micro-batch has gone forward through the others
     zb_fill = np.where((schedule == "zb-h1") & ~uneven, (p - 1) * n * f + m * (n * layer + h), 0.0)
     floor = np.where(split | uneven, np.maximum.reduce([mean, busiest, chain, zb_fill]), recurrence)
+    # the optimizer on the host: the recurrence ends with the first rank's last backward, then its host step (the
+    # analytic bound's tail): its shard is at least its layers' parameters (and the embedding's) over dp x cp
+    host = np.zeros(len(layouts))
     hw = scenario.hardware
+    for i, layout in enumerate(layouts):
+        if layout.get("offload_optimizer") and not (split[i] or uneven[i]) and known[i]:
+            pp, tp = layout["pp"], layout["tp"]
+            shard = ((L // pp) * layer_params_per_rank(model, tp) + edge_params(model, tp, pp, first=True,
+                                                                                   last=pp == 1)) \
+                / (layout["dp"] * layout.get("cp", 1))
+            host[i] = host_step(shard, hw.inter_node.pcie_bandwidth, hw.host_memory_bandwidth,
+                                scenario.gpus_per_node).total
+    floor = floor + host
     slow = min(1.0, hw.overlap_slowdown(False), hw.overlap_slowdown(True))
     return np.where(known, floor * slow * (1.0 - _ROUNDING), 0.0)
 
@@ -117,7 +133,7 @@ def memory_floors(scenario: Scenario, base: dict[str, Any], layouts: list[dict[s
     - the hardware's fixed overheads (CUDA context, workspace, communication buffers) and fragmentation on the
       tensors counted.
     """
-    from simtrain.plan.memory import edge_params, fsdp1_sharded_state, inflight_microbatches, state_bytes_per_param
+    from simtrain.plan.memory import fsdp1_sharded_state, inflight_microbatches, state_bytes_per_param
     from simtrain.plan.schedules import inflight_peak, rank_schedules, stage_layout
 
     out = np.zeros(len(layouts))
@@ -158,7 +174,7 @@ def memory_floors(scenario: Scenario, base: dict[str, Any], layouts: list[dict[s
             states[precision] = (min(st.weights, fs.weights), min(st.grads, fs.grads),
                                  min(st.optimizer, fs.optimizer))
         w, g, o = states[precision]
-        o = 0.0 if par.offload_optimizer else o     # the optimizer state lives in host memory
+        o = 0.0 if par.offload_optimizer or layout.get("offload_optimizer") else o   # its state in host memory
         per_param = w / (shards if zero >= 3 else 1) + g / (shards if zero >= 2 else 1) + \
             o / (shards if zero >= 1 else 1)
         schedule = layout["schedule"]

@@ -13,6 +13,7 @@ from typing import Any
 
 from simtrain.report.accuracy import LEDGER_ERROR
 from simtrain.spec.scenario import Scenario
+from simtrain.spec.scenario_rules import HOST_ADAM_NOTE
 from simtrain.spec.units import format_count, format_time
 
 #: layout field -> scenario key
@@ -20,7 +21,8 @@ LAYOUT_KEYS = {"tp": "parallel.tp", "pp": "parallel.pp", "dp": "parallel.dp", "v
                "micro_batch": "training.micro_batch", "zero": "parallel.zero", "recompute": "training.recompute",
                "schedule": "parallel.schedule", "sequence_parallel": "parallel.sequence_parallel",
                "precision": "training.precision", "ep": "parallel.ep", "etp": "parallel.etp",
-               "cp": "parallel.cp", "ep_overlap": "parallel.ep_overlap"}
+               "cp": "parallel.cp", "ep_overlap": "parallel.ep_overlap",
+               "offload_optimizer": "parallel.offload_optimizer"}
 
 
 def layout_overrides(layout: dict[str, Any]) -> dict[str, Any]:
@@ -176,7 +178,7 @@ def why_slower(row: dict[str, Any], best: dict[str, Any]) -> str:
     found = [text for delta, text in sorted(parts, key=lambda p: -p[0]) if delta > 0.005 * best["step_time_s"]][:2]
     if not found:
         found = [f"within {gap:.1%}" if gap > 5e-4 else "ties with the best"]
-    changes = ", ".join(f"{k} {row[k]} vs {best[k]}" for k in differs)
+    changes = ", ".join(f"{k} {row.get(k, '-')} vs {best.get(k, '-')}" for k in differs)
     return "; ".join(found) + (f" ({changes})" if changes else "")
 
 
@@ -240,8 +242,9 @@ def search_text(result: SearchResult) -> str:
         # an offloading layout: its recompute mode (none) and the layers whose activations go to host memory
         recompute = f"{r['recompute']}, offload {r['activation_offload_layers']}" \
             if r.get("activation_offload_layers") else r["recompute"]
+        zero = f"{r['zero']}, host Adam" if r.get("offload_optimizer") else str(r["zero"])
         body.append([str(n), str(r["tp"]), str(r["pp"]), dp, str(r["vpp"]), str(r["micro_batch"]),
-                     str(r["zero"]), recompute, r["schedule"], "yes" if r["sequence_parallel"] else "no",
+                     zero, recompute, r["schedule"], "yes" if r["sequence_parallel"] else "no",
                      r["precision"], *([str(r["ep"]), str(r["etp"]), "yes" if r.get("ep_overlap") else "no"]
                                        if experts else []),
                      f"{r['step_time_s']:.3f} s", _band_text(r), f"{r['tokens_per_s']:,.0f}", f"{r['mfu']:.1%}",
@@ -252,6 +255,9 @@ def search_text(result: SearchResult) -> str:
                        for i, (cell, w) in enumerate(zip(row, widths))).rstrip() for row in [head, *body]]
     lines.append(counts_text(result))
     lines += [f"warning: {note}" for note in band_notes(result.top)]
+    if any(r.get("offload_optimizer") for r in result.top):
+        hosts = ", ".join(f"#{n}" for n, r in enumerate(result.top, 1) if r.get("offload_optimizer"))
+        lines.append(f"warning: {hosts} keep the optimizer on the host; {HOST_ADAM_NOTE}")
     if result.top and tight_note(result.top[0]):
         lines.append(f"warning: the best layout: {tight_note(result.top[0])}")
     if c["bound_violations"]:

@@ -117,6 +117,9 @@ def enumerate_layouts(scenario: Scenario, gpus: int | None = None, fix: dict[str
     # activation offloading where it may make a layout fit (plan.advice.offload_applies): a host link to copy over
     offload = not hw.explicit and hw.inter_node is not None and hw.inter_node.pcie_bandwidth is not None \
         and not tr.activation_offload_layers
+    # the optimizer step on the host (parallel.offload_optimizer) where the hardware file gives what it needs
+    host_adam = offload and hw.host_memory_bandwidth is not None and tr.optimizer == "adam" \
+        and not par.offload_optimizer
     cps = [c for c in _divisors(total) if tr.seq_len % (2 * c) == 0 and tr.seq_len // c >= CP_MIN_TOKENS]
     cps = cps if len(cps) > 1 else [None]     # None: the layouts carry no cp key (short sequences)
     out = []
@@ -156,8 +159,9 @@ def enumerate_layouts(scenario: Scenario, gpus: int | None = None, fix: dict[str
                                        for precision in precisions if ok("precision", precision)
                                        for experts in _expert_layouts(m, tp, dp * (cp or 1), par.moe_dispatcher)
                                        for experts in _with_overlap(experts, tr, par, m, pp, schedule, zero, recompute)
-                                       if all(ok(k, v) for k, v in experts.items())
-                                       for experts in _with_offload(experts, offload, pp, zero, recompute))
+                                       for experts in _with_offload(experts, offload, pp, zero, recompute)
+                                       for experts in _with_host_adam(experts, host_adam, zero)
+                                       if all(ok(k, v) for k, v in experts.items() if k != "offload"))
             if max_layouts is not None and len(out) > max_layouts:
                 raise SimulationLimitError(
                     f"this search would screen more than {max_layouts:,} layouts (about "
@@ -169,7 +173,9 @@ def enumerate_layouts(scenario: Scenario, gpus: int | None = None, fix: dict[str
            "ep": "expert parallelism is searched only for a mixture of experts",
            "etp": "expert tensor parallelism is searched only for a mixture of experts"}
     why["ep_overlap"] = "the EP all-to-all overlap is searched only for a mixture of experts"
-    for name in ("cp", "ep", "etp", "ep_overlap"):   # a fixed key no layout carries would otherwise be ignored
+    why["offload_optimizer"] = ("the optimizer on the host is searched only with ZeRO-1/2, Adam and a hardware file "
+                                "giving inter_node.pcie_bandwidth and host_memory_bandwidth")
+    for name in ("cp", "ep", "etp", "ep_overlap", "offload_optimizer"):   # a fixed key no layout carries is an error
         if name in fixed and not any(name in layout for layout in out):
             raise InputError(f"fix: {LAYOUT_KEYS[name]} = {fixed[name]}: no searched layout has it ({why[name]})",
                              field="fix")
@@ -228,3 +234,13 @@ def _with_offload(layout: dict, offload: bool, pp: int, zero: int, recompute: st
     if offload and pp == 1 and recompute == "none" and zero <= 2 and not layout.get("ep_overlap"):
         return [layout, {**layout, "offload": True}]
     return [layout]
+
+
+def _with_host_adam(layout: dict, host_adam: bool, zero: int) -> list[dict]:
+    """The layout, and with ZeRO-1/2 where the hardware file gives a host link and the host's memory bandwidth, the
+    same with its optimizer state and step on the host (``parallel.offload_optimizer``, Megatron-Core's
+    ``--optimizer-cpu-offload``)."""
+    if not host_adam:
+        return [layout]
+    plain = {**layout, "offload_optimizer": False}
+    return [plain, {**layout, "offload_optimizer": True}] if zero in (1, 2) else [plain]

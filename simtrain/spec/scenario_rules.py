@@ -239,10 +239,17 @@ def check_rules(s, raw: dict) -> list[str]:
                         f"(Korthikanti et al. 2022, Sec. 4.2), which {tr.attention_kernel} attention never stores: it "
                         "saves no memory here and costs the attention forward again; use none, selective_op or full")
     warnings += setup_warnings(s)
+    if par.offload_optimizer:
+        warnings.append(HOST_ADAM_NOTE)
     if par.backward_prefetch != "pre" and (par.zero < 3 or par.dp == 1):
         warnings.append(f"parallel.backward_prefetch: {par.backward_prefetch} has no effect with zero {par.zero} and "
                         f"dp {par.dp} (it describes ZeRO-3's weight gathers)")
     return warnings
+
+
+#: what a run with the optimizer on the host should know about its CPU step's time (plan.offload_optimizer)
+HOST_ADAM_NOTE = ("parallel.offload_optimizer: the CPU Adam step is timed at the host's peak DRAM bandwidth, a lower "
+                  "bound (no measured CPU-Adam rate on a named host was found, docs/model.md): the step may be longer")
 
 
 def check_moe_rules(s, raw: dict, fail) -> None:
