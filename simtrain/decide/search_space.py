@@ -115,8 +115,10 @@ def enumerate_layouts(scenario: Scenario, gpus: int | None = None, fix: dict[str
     recomputes = tuple(r for r in RECOMPUTE if m.moe is None or r != "selective_op")
     varied = m.layers_differ
     # activation offloading where it may make a layout fit (plan.advice.offload_applies): a host link to copy over
+    # (models whose layers all alike only: others get no step-time floor yet, decide/bulk.py, so every variant would
+    # be screened, doubling a mixture of experts' search)
     offload = not hw.explicit and hw.inter_node is not None and hw.inter_node.pcie_bandwidth is not None \
-        and not tr.activation_offload_layers
+        and not tr.activation_offload_layers and not varied
     # the optimizer step on the host (parallel.offload_optimizer) where the hardware file gives what it needs
     host_adam = offload and hw.host_memory_bandwidth is not None and tr.optimizer == "adam" \
         and not par.offload_optimizer
