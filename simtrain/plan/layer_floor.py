@@ -20,7 +20,8 @@ from dataclasses import dataclass, replace
 from simtrain.plan import costs, device
 from simtrain.plan.activations import w_fraction_of
 from simtrain.plan.context import local_shape
-from simtrain.plan.memory import dense_layer_activation, layer_params_per_rank
+from simtrain.plan.layer_memory import dense_layer_activation
+from simtrain.plan.memory import layer_params_per_rank
 from simtrain.plan.recompute import modules_for, selective_extra, selective_tp_factor
 from simtrain.plan.tp_comm import TP_RECOMPUTE, tp_time
 from simtrain.spec.placement import placement_of

@@ -21,6 +21,7 @@ from simtrain.plan.activations import (
 )
 from simtrain.plan.context import cp_buffer_bytes
 from simtrain.plan.device import DTYPE_BYTES, FP8_COPY_BYTES
+from simtrain.plan.layer_memory import attention_widths, dense_layer_activation
 from simtrain.plan.memory_moe import (
     dispatch_buffer_bytes,
     expert_params_local,
@@ -34,7 +35,7 @@ from simtrain.plan.memory_moe import (
 )
 from simtrain.plan.offload import resident_layers
 from simtrain.plan.offload_optimizer import host_state_bytes
-from simtrain.plan.recompute import mla_qkv_width, modules_for, modules_of, selective_saving
+from simtrain.plan.recompute import mla_qkv_width, modules_of, selective_saving
 from simtrain.plan.schedules import (
     SPLIT_BACKWARD,
     V_SHAPED,
@@ -311,7 +312,7 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
     if tr.recompute == "full" and tr.recompute_layers is not None:
         # Megatron's block method: the first recompute_layers of each (virtual) stage keep only their input
         kept = activation_bytes_per_layer(
-            s, b, h, a, ffn=m.ffn_hidden, mlp=m.mlp, t=t, sequence_parallel=sp, **_attention_widths(m),
+            s, b, h, a, ffn=m.ffn_hidden, mlp=m.mlp, t=t, sequence_parallel=sp, **attention_widths(m),
             attention_scores=not tr.flash_attention, recompute="none", dropout=tr.dropout) * scale
         if fp8:
             kept -= fp8_activation_saving(s, b, h, m.ffn_hidden, t, sp, tr.fp8_recipe)
@@ -323,7 +324,7 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
         moe_layers = sum(1 for i in layer_indices(scenario, pp_rank) if m.is_moe_layer(i))
         moe_layers += m.mtp_layers if holds_last_stage(scenario, pp_rank) else 0
         attention_only = activation_bytes_per_layer(
-            s, b, h, a, ffn=0, mlp=m.mlp, t=t, sequence_parallel=sp, **_attention_widths(m),
+            s, b, h, a, ffn=0, mlp=m.mlp, t=t, sequence_parallel=sp, **attention_widths(m),
             attention_scores=not tr.flash_attention, recompute=tr.recompute, dropout=tr.dropout) * scale
         attention_only -= selective_saving(s, b, h, 0, m.mlp, t, sp, modules, mla_qkv_width(m)) * scale
         moe_part = moe_activation_bytes(msh, 2, tr.recompute, modules) * scale
@@ -359,7 +360,7 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
     recompute_peak = 0.0
     if tr.recompute in ("full", "selective_op"):
         recompute_peak = (activation_bytes_per_layer(
-            s, b, h, a, ffn=m.ffn_hidden, mlp=m.mlp, t=t, sequence_parallel=sp, **_attention_widths(m),
+            s, b, h, a, ffn=m.ffn_hidden, mlp=m.mlp, t=t, sequence_parallel=sp, **attention_widths(m),
             attention_scores=not tr.flash_attention, dropout=tr.dropout) * scale
             - (per_layer if tr.recompute == "selective_op" else 0.0))
     elif "moe" in modules and msh is not None:   # a recomputed MoE block holds its activations again once
@@ -395,34 +396,6 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
                        inflight=inflight, activation_per_microbatch=per_mb, other_detail=detail, experts=experts,
                        fp8_weights=fp8_copies, offload_layer_bytes=offload_layer,
                        host_bytes=offload_layer * n_off * inflight, host_optimizer=host_optim)
-
-
-def dense_layer_activation(m, tr, *, tp: int, sequence_parallel: bool, cp: int, micro_batch: int, precision: str,
-                           recompute: str) -> float:
-    """Bytes one dense layer keeps for its backward per micro-batch on one GPU (Korthikanti et al. 2022 with
-    s -> s / cp, FP8's and the recompute modules' savings); read by the ledger and by a search's memory floor."""
-    s, b, h, a, t = tr.seq_len // cp, micro_batch, m.hidden, m.heads, tp
-    sp = sequence_parallel and t > 1
-    scale = 2.0 if precision == "fp32" else 1.0
-    per_layer = activation_bytes_per_layer(
-        s, b, h, a, ffn=m.ffn_hidden, mlp=m.mlp, t=t, sequence_parallel=sp, **_attention_widths(m),
-        attention_scores=not tr.flash_attention, recompute=recompute, dropout=tr.dropout) * scale
-    if precision == "fp8" and recompute in ("none", "selective"):
-        per_layer -= fp8_activation_saving(s, b, h, m.ffn_hidden, t, sp, tr.fp8_recipe)
-    modules = modules_for(recompute, tr.recompute_modules)
-    return per_layer - selective_saving(s, b, h, m.ffn_hidden, m.mlp, t, sp, modules, mla_qkv_width(m)) * scale
-
-
-def _attention_widths(m) -> dict:
-    """The query width and K/V widths the activation formula needs when they differ from a Llama-style layer:
-    heads of their own width (q = heads x head_dim), or MLA's per-head keys (nope + rope) and values plus its
-    latents (kept for the up projections' weight gradients), folded into kv and q."""
-    at = m.attention
-    if at.kind == "mla":
-        qk = at.qk_nope_head_dim + at.qk_rope_head_dim
-        kv = (m.heads * (qk + at.v_head_dim) + at.kv_lora_rank + at.qk_rope_head_dim) // 2
-        return {"q": m.heads * qk + (at.q_lora_rank or 0) // 2, "kv": kv}
-    return {"kv": m.kv_width, "q": m.q_width} if m.q_width != m.hidden else {"kv": m.kv_width}
 
 
 def _dense_layers(scenario: Scenario, pp_rank: int) -> int:
