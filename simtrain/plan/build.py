@@ -105,12 +105,11 @@ class ChunkPlan:
     def layer_costs(self, i: int) -> tuple[float, float, float, float, float, float]:
         """(forward, backward, recompute, EP forward, EP backward, gradient bytes) of the chunk's i-th layer
         (counted from the chunk's first); the TP figures are the same for every layer."""
-        if not self.recomputes(i):
-            return self.fwd_layer, self.bwd_layer, 0.0, self.ep_fwd_layer, self.ep_bwd_layer, self.grad_bytes_layer
+        rec = self.recomputes(i)
         if i < self.lead_layers:
-            return self.lead_fwd, self.lead_bwd, self.lead_recompute, 0.0, 0.0, self.lead_grad_bytes
-        return self.fwd_layer, self.bwd_layer, self.recompute_layer, self.ep_fwd_layer, self.ep_bwd_layer, \
-            self.grad_bytes_layer
+            return self.lead_fwd, self.lead_bwd, self.lead_recompute if rec else 0.0, 0.0, 0.0, self.lead_grad_bytes
+        return self.fwd_layer, self.bwd_layer, self.recompute_layer if rec else 0.0, self.ep_fwd_layer, \
+            self.ep_bwd_layer, self.grad_bytes_layer
     wgrad_layer: float = 0.0  # s, the weight-gradient part of bwd_layer (a split backward's W per layer)
     lead_wgrad: float = 0.0   # s, the weight-gradient part of lead_bwd
     moe_fwd_layer: float = 0.0    # s, of fwd_layer: the MoE block (router, permutation, experts, shared experts)
@@ -119,7 +118,7 @@ class ChunkPlan:
 
     def layer_wgrad(self, i: int) -> float:
         """Seconds of the weight-gradient GEMMs of the chunk's i-th layer (a split backward's W)."""
-        return self.lead_wgrad if self.recomputes(i) and i < self.lead_layers else self.wgrad_layer
+        return self.lead_wgrad if i < self.lead_layers else self.wgrad_layer
     embed_wgrad: float = 0.0  # s, the weight-gradient part of embed_bwd
     head_wgrad: float = 0.0   # s, the weight-gradient part of head_bwd
     act_w_bytes: float = 0.0  # of act_bytes, what a split backward keeps from its B until its W
