@@ -301,7 +301,8 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
     if fp8 and tr.recompute in ("none", "selective"):
         per_layer -= fp8_activation_saving(s, b, h, m.ffn_hidden, t, sp, tr.fp8_recipe)
     modules = modules_of(tr)
-    per_layer -= selective_saving(s, b, h, m.ffn_hidden, m.mlp, t, sp, modules, mla_qkv_width(m)) * scale
+    fp8_copy = FP8_COPY_BYTES[tr.fp8_recipe] if fp8 else None
+    per_layer -= selective_saving(s, b, h, m.ffn_hidden, m.mlp, t, sp, modules, mla_qkv_width(m), fp8_copy) * scale
     per_mb = per_layer * layers
     if tr.recompute == "full" and tr.recompute_layers is not None:
         # Megatron's block method: the first recompute_layers of each (virtual) stage keep only their input
