@@ -121,3 +121,13 @@ def test_deepep_nodes_and_time_on_256_h100():
     assert destinations(uniform, placement, msh, placement.ep_groups(0), 8)[1] == \
         pytest.approx(8 * (1 - comb(224, 8) / comb(256, 8)), rel=1e-12)                 # 5.295
     assert deepep_time(grouped, placement, msh, 0) < deepep_time(uniform, placement_of(uniform), moe_shape(uniform), 0)
+
+
+def test_explicit_nulls_mean_no_groups():
+    """n_group: null and topk_group: null (a model dumped and read back) describe routing without groups."""
+    plain = yaml.safe_load((PRESETS / "deepseek-v3.yaml").read_text())
+    for key in ("source", "params_published", "params_active_published"):
+        plain.pop(key)
+    plain["moe"].update(n_group=None, topk_group=None)
+    sc = _deepseek_256(plain)
+    assert (sc.model.moe.n_group, sc.model.moe.topk_group) == (None, None)

@@ -73,6 +73,8 @@ class MoESpec(Closed):
     @classmethod
     def _topk_group_fits(cls, topk_group: int | None, info: ValidationInfo) -> int | None:
         n_group, experts, top_k = info.data.get("n_group"), info.data.get("experts"), info.data.get("top_k")
+        if topk_group is None:      # given as null: no group-limited routing (n_group alone is refused below)
+            return None
         if n_group is None:
             raise ValueError(f"{topk_group} needs n_group (the number of expert groups)")
         if topk_group > n_group:
