@@ -117,17 +117,24 @@ def _hop_time(cluster, shape, logical: float, efficiency: float, kind: str) -> f
     return phase_time_alone(phase, cluster, scale)
 
 
-def deepep_time(scenario: Scenario, placement: Placement, msh: MoEShape, pp_rank: int) -> float:
-    """Seconds of one MoE layer's dispatch and combine through DeepEP on one stage, every EP group of the stage
-    running at once."""
+def hop_shapes(scenario: Scenario, placement: Placement, pp_rank: int):
+    """The stage's NVLink-hop and RDMA-hop all-to-all shapes (every EP group of the stage), and the RDMA rails."""
     cluster = scenario.cluster
-    groups = placement.ep_groups(pp_rank)
-    intra, rails = _hops(groups, cluster)
+    intra, rails = _hops(placement.ep_groups(pp_rank), cluster)
     offset = pp_rank * placement.tp * placement.dp
     layout = (placement.dp, placement.tp, placement.pp, placement.ep, placement.expert_tp)
     nvl_shape = stage_shape(cluster, ("ep", "deepep_nvl", *layout), offset, lambda: all_to_all_shape(intra, cluster))
     rdma_shape = stage_shape(cluster, ("ep", "deepep_rdma", *layout), offset,
                              lambda: all_to_all_shape(rails, cluster))
+    return nvl_shape, rdma_shape, rails
+
+
+def deepep_time(scenario: Scenario, placement: Placement, msh: MoEShape, pp_rank: int) -> float:
+    """Seconds of one MoE layer's dispatch and combine through DeepEP on one stage, every EP group of the stage
+    running at once."""
+    cluster = scenario.cluster
+    groups = placement.ep_groups(pp_rank)
+    nvl_shape, rdma_shape, rails = hop_shapes(scenario, placement, pp_rank)
     token_bytes = msh.routed_tokens * msh.imbalance * msh.hidden * WIRE_BYTES   # dropless (capacity is refused)
     nodes = len(rails[0]) if rails else 1
     ranks, node_count = destinations(scenario, placement, msh, groups, nodes)
