@@ -181,7 +181,7 @@ class Engine(CommMixin):
             yield self.env.timeout(rest)
         if ep > 0:                                # then the EP all-to-alls, as flows on the network
             t_ep = self.env.now
-            yield from self.ep_flows.run(lane, ep)
+            yield from self.ep_flows.run(lane, ep, (mb, v, None))
             ep_scale = (self.env.now - t_ep) / ep
         total = 0.0
         if self.layer_detail:
@@ -235,7 +235,7 @@ class Engine(CommMixin):
             yield from self._compute(lane, sec * self._factor(lane))
         elif stream == "ep" and self.ep_flows is not None:
             if sec > 0:
-                yield from self.ep_flows.run(lane, sec)
+                yield from self.ep_flows.run(lane, sec, (mb, v, layer))
             if exposed:
                 lane.exposed["ep"] += self.env.now - start
         else:

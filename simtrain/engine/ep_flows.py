@@ -32,7 +32,7 @@ class EPFlows:
         self.scenario = plan.scenario
         self.lanes_per_stage = lanes_per_stage
         self._carriers: dict[int, tuple[tuple, float] | None] = {}
-        self._counts: dict[int, int] = {}                 # lane index -> all-to-alls it started
+        self._counts: dict[tuple, int] = {}               # (lane index, tag) -> all-to-alls it started
         self._meetings: dict[tuple, Rendezvous] = {}
 
     @staticmethod
@@ -63,15 +63,19 @@ class EPFlows:
             self._carriers[pp_rank] = (links, min(cluster.bandwidth(lk) / n for lk, n in links)) if links else None
         return self._carriers[pp_rank]
 
-    def run(self, lane: Lane, seconds: float):
-        """simpy process body: one lane's share of an all-to-all of ``seconds`` alone; returns when it is done."""
-        count = self._counts.get(lane.index, 0)
-        self._counts[lane.index] = count + 1
+    def run(self, lane: Lane, seconds: float, tag: tuple = ()):
+        """simpy process body: one lane's share of an all-to-all of ``seconds`` alone; returns when it is done.
+        ``tag`` (micro-batch, virtual stage, layer) names the all-to-all, so that the lanes of a stage meet at the
+        same one even where a lane's two overlapped halves reach theirs in another order: the n-th call with a tag
+        on a lane meets the n-th call with it on the others (a layer's forward before its backward)."""
+        mine = (lane.index, tag)
+        count = self._counts.get(mine, 0)
+        self._counts[mine] = count + 1
         carrier = self.carrier(lane.rank)
         if carrier is None:
             yield self.env.timeout(seconds)
             return
-        key = (lane.rank, count)
+        key = (lane.rank, tag, count)
         meeting = self._meetings.get(key)
         if meeting is None:
             meeting = self._meetings[key] = Rendezvous(needed=self.lanes_per_stage, started=self.env.event(),
