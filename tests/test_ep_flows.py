@@ -91,3 +91,15 @@ def test_full_fidelity_lanes_meet_at_each_all_to_all(schedule, vpp):
     folded, full = simulate(sc, fidelity="folded"), simulate(sc, fidelity="full")
     assert full.step_time_s == pytest.approx(folded.step_time_s, rel=1e-12)
     assert full.exposed_comm_s["ep"] == pytest.approx(folded.exposed_comm_s["ep"], rel=1e-12)
+
+
+def test_folded_carrier_is_the_first_gpus_links():
+    """Folded, the all-to-all rides on the stage's first GPU alone: its NVLink port and PCIe path both ways and its
+    NIC's uplink and downlink (6 links, 7 flows on NVLink, 8 on the PCIe and NIC), at the same rate alone as the
+    whole stage's carrier on this symmetric cluster."""
+    sc, env, net, whole = _setup()
+    folded = EPFlows(env, net, build_plan(sc), lanes_per_stage=1, folded=True)
+    links, rate = folded.carrier(0)
+    assert dict(links) == {("gpu0", "nvsw0"): 7, ("nvsw0", "gpu0"): 7, ("gpu0", "nic0.0"): 8, ("nic0.0", "gpu0"): 8,
+                           NIC: 8, ("rail0", "nic0.0"): 8}
+    assert rate == pytest.approx(whole.carrier(0)[1], rel=1e-12)

@@ -78,7 +78,8 @@ class Engine(CommMixin):
         self._factor_cache: dict = {}
         self._segments: dict = {}        # per-chunk segment lists, read-only once built
         # EP all-to-alls as flows sharing links with the DP and PP traffic (engine.ep_flows)
-        self.ep_flows = EPFlows(self.env, self.net, plan, len(self.replicas)) if EPFlows.applies(self.sc) else None
+        self.ep_flows = EPFlows(self.env, self.net, plan, len(self.replicas), folded=not self.every) \
+            if EPFlows.applies(self.sc) else None
 
     def _make_lanes(self) -> list[Lane]:
         lanes = []

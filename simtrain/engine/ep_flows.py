@@ -9,7 +9,12 @@ one flow crossing both since the hops are pipelined). A segment of ``s`` seconds
 ``r`` the carrier's bottleneck rate alone (min over its links of bandwidth / flows), so alone it takes exactly
 ``s``; when DP or PP flows cross one of its links the fluid network shares the link (equal share per flow) and
 both slow. The lanes of a stage (replicas at full fidelity, classes) meet at each all-to-all, as the EP group's
-ranks do; the first lane to arrive last starts the flow.
+ranks do; the last lane to arrive starts the flow. A folded run (one lane for every replica of a stage, its GPUs alike)
+carries the all-to-all on the links of the stage's first GPU alone (its NVLink port, its PCIe path to its NIC and
+the NIC's network links, both ways, with the flow counts the stage's all-to-all puts there, and the bytes set by
+those links' own bottleneck, so that alone it still takes its planned time): the DP rings and pipeline sends of the
+folded lane cover every GPU of the stage, so that GPU meets what every GPU meets, at a few links to re-rate instead
+of thousands (DeepSeek-V3 on 2,048 H100: 6 links, not 400 for one EP group).
 
 Not carried: the allgather dispatcher (rings over the expert tp x ep block; its segments keep their planned time)
 and the EP-overlap pairs (``engine.merged_pair`` plays a planned schedule of both halves).
@@ -27,10 +32,11 @@ from simtrain.plan.deepep import hop_shapes
 class EPFlows:
     """The EP all-to-alls of every lane, played on the engine's fluid network."""
 
-    def __init__(self, env: simpy.Environment, net, plan, lanes_per_stage: int) -> None:
+    def __init__(self, env: simpy.Environment, net, plan, lanes_per_stage: int, folded: bool = False) -> None:
         self.env, self.net, self.plan = env, net, plan
         self.scenario = plan.scenario
         self.lanes_per_stage = lanes_per_stage
+        self.folded = folded          # carry the first EP group's flows alone
         self._carriers: dict[int, tuple[tuple, float] | None] = {}
         self._counts: dict[tuple, int] = {}               # (lane index, tag) -> all-to-alls it started
         self._meetings: dict[tuple, Rendezvous] = {}
@@ -46,13 +52,14 @@ class EPFlows:
             sc, placement = self.scenario, self.plan.placement
             cluster = sc.cluster
             if sc.parallel.moe_dispatcher == "deepep":
-                nvl, rdma, _rails = hop_shapes(sc, placement, pp_rank)
+                nvl, rdma, _rails = hop_shapes(sc, placement, pp_rank, first_group_only=self.folded)
                 shapes = [s for s in (nvl, rdma) if s is not None]
             else:
                 offset = pp_rank * placement.tp * placement.dp
                 layout = (placement.dp, placement.tp, placement.pp, placement.ep, placement.expert_tp)
-                shapes = [stage_shape(cluster, ("ep", "all_to_all", *layout), offset,
-                                      lambda: all_to_all_shape(placement.ep_groups(pp_rank), cluster))]
+                groups = placement.ep_groups(pp_rank)
+                shapes = [stage_shape(cluster, ("ep", "all_to_all_carrier", *layout, self.folded), offset,
+                                      lambda: all_to_all_shape(groups[:1] if self.folded else groups, cluster))]
             counts: dict = {}
             for shape in shapes:
                 if shape is None:
@@ -60,6 +67,8 @@ class EPFlows:
                 for link, n in shape.phase(1.0).links:
                     counts[link] = counts.get(link, 0) + n
             links = tuple(counts.items())
+            if self.folded and links:
+                links = _around(links, f"gpu{placement.ep_groups(pp_rank)[0][0]}", cluster) or links
             self._carriers[pp_rank] = (links, min(cluster.bandwidth(lk) / n for lk, n in links)) if links else None
         return self._carriers[pp_rank]
 
@@ -89,3 +98,11 @@ class EPFlows:
     def _move(self, phase: Phase, done: simpy.Event):
         yield from self.net.run_phase(phase)
         done.succeed()
+
+
+def _around(links: tuple, gpu: str, cluster) -> tuple:
+    """The links of ``links`` at one GPU: its own (NVLink port, PCIe to its NIC, both ways) and its NIC's (network
+    uplink and downlink), with their flow counts."""
+    nics = {b if a == gpu else a for (a, b), _ in links if gpu in (a, b) and cluster._link((a, b))[2] == "pcie"}
+    near = {gpu} | nics
+    return tuple((link, n) for link, n in links if link[0] in near or link[1] in near)

@@ -117,12 +117,14 @@ def _hop_time(cluster, shape, logical: float, efficiency: float, kind: str) -> f
     return phase_time_alone(phase, cluster, scale)
 
 
-def hop_shapes(scenario: Scenario, placement: Placement, pp_rank: int):
-    """The stage's NVLink-hop and RDMA-hop all-to-all shapes (every EP group of the stage), and the RDMA rails."""
+def hop_shapes(scenario: Scenario, placement: Placement, pp_rank: int, first_group_only: bool = False):
+    """The stage's NVLink-hop and RDMA-hop all-to-all shapes (every EP group of the stage, or its first alone), and
+    the RDMA rails."""
     cluster = scenario.cluster
-    intra, rails = _hops(placement.ep_groups(pp_rank), cluster)
+    groups = placement.ep_groups(pp_rank)
+    intra, rails = _hops(groups[:1] if first_group_only else groups, cluster)
     offset = pp_rank * placement.tp * placement.dp
-    layout = (placement.dp, placement.tp, placement.pp, placement.ep, placement.expert_tp)
+    layout = (placement.dp, placement.tp, placement.pp, placement.ep, placement.expert_tp, first_group_only)
     nvl_shape = stage_shape(cluster, ("ep", "deepep_nvl", *layout), offset, lambda: all_to_all_shape(intra, cluster))
     rdma_shape = stage_shape(cluster, ("ep", "deepep_rdma", *layout), offset,
                              lambda: all_to_all_shape(rails, cluster))
