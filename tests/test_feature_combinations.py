@@ -11,8 +11,6 @@ PP4 = str(ROOT / "scenarios" / "pp4_dp4.yaml")
 
 
 @pytest.mark.parametrize(("sets", "says"), [
-    (["model=qwen3-30b-a3b", "parallel.layers_per_stage=[16,16,16,0]"],
-     "parallel.layers_per_stage: [16, 16, 16, 0]: an embedding- or loss-only stage (0 layers) is not simulated yet"),
     (["parallel.layers_per_stage=auto", "training.recompute=full", "training.recompute_layers=2"],
      "training.recompute_layers: 2 with layers_per_stage: auto is not simulated yet"),
     (["model=qwen3-30b-a3b", "parallel.tp_comm_overlap=true"],
@@ -29,6 +27,25 @@ def test_unsupported_combinations_are_refused_at_their_key(capsys, sets, says):
     code, _, err = run_cli(args, capsys)
     assert code == 2 and err.count("\n") == 1
     assert says in err
+
+
+def test_loss_only_stage_of_a_moe_model_plays_no_layer():
+    """Qwen3-30B-A3B split [16, 16, 16, 0]: the last stage plays the output layer and loss only, and the stages'
+    layers sum to the model's 48 at the same per-layer forward as the even split [12, 12, 12, 12]."""
+    import simtrain
+    from simtrain.plan.build import build_plan
+
+    base = {"model": "qwen3-30b-a3b", "training.global_batch": 32}
+    skewed = build_plan(simtrain.load_scenario(PP4, {**base, "parallel.layers_per_stage": [16, 16, 16, 0]}))
+    even = build_plan(simtrain.load_scenario(PP4, {**base, "parallel.layers_per_stage": [12, 12, 12, 12]}))
+    last = skewed.chunks[-1]
+    assert last.layers == 0 and last.has_head
+    assert last.fwd_layer == 0.0 and last.bwd_layer == 0.0 and last.ep_fwd_layer == 0.0
+    assert last.head_fwd == pytest.approx(even.chunks[-1].head_fwd, rel=1e-12)
+    assert sum(c.layers * c.fwd_layer for c in skewed.chunks) == pytest.approx(
+        sum(c.layers * c.fwd_layer for c in even.chunks), rel=1e-9)
+    assert simtrain.simulate(simtrain.load_scenario(PP4, {**base, "parallel.layers_per_stage": [16, 16, 16, 0]})) \
+        .step_time_s > 0
 
 
 def test_a_fixed_key_no_layout_carries_is_refused(capsys):

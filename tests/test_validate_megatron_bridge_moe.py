@@ -11,9 +11,10 @@ from simtrain.decide import cases as case_files
 from simtrain.decide import validate as v
 
 CASES = Path(str(resources.files("simtrain.validation") / "megatron_bridge_moe.yaml"))
-# the expressible MoE rows of the shared file, by hand: the ones that set no recompute_modules mlp under FP8, hybridep,
-# or tp_comm_overlap (the file's header lists the others and the key each lacks); ep_overlap rows since 2026-12-01,
-# the deepep row since DeepEP is simulated
+# the expressible MoE rows of the shared file, by hand: the ones that set no hybridep or tp_comm_overlap (the file's
+# header lists the others and the key each lacks); ep_overlap rows since 2026-12-01, the deepep row since DeepEP is
+# simulated, the DeepSeek-V3 rows with recompute_modules mlp under FP8 since it is simulated (the three GPT-OSS BF16
+# rows the header names are expressible but not bundled yet)
 EXPRESSIBLE = {
     "mbridge_2509_h100_qwen3_30b_a3b_fp8cs_16gpu", "mbridge_2509_b200_qwen3_30b_a3b_fp8cs_8gpu",
     "mbridge_2602_b200_qwen3_30b_a3b_mxfp8_8gpu",
@@ -23,10 +24,14 @@ EXPRESSIBLE = {
     "mbridge_2511_b200_gpt_oss_120b_bf16_64gpu",
     "mbridge_2511_h100_qwen3_30b_a3b_fp8cs_16gpu", "mbridge_2511_h100_qwen3_235b_a22b_fp8cs_256gpu",
     "mbridge_260401_h100_qwen3_235b_a22b_fp8cs_256gpu", "mbridge_2511_b200_qwen3_235b_a22b_mxfp8_64gpu",
-    "mbridge_2602_h100_qwen3_30b_a3b_fp8cs_16gpu"}
-GATED = {"mbridge_2509_h100_qwen3_30b_a3b_fp8cs_16gpu", "mbridge_2602_b200_qwen3_30b_a3b_mxfp8_8gpu",
-         "mbridge_260401_b200_qwen3_235b_a22b_mxfp8_256gpu", "mbridge_2511_h100_qwen3_235b_a22b_fp8cs_256gpu",
-         "mbridge_260401_h100_qwen3_235b_a22b_fp8cs_256gpu", "mbridge_2602_h100_qwen3_30b_a3b_fp8cs_16gpu"}
+    "mbridge_2602_h100_qwen3_30b_a3b_fp8cs_16gpu", "mbridge_2509_h100_deepseek_v3_fp8cs_1024gpu",
+    "mbridge_2511_b200_deepseek_v3_mxfp8_256gpu", "mbridge_260401_b200_deepseek_v3_mxfp8_256gpu"}
+DEEPSEEK_GATED = {"mbridge_2509_h100_deepseek_v3_fp8cs_1024gpu", "mbridge_2511_b200_deepseek_v3_mxfp8_256gpu",
+                  "mbridge_260401_b200_deepseek_v3_mxfp8_256gpu"}
+GATED = DEEPSEEK_GATED | {
+    "mbridge_2509_h100_qwen3_30b_a3b_fp8cs_16gpu", "mbridge_2602_b200_qwen3_30b_a3b_mxfp8_8gpu",
+    "mbridge_260401_b200_qwen3_235b_a22b_mxfp8_256gpu", "mbridge_2511_h100_qwen3_235b_a22b_fp8cs_256gpu",
+    "mbridge_260401_h100_qwen3_235b_a22b_fp8cs_256gpu", "mbridge_2602_h100_qwen3_30b_a3b_fp8cs_16gpu"}
 
 
 @pytest.fixture(scope="module")
@@ -65,12 +70,14 @@ def test_targets_are_the_published_throughput():
 # Qwen3-235B H100 rows that use it joined: -28.5% and -25.2% (all-to-alls hidden under compute slowed 1.19x), so the
 # gated mean is 38.7% over 5. With DeepEP simulated the gated Qwen3-30B-A3B H100 deepep row joined at -68.5% (16.16 s
 # for 51.27 s; its EP time is small, the miss is elsewhere; the shared file notes that the 26.02.01 re-run of the same
-# table row measured 9058 tok/s/GPU, a 28.94 s step, -44% from this prediction): gated mean 43.6% over 6.
-# Guards are today's figures rounded up.
+# table row measured 9058 tok/s/GPU, a 28.94 s step, -44% from this prediction): gated mean 43.6% over 6. With the
+# dense MLP's recompute under FP8 and group-limited routing simulated, three gated DeepSeek-V3 rows joined: H100 EP 64
+# deepep -19.8%, B200 alltoall -36.3%, B200 EP 32 deepep -5.7% (without group-limited routing -13.9% and +5.0%):
+# gated mean 36.0% over 9. Guards are today's figures rounded up.
 def test_gated_error_does_not_regress(results):
-    """The gated MoE cases' mean |error| stays at or below 44% and the worst at or below 70%."""
+    """The gated MoE cases' mean |error| stays at or below 36% and the worst at or below 70%."""
     gated = [r for r in results if r.gate]
-    assert len(gated) == 6
+    assert len(gated) == 9
     s = v.summarize(gated)
-    assert s.mean_abs_error <= 0.44
+    assert s.mean_abs_error <= 0.36
     assert s.worst_abs_error <= 0.70

@@ -21,6 +21,7 @@ import simpy
 from simtrain.engine.classes import ReplicaClasses
 from simtrain.engine.comm import CommMixin, _buckets
 from simtrain.engine.dualpipe import mirror_gradient_sum
+from simtrain.engine.ep_flows import EPFlows
 from simtrain.engine.fluid import FluidNetwork, LinkCapacity
 from simtrain.engine.lane import (  # noqa: F401  (Record, Timeline re-exported)
     CountingEnvironment,
@@ -76,6 +77,9 @@ class Engine(CommMixin):
         self.events = 0
         self._factor_cache: dict = {}
         self._segments: dict = {}        # per-chunk segment lists, read-only once built
+        # EP all-to-alls as flows sharing links with the DP and PP traffic (engine.ep_flows)
+        self.ep_flows = EPFlows(self.env, self.net, plan, len(self.replicas), folded=not self.every) \
+            if EPFlows.applies(self.sc) else None
 
     def _make_lanes(self) -> list[Lane]:
         lanes = []
@@ -157,18 +161,33 @@ class Engine(CommMixin):
 
     def _coarse(self, lane: Lane, segments: list, mb: int, v: int):
         """Run a list of (stream, kind, seconds, layer) as one op: its compute, then its TP communication
-        (exposed); per-layer records if detailed. Compute segments are stretched alike by the overlap
-        slowdown the op met (``_compute``)."""
+        (exposed), then its EP all-to-alls (as flows on the network when ``ep_flows`` carries them); per-layer
+        records if detailed. Compute segments are stretched alike by the overlap slowdown the op met
+        (``_compute``), EP segments alike by the sharing their flows met."""
         f = self._factor(lane)
         t = self.env.now
         work = sum(sec for stream, _k, sec, _l in segments if stream == "compute") * f
         if work > 0:
             yield from self._compute(lane, work)
         stretch = f * ((self.env.now - t) / work if work > 0 else 1.0)
+        ep_scale = 1.0
+
+        def seconds(stream: str, sec: float) -> float:
+            return sec * stretch if stream == "compute" else sec * lane.tp_scale if stream == "tp" else \
+                sec * ep_scale if stream == "ep" else sec
+        planned = self._op_length(segments, seconds)
+        ep = sum(sec for stream, _k, sec, _l in segments if stream == "ep") if self.ep_flows is not None else 0.0
+        rest = t + planned - self.env.now - ep    # the TP (and CP, offload) communication, after the compute
+        if rest > 0:
+            yield self.env.timeout(rest)
+        if ep > 0:                                # then the EP all-to-alls, as flows on the network
+            t_ep = self.env.now
+            yield from self.ep_flows.run(lane, ep, (mb, v, None))
+            ep_scale = (self.env.now - t_ep) / ep
         total = 0.0
         if self.layer_detail:
             for stream, kind, sec, layer in segments:
-                sec = sec * stretch if stream == "compute" else sec * lane.tp_scale if stream == "tp" else sec
+                sec = seconds(stream, sec)
                 lo, hi = (layer, layer + 1) if layer is not None else (-1, -1)
                 if stream == "cp_hidden":   # under the compute just played: busy, not on the critical path
                     self._record(lane, "cp", kind, t + total - sec, t + total, mb, v, lo, hi)
@@ -180,8 +199,7 @@ class Engine(CommMixin):
         else:
             sums: dict = {}
             for stream, kind, sec, _layer in segments:
-                sec = sec * stretch if stream == "compute" else sec * lane.tp_scale if stream == "tp" else sec
-                sums[(stream, kind)] = sums.get((stream, kind), 0.0) + sec
+                sums[(stream, kind)] = sums.get((stream, kind), 0.0) + seconds(stream, sec)
             for (stream, kind), sec in sums.items():
                 if stream == "cp_hidden":
                     self._record(lane, "cp", kind, t + total - sec, t + total, mb, v)
@@ -190,9 +208,22 @@ class Engine(CommMixin):
                 if stream != "compute":
                     lane.exposed[stream] += sec
                 total += sec
-        rest = t + total - self.env.now      # the TP communication, after the compute
-        if rest > 0:
-            yield self.env.timeout(rest)
+
+    def _op_length(self, segments: list, seconds) -> float:
+        """An op's length as ``_coarse`` records it: its segments end to end (by stream and kind when coarse)."""
+        total = 0.0
+        if self.layer_detail:
+            for stream, _kind, sec, _layer in segments:
+                if stream != "cp_hidden":
+                    total += seconds(stream, sec)
+            return total
+        sums: dict = {}
+        for stream, kind, sec, _layer in segments:
+            sums[(stream, kind)] = sums.get((stream, kind), 0.0) + seconds(stream, sec)
+        for (stream, _kind), sec in sums.items():
+            if stream != "cp_hidden":
+                total += sec
+        return total
 
     def _segment(self, lane: Lane, stream: str, kind: str, sec: float, mb: int, v: int, layer,
                  exposed: bool = True):
@@ -203,6 +234,11 @@ class Engine(CommMixin):
             return
         if stream == "compute":
             yield from self._compute(lane, sec * self._factor(lane))
+        elif stream == "ep" and self.ep_flows is not None:
+            if sec > 0:
+                yield from self.ep_flows.run(lane, sec, (mb, v, layer))
+            if exposed:
+                lane.exposed["ep"] += self.env.now - start
         else:
             if stream == "tp":
                 sec *= lane.tp_scale

@@ -45,6 +45,8 @@ class _Flow:
     rate: float = 0.0
     stamp: float = 0.0
     finish: float = 0.0       # when it ends at its current rate
+    alone: float = 0.0        # its rate with no other flow: min over its links of capacity / its own flows there
+    shared: dict = field(default_factory=dict)   # its links that other flows crossed since it started (ordered)
 
 
 @dataclass(eq=False)
@@ -55,6 +57,7 @@ class FluidNetwork:
     on_link: dict = field(default_factory=lambda: defaultdict(dict))   # link -> {flow: None}, ordered
     active: dict = field(default_factory=dict)                          # {flow: None}, ordered
     _generation: int = 0
+    _alone_rates: dict = field(default_factory=dict)                    # id(links) -> (links, alone rate)
 
     def run_phase(self, phase: Phase):
         """simpy process body: wait out a phase's latency, then move its bytes."""
@@ -62,16 +65,41 @@ class FluidNetwork:
             yield self.env.timeout(phase.latency)
         if phase.flow_bytes > 0:
             flow = _Flow(phase.flow_bytes, phase.links, self.env.event(), stamp=self.env.now)
+            flow.alone = self._alone(flow.links)
             self.active[flow] = None
+            load, on_link, shared = self.load, self.on_link, flow.shared
             for link, count in flow.links:
-                self.load[link] += count
-                self.on_link[link][flow] = None
+                load[link] += count
+                others = on_link[link]
+                if others:
+                    shared[link] = None
+                    for other in others:
+                        other.shared[link] = None
+                others[flow] = None
             self._rerate(self._sharing(flow))
             yield flow.done
 
+    def _alone(self, links: tuple) -> float:
+        """min over the links of capacity / flows, kept per long link tuple (a collective's shapes reuse theirs)."""
+        if len(links) < 16:
+            cap = self.capacity
+            return min(cap[link] / count for link, count in links)
+        hit = self._alone_rates.get(id(links))
+        if hit is None or hit[0] is not links:
+            cap = self.capacity
+            hit = self._alone_rates[id(links)] = (links, min(cap[link] / count for link, count in links))
+        return hit[1]
+
     def _sharing(self, flow: _Flow) -> dict:
-        """The flows in flight that cross at least one of ``flow``'s links (``flow`` included if active)."""
+        """The flows in flight that cross at least one of ``flow``'s links (``flow`` included if active): only its
+        shared links can hold others (``_Flow.shared``), so a flow that met few looks at those alone."""
         out: dict = {}
+        if len(flow.shared) < len(flow.links):
+            if flow in self.active:
+                out[flow] = None
+            for link in flow.shared:
+                out.update(self.on_link[link])
+            return out
         for link, _ in flow.links:
             out.update(self.on_link[link])
         return out
@@ -82,7 +110,9 @@ class FluidNetwork:
         for f in flows:
             f.remaining -= f.rate * (now - f.stamp)
             f.stamp = now
-            f.rate = min(cap[link] / load[link] for link, _ in f.links)
+            # min over its links of capacity / flows: a link no other flow crossed gives capacity / its own flows,
+            # never below ``alone``, so only the shared ones need a look (an all-to-all carries thousands of links)
+            f.rate = min(f.alone, min((cap[link] / load[link] for link in f.shared), default=f.alone))
             f.finish = now + max(f.remaining, 0.0) / f.rate
         self._schedule()
 
@@ -102,11 +132,12 @@ class FluidNetwork:
         if not finished:   # floating point: finish the closest one
             finished = [min(self.active, key=lambda f: f.finish)]
         touched: dict = {}
+        load, on_link = self.load, self.on_link
         for flow in finished:
             del self.active[flow]
             for link, count in flow.links:
-                self.load[link] -= count
-                del self.on_link[link][flow]
+                load[link] -= count
+                del on_link[link][flow]
             touched.update(self._sharing(flow))
             flow.done.succeed()
         self._rerate(f for f in touched if f in self.active)

@@ -29,7 +29,7 @@ from simtrain.plan.memory import (
 from simtrain.plan.memory_moe import expert_params_local
 from simtrain.plan.offload import with_offload
 from simtrain.plan.offload_optimizer import host_step
-from simtrain.plan.recompute import modules_of, selective_tp_factor
+from simtrain.plan.recompute import dense_share, modules_of, selective_tp_factor
 from simtrain.plan.schedules import Op, StageLayout, rank_schedules, stage_layout
 from simtrain.plan.tp_comm import TP_RECOMPUTE, tp_collectives, tp_time
 from simtrain.plan.tp_overlap import exposed_tp
@@ -264,8 +264,9 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
     act_full = tokens * m.hidden * dev.element_bytes
     mems = stage_memories or tuple(stage_memory(scenario, r) for r in range(par.pp))
     tp_cost = [tp_time(scenario, placement, act_full, r) for r in range(par.pp)]
-    tp_factor = selective_tp_factor(modules) if modules else TP_RECOMPUTE.get(tr.recompute, 1.0)
-    tp_bwd_cost = [t * tp_factor for t in tp_cost]
+    tp_factors = [selective_tp_factor(modules, dense_share(scenario, r)) if modules else
+                  TP_RECOMPUTE.get(tr.recompute, 1.0) for r in range(par.pp)]
+    tp_bwd_cost = [t * f for t, f in zip(tp_cost, tp_factors)]
     tp_bwd_plain = list(tp_cost)
     if par.tp_comm_overlap and par.sequence_parallel and par.tp > 1:
         gemm_times = [(dev.linear_gemm_time(mm, n, k), dev.linear_gemm_time(mm, k, n), dev.linear_gemm_time(k, n, mm))
@@ -278,7 +279,7 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
             tp_cost.append(fwd)
             tp_bwd_plain[r] = bwd
             # a recomputed forward's collectives (full: all of them; selective_op: half) overlap as the forward's
-            tp_bwd_cost.append(bwd + (tp_factor - 1.0) * fwd)
+            tp_bwd_cost.append(bwd + (tp_factors[r] - 1.0) * fwd)
 
     per_layer_local = layer_params_per_rank(m, par.tp)
     # PyTorch FSDP's flat-parameter gradient handling (parallel.zero_impl: fsdp1), ZeRO-2/3 over 2+ ranks
@@ -298,7 +299,9 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
         # each MTP module on the last stage: one layer like the model's last, its projection of [h; h] to h, and
         # its own output layer and loss (DeepSeek-V3 section 2.2; Megatron-Core runs them after the decoder)
         last_rank = stage_layout(par.schedule, par.pp, par.vpp).rank[-1]   # the last virtual stage's rank
-        last = figures[last_rank][-1] or next(f for f in reversed(figures[last_rank]) if f)
+        # the last rank's own last layer; a loss-only last rank (no layer) prices the model's last layer
+        last = next((f for f in reversed(figures[last_rank]) if f), None) or \
+            next(f for r in range(par.pp) for f in reversed(figures[r]) if f)
         proj_f = dev.gemm_time(tokens, m.hidden / par.tp, 2 * m.hidden)
         proj_b = dev.gemm_time(tokens, 2 * m.hidden, m.hidden / par.tp) + \
             dev.gemm_time(2 * m.hidden, m.hidden / par.tp, tokens)
@@ -403,3 +406,4 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
                 framework_overhead_layer=unit_overhead, has_experts=experts, has_cp=cp > 1,
                 has_offload=tr.activation_offload_layers > 0,
                 expert_grad_bytes=tuple(n * state.grads for n in expert_local), expert_params_local=expert_local)
+

@@ -121,6 +121,10 @@ def chunk_fields(figures: list[LayerFigures | None], lo: int, n: int) -> dict:
     """ChunkPlan fields for layers lo..lo+n-1: the leading dense layers of a MoE model apart, the others averaged
     (their sum, which the engine plays, is exact)."""
     layers = figures[lo:lo + n]
+    if not layers:      # a stage of the embedding, or of the loss and MTP modules, alone: no layer to play
+        zero = ("fwd_layer", "bwd_layer", "recompute_layer", "ep_fwd_layer", "ep_bwd_layer", "grad_bytes_layer",
+                "expert_grad_bytes_layer", "wgrad_layer", "moe_fwd_layer", "moe_bwd_layer", "moe_wgrad_layer")
+        return {**dict.fromkeys(zero, 0.0), "lead_layers": 0}
     lead = 0
     while lead < n and layers[lead].ep_forward == 0.0 and layers[lead].expert_grad_bytes == 0.0 and \
             any(f.expert_grad_bytes for f in layers):

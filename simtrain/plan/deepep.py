@@ -21,7 +21,8 @@ forwards chunks as they arrive): the slower hop sets the time.
 
 The expected distinct destinations of a token whose top-k experts are spread uniformly over ``parts`` equal
 parts of E experts (force-balanced routing, as the published benchmarks run) is the hypergeometric
-``parts x (1 - C(E - E/parts, k) / C(E, k))``.
+``parts x (1 - C(E - E/parts, k) / C(E, k))``; with group-limited routing (``moe.n_group``/``topk_group``) it is
+:func:`simtrain.plan.routing.expected_parts` over the experts each EP rank and each node of the group holds.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from math import comb
 
 from simtrain.plan.collectives import all_to_all_shape, phase_time_alone, stage_shape
 from simtrain.plan.costs_moe import MoEShape
+from simtrain.plan.routing import expected_parts, rank_parts
 from simtrain.spec.placement import Placement
 from simtrain.spec.scenario import Scenario
 
@@ -115,21 +117,31 @@ def _hop_time(cluster, shape, logical: float, efficiency: float, kind: str) -> f
     return phase_time_alone(phase, cluster, scale)
 
 
+def hop_shapes(scenario: Scenario, placement: Placement, pp_rank: int, first_group_only: bool = False):
+    """The stage's NVLink-hop and RDMA-hop all-to-all shapes (every EP group of the stage, or its first alone), and
+    the RDMA rails."""
+    cluster = scenario.cluster
+    groups = placement.ep_groups(pp_rank)
+    intra, rails = _hops(groups[:1] if first_group_only else groups, cluster)
+    offset = pp_rank * placement.tp * placement.dp
+    layout = (placement.dp, placement.tp, placement.pp, placement.ep, placement.expert_tp, first_group_only)
+    nvl_shape = stage_shape(cluster, ("ep", "deepep_nvl", *layout), offset, lambda: all_to_all_shape(intra, cluster))
+    rdma_shape = stage_shape(cluster, ("ep", "deepep_rdma", *layout), offset,
+                             lambda: all_to_all_shape(rails, cluster))
+    return nvl_shape, rdma_shape, rails
+
+
 def deepep_time(scenario: Scenario, placement: Placement, msh: MoEShape, pp_rank: int) -> float:
     """Seconds of one MoE layer's dispatch and combine through DeepEP on one stage, every EP group of the stage
     running at once."""
     cluster = scenario.cluster
     groups = placement.ep_groups(pp_rank)
-    intra, rails = _hops(groups, cluster)
-    offset = pp_rank * placement.tp * placement.dp
-    layout = (placement.dp, placement.tp, placement.pp, placement.ep, placement.expert_tp)
-    nvl_shape = stage_shape(cluster, ("ep", "deepep_nvl", *layout), offset, lambda: all_to_all_shape(intra, cluster))
-    rdma_shape = stage_shape(cluster, ("ep", "deepep_rdma", *layout), offset,
-                             lambda: all_to_all_shape(rails, cluster))
+    nvl_shape, rdma_shape, rails = hop_shapes(scenario, placement, pp_rank)
     token_bytes = msh.routed_tokens * msh.imbalance * msh.hidden * WIRE_BYTES   # dropless (capacity is refused)
     nodes = len(rails[0]) if rails else 1
-    to_ranks = token_bytes * distinct(msh.experts, msh.top_k, msh.ep)      # tokens received over NVLink
-    to_nodes = token_bytes * distinct(msh.experts, msh.top_k, nodes)       # (token, node) pairs over RDMA
+    ranks, node_count = destinations(scenario, placement, msh, groups, nodes)
+    to_ranks = token_bytes * ranks          # tokens received over NVLink
+    to_nodes = token_bytes * node_count     # (token, node) pairs over RDMA
     total = 0.0
     for kind in ("dispatch", "combine"):
         nvl = _hop_time(cluster, nvl_shape, to_ranks, NVLINK_FIGURES[kind] / NVLINK_MAX, "nvlink")
@@ -137,3 +149,25 @@ def deepep_time(scenario: Scenario, placement: Placement, msh: MoEShape, pp_rank
             if nodes > 1 else 0.0
         total += max(nvl, rdma)
     return total
+
+
+def destinations(scenario: Scenario, placement: Placement, msh: MoEShape, groups: list[list[int]],
+                 nodes: int) -> tuple[float, float]:
+    """Expected distinct EP ranks and nodes one token is sent to: the hypergeometric over equal parts, or with
+    group-limited routing the exact expectation over the experts each rank and each node holds (the mean over the
+    stage's EP groups)."""
+    moe = scenario.model.moe
+    if moe.n_group is None:
+        return distinct(msh.experts, msh.top_k, msh.ep), distinct(msh.experts, msh.top_k, nodes)
+    ranks = expected_parts(msh.experts, msh.top_k, rank_parts(msh.experts, msh.ep), moe.n_group, moe.topk_group)
+    if nodes <= 1:
+        return ranks, 1.0
+    cluster = scenario.cluster
+    per_group = []
+    for g in groups:
+        by_node: dict[int, list[int]] = defaultdict(list)
+        for e, r in enumerate(g):          # list position = EP rank (Placement.ep_group)
+            by_node[cluster.domain_of(r)].append(e)
+        parts = rank_parts(msh.experts, msh.ep, [by_node[nd] for nd in sorted(by_node)])
+        per_group.append(expected_parts(msh.experts, msh.top_k, parts, moe.n_group, moe.topk_group))
+    return ranks, sum(per_group) / len(per_group)

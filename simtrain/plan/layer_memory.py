@@ -5,6 +5,7 @@ read by a search's memory floor (``simtrain.decide.bulk``)."""
 from __future__ import annotations
 
 from simtrain.plan.activations import activation_bytes_per_layer, fp8_activation_saving
+from simtrain.plan.device import FP8_COPY_BYTES
 from simtrain.plan.recompute import mla_qkv_width, modules_for, selective_saving
 
 
@@ -21,7 +22,9 @@ def dense_layer_activation(m, tr, *, tp: int, sequence_parallel: bool, cp: int, 
     if precision == "fp8" and recompute in ("none", "selective"):
         per_layer -= fp8_activation_saving(s, b, h, m.ffn_hidden, t, sp, tr.fp8_recipe)
     modules = modules_for(recompute, tr.recompute_modules)
-    return per_layer - selective_saving(s, b, h, m.ffn_hidden, m.mlp, t, sp, modules, mla_qkv_width(m)) * scale
+    fp8_copy = FP8_COPY_BYTES[tr.fp8_recipe] if precision == "fp8" else None
+    return per_layer - selective_saving(s, b, h, m.ffn_hidden, m.mlp, t, sp, modules, mla_qkv_width(m),
+                                        fp8_copy) * scale
 
 
 def attention_widths(m) -> dict:

@@ -22,12 +22,24 @@ before the backward (/work/research/schedules_cp.md section 5).
   ``qkv_up_proj_and_rope_apply``, discarded after the attention core) drops the per-head query, key and value the
   attention kernel keeps and re-runs the two up projections from the kept latents (RoPE's element-wise pass is not
   timed in the forward either, ``costs.layer_cost``).
+- ``mlp`` under FP8 (Megatron-Core transformer_layer.py @d98e8a6: ``recompute_mlp`` only on layers that are not
+  MoE layers, run through Transformer Engine's ``te_checkpoint`` when fp8 is on). TE's checkpoint runs the
+  forward without keeping anything and saves only the checkpoint's input; before the backward it runs the
+  forward again (transformer_engine/pytorch/distributed.py, ``activation_recompute_forward``: "the forward pass
+  will run without storing intermediate activations. Instead, the forward pass saves the inputs tuple").
+  Megatron-Core's TE layer spec fuses the MLP's norm into fc1 (gpt_layer_specs.py @d98e8a6: a dense layer's
+  ``pre_mlp_layernorm`` is ``IdentityOp`` and ``linear_fc1`` ``column_parallel_layer_norm_linear``), so the
+  checkpoint's input is the layer's residual (already kept as the norm's input), and the MLP drops everything
+  else: fc1's FP8 input copy, the fc1 outputs and FC2's FP8 input copy. The recompute re-runs the norm, the two
+  FP8 quantizations of the GEMM inputs (the BF16 input is all that was kept) and the two FP8 GEMMs with the
+  activation. (The BF16 ``mlp`` above keeps Korthikanti's accounting: the FC1 input stays, no norm re-run.)
 """
 
 from __future__ import annotations
 
 from simtrain.plan import costs, device
 from simtrain.plan.costs_moe import MoECost
+from simtrain.plan.memory_moe import layer_indices
 
 #: the default module list of selective recompute (Megatron-Core transformer_config.py)
 DEFAULT_MODULES = ("core_attn",)
@@ -75,6 +87,9 @@ def selective_extra(sh: costs.LayerShape, dev: device.Device, modules: tuple[str
         t, f = mlp_forward(sh, dev)
         seconds += t
         flops += f
+        if dev.fp8 and sh.ffn:        # TE's checkpoint: the fused norm and the FP8 casts of both GEMM inputs again
+            seconds += norms_forward(sh, dev) / 2.0
+            seconds += dev.fp8_cast_time(sum(m * k for m, _, k in costs.gemm_shapes(sh)[-2:]), 2)
     if "layernorm" in modules:
         seconds += norms_forward(sh, dev)
     if "mla_up_proj" in modules and sh.mla is not None:
@@ -105,23 +120,42 @@ def moe_selective_extra(moe: MoECost, modules: tuple[str, ...]) -> tuple[float, 
     return seconds, flops, False
 
 
-def selective_tp_factor(modules: tuple[str, ...]) -> float:
+def selective_tp_factor(modules: tuple[str, ...], dense_share: float = 1.0) -> float:
     """The backward's TP collectives in forward-collective units: 1, plus half for a recomputed MLP (its
     row-parallel reduction, and with sequence parallelism its all-gather, run again; the attention's half does not,
-    core_attn lies between the collectives; a recomputed MoE layer runs its block's again, as the MLP's)."""
-    return 1.5 if "mlp" in modules or "moe" in modules else 1.0
+    core_attn lies between the collectives; a recomputed MoE layer runs its block's again, as the MLP's).
+    ``dense_share``: the share of the stage's layers whose MLP is dense, the only ones ``mlp`` recomputes
+    (Megatron-Core: ``recompute_mlp`` is not set on MoE layers)."""
+    if "moe" in modules:
+        return 1.5
+    return 1.0 + 0.5 * dense_share if "mlp" in modules else 1.0
+
+
+def dense_share(scenario, pp_rank: int) -> float:
+    """Share of the rank's layers whose MLP is dense (1 for a dense model; a MoE model's leading dense layers)."""
+    m = scenario.model
+    if m.moe is None:
+        return 1.0
+    held = layer_indices(scenario, pp_rank)
+    return sum(1 for i in held if not m.is_moe_layer(i)) / len(held) if held else 0.0
 
 
 def selective_saving(s: float, b: int, h: int, ffn: int, mlp: str, t: int, sequence_parallel: bool,
-                     modules: tuple[str, ...], mla_qkv: int = 0) -> float:
+                     modules: tuple[str, ...], mla_qkv: int = 0, fp8_copy: float | None = None) -> float:
     """Bytes one layer's kept activations shrink by for ``mlp``, ``layernorm`` and ``mla_up_proj`` (core_attn's
     saving, the score matrix of unfused attention, is the formula's own ``recompute='selective'``); ``mla_qkv`` is
-    the per-token width of latent attention's query, key and value (``mla_qkv_width``)."""
+    the per-token width of latent attention's query, key and value (``mla_qkv_width``). ``fp8_copy``: bytes per
+    element of the FP8 input copies under fp8 training (``FP8_COPY_BYTES``), whose saving
+    ``activations.fp8_activation_saving`` already took from the 16-bit count."""
     saved = 0.0
     if "mla_up_proj" in modules:
         saved += 2.0 * s * b * mla_qkv / t     # Q, K, V of this rank's heads, 16-bit
     if "mlp" in modules and ffn:
         saved += (6.0 if mlp == "swiglu" else 4.0) * s * b * ffn / t
+        if fp8_copy is not None:
+            # TE's checkpoint keeps only the residual: fc1's FP8 input copy goes too, and FC2's input, counted 16-bit
+            # above, was already cut to its FP8 copy by the FP8 saving
+            saved += fp8_copy * s * b * h / (t if sequence_parallel else 1) - (2.0 - fp8_copy) * s * b * ffn / t
     if "layernorm" in modules:
         saved += 2 * 2.0 * s * b * h / (t if sequence_parallel else 1)
     return saved

@@ -37,6 +37,12 @@ class MoESpec(Closed):
                                                       "routing, as the published benchmarks run)")
     router_bias: bool = Field(False, description="the router carries a bias of E values (DeepSeek-V3's "
                                                  "e_score_correction_bias, GPT-OSS's gate bias)")
+    n_group: PositiveInt | None = Field(None, description="group-limited routing: the experts form n_group equal "
+                                                          "groups of consecutive experts (DeepSeek-V3: 8; HF n_group, "
+                                                          "Megatron-Core moe_router_num_groups); null = none")
+    topk_group: PositiveInt | None = Field(None, description="group-limited routing: groups each token may use, its "
+                                                             "top_k experts taken within them (DeepSeek-V3: 4; HF "
+                                                             "topk_group, Megatron-Core moe_router_group_topk)")
 
     @field_validator("top_k")
     @classmethod
@@ -53,6 +59,37 @@ class MoESpec(Closed):
             raise ValueError(f"{value:g} is not a capacity: give a number > 0 (tokens per expert capped at that "
                              "factor times the mean) or null for dropless routing")
         return value
+
+    @field_validator("n_group")
+    @classmethod
+    def _groups_divide_experts(cls, n_group: int | None, info: ValidationInfo) -> int | None:
+        experts = info.data.get("experts")
+        if n_group is not None and experts is not None and experts % n_group:
+            raise ValueError(f"{n_group} does not divide experts={experts} (group-limited routing splits the experts "
+                             "into equal groups)")
+        return n_group
+
+    @field_validator("topk_group")
+    @classmethod
+    def _topk_group_fits(cls, topk_group: int | None, info: ValidationInfo) -> int | None:
+        n_group, experts, top_k = info.data.get("n_group"), info.data.get("experts"), info.data.get("top_k")
+        if topk_group is None:      # given as null: no group-limited routing (n_group alone is refused below)
+            return None
+        if n_group is None:
+            raise ValueError(f"{topk_group} needs n_group (the number of expert groups)")
+        if topk_group > n_group:
+            raise ValueError(f"{topk_group} is more than n_group={n_group}")
+        if experts is not None and top_k is not None and top_k > topk_group * (experts // n_group):
+            raise ValueError(f"{topk_group} x {experts // n_group} experts per group is fewer than top_k={top_k} "
+                             f"(allowed: topk_group x experts / n_group >= top_k)")
+        return topk_group
+
+    @model_validator(mode="after")
+    def _groups_need_topk_group(self) -> MoESpec:
+        if self.n_group is not None and self.topk_group is None:
+            raise FieldError(f"{self.n_group} needs topk_group (the groups each token may use; Megatron-Core refuses "
+                             "moe_router_num_groups without moe_router_group_topk)", "n_group")
+        return self
 
     @property
     def shared_width(self) -> int:

@@ -174,6 +174,13 @@ def _moe_fields(config: dict[str, Any], model_type: str, out: dict[str, Any], so
             moe["experts"] = None
         source["moe.dense_layers"] = "first_k_dense_replace"
         moe["router_bias"] = get("topk_method") == "noaux_tc" or model_type == "deepseek_v3"   # e_score_correction_bias
+        # group-limited routing: DeepseekV3TopkRouter always (transformers modeling_deepseek_v3.py, class defaults
+        # n_group 8, topk_group 4); DeepSeek-V2 only with topk_method group_limited_greedy (modeling_deepseek_v2.py)
+        if model_type == "deepseek_v3" or get("topk_method") == "group_limited_greedy":
+            groups = get("n_group", 8 if model_type == "deepseek_v3" else None)
+            if groups is not None and groups != 1:
+                moe.update(n_group=groups, topk_group=get("topk_group", 4 if model_type == "deepseek_v3" else None))
+                source.update({"moe.n_group": "n_group", "moe.topk_group": "topk_group"})
         if config.get("kv_lora_rank") is not None:
             out["attention"] = {"kind": "mla", "q_lora_rank": config.get("q_lora_rank"),
                                 "kv_lora_rank": config["kv_lora_rank"],

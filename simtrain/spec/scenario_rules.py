@@ -95,10 +95,6 @@ def check_rules(s, raw: dict) -> list[str]:
         fail("parallel.layers_per_stage", "auto is not simulated yet for models whose layers differ (experts, latent "
              "or sliding-window attention, MTP modules) or with context parallelism: the balance is costed on a "
              "uniform dense layer; give the split explicitly")
-    if isinstance(par.layers_per_stage, list) and 0 in par.layers_per_stage and varied_model:
-        fail("parallel.layers_per_stage", f"{par.layers_per_stage}: an embedding- or loss-only stage (0 layers) is "
-             "not simulated yet for models whose layers differ (experts, latent or sliding-window attention, MTP "
-             "modules); give every stage a layer")
     if par.layers_per_stage == "auto":
         if par.pp > m.layers:
             fail("parallel.layers_per_stage", f"auto cannot give each of pp={par.pp} pipeline ranks a layer: the model "

@@ -87,11 +87,10 @@ def _check_recompute(s, raw: dict, fail) -> None:
                      f"{need[1]} (allowed here: {', '.join(_modules_of(m))})")
         if len(set(tr.recompute_modules)) != len(tr.recompute_modules):
             fail("training.recompute_modules", f"{tr.recompute_modules} names a module twice")
-        beyond = [x for x in tr.recompute_modules if x in ("mlp", "layernorm")]
-        if beyond and tr.precision == "fp8":
-            fail("training.recompute_modules", f"'{beyond[0]}' is not simulated yet with fp8 training (its linears "
+        if "layernorm" in tr.recompute_modules and tr.precision == "fp8":
+            fail("training.recompute_modules", "'layernorm' is not simulated yet with fp8 training (its linears "
                  "keep FP8 copies of their inputs) (allowed here: "
-                 f"{', '.join(x for x in _modules_of(m) if x not in ('mlp', 'layernorm'))})")
+                 f"{', '.join(x for x in _modules_of(m) if x != 'layernorm')})")
         if "moe" in tr.recompute_modules and s.parallel.ep_overlap:
             fail("training.recompute_modules", "'moe' with parallel.ep_overlap is refused by Megatron-Core (disable "
                  "moe in recompute_modules when enabling overlap_moe_expert_parallel_comm); use moe_act or "
