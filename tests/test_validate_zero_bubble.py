@@ -46,3 +46,26 @@ def test_zb_h1_speedup_of_the_smallest_model():
     (q,) = speedups(runs)
     assert q.measured == pytest.approx(12.9 / 11.8, rel=1e-6)
     assert abs(q.error) < 0.05
+
+
+def _params(layers: int, hidden: int, vocab: int) -> float:
+    """GPT parameters with tied embeddings, biases, two LayerNorms a layer and a final one, 2,048 positions."""
+    return layers * (12 * hidden**2 + 13 * hidden) + (vocab + 2048) * hidden + 2 * hidden
+
+
+def test_table_3_names_bound_the_vocabulary():
+    """The 1.5B/6.2B/14.6B/28.3B names round the parameter count at V = 32,000, at neither 24,400 nor 32,500."""
+    dims = {1.5: (22, 2304), 6.2: (30, 4096), 14.6: (46, 5120), 28.3: (62, 6144)}    # Table 3: layers, hidden
+    assert all(round(_params(*d, 32000) / 1e9, 1) == name for name, d in dims.items())
+    assert round(_params(*dims[6.2], 24400) / 1e9, 1) == 6.1
+    assert round(_params(*dims[14.6], 32500) / 1e9, 1) == 14.7
+
+
+def test_only_single_node_rows_of_expressible_schedules_are_gated():
+    """Gated: 1F1B and 1F1B-I on 8 GPUs (one node, no fabric); ZB-1p (run as ZB-H1) and multi-node rows are not."""
+    gated = {c["id"] for c in CASES if c["gate"]}
+    assert len(gated) == 12
+    for c in CASES:
+        single_node = c["scenario"]["nodes"] == 1 and c["scenario"]["parallel"]["pp"] == 8
+        assert c["gate"] is (single_node and c["scenario"]["parallel"]["schedule"] in ("1f1b", "interleaved-1f1b"))
+        assert c["gate"] is not any(a.startswith("hardware") for a in c["assumed"]), c["id"]
