@@ -116,3 +116,24 @@ def test_narayanan2021_table1_rows_follow_the_sc21_scripts():
         assert case["target_step_time_s"] == pytest.approx(flops / (nodes * 8 * tflops * 1e12), rel=5e-4)
         assert case["measured"]["tflops_per_gpu"] == tflops
         assert case["gate"] is True and case["assumed"] == []
+
+
+def test_llama3_table4_targets_follow_the_stated_tflops():
+    """Llama 3 Table 4: step = 2048 x 8192 x (6N + 12 L h s) / (GPUs x TFLOP/s); not gated (mbs, vpp unstated)."""
+    cases = _cases("llama3_2024")
+    # Table 4 rows at 8K tokens: GPUs, TP, PP, DP, batch size per DP group, TFLOPs/GPU; Table 3 dims, vocab 128,256
+    table = {8192: (8, 16, 64, 32, 430), 16384: (8, 16, 128, 16, 400)}
+    layers, hidden, kv, ffn, vocab, seq = 126, 16384, 8 * 128, 53248, 128256, 8192
+    n = layers * (hidden * (hidden + 2 * kv) + hidden**2 + 3 * hidden * ffn) + vocab * hidden   # matmul weights
+    flops_per_token = 6 * n + 12 * layers * hidden * seq
+    assert len(cases) == len(table)
+    for gpus, (tp, pp, dp, per_dp, tflops) in table.items():
+        case = cases[f"llama3_405b_t4_{gpus}gpu"]
+        sc = case["scenario"]
+        assert (sc["parallel"]["tp"], sc["parallel"]["pp"], sc["parallel"]["dp"]) == (tp, pp, dp)
+        assert tp * pp * dp == gpus == sc["nodes"] * 8
+        assert sc["training"]["global_batch"] == dp * per_dp == 2048
+        assert case["measured"]["tflops_per_gpu"] == tflops
+        step = 2048 * seq * flops_per_token / (gpus * tflops * 1e12)
+        assert case["target_step_time_s"] == pytest.approx(step, rel=1e-5)
+        assert case["gate"] is False
