@@ -146,13 +146,14 @@ def test_cli_json(tmp_path):
     """`simtrain validate --only ... --json` writes summaries and per-case results."""
     out = tmp_path / "v.json"
     proc = subprocess.run([sys.executable, "-c", "from simtrain.cli import main; main()", "validate", "--only",
-                           "narayanan21_t1_1.7B", "--json", str(out)], capture_output=True, text=True)
+                           "zb_1.5b_p8_m24_zb1p", "--json", str(out)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     data = json.loads(out.read_text())
-    assert data["cases"][0]["id"] == "narayanan21_t1_1.7B"
+    assert data["cases"][0]["id"] == "zb_1.5b_p8_m24_zb1p"    # not gated: ZB-1p runs as the ZB-H1 stand-in
     assert "assumed by the case" in proc.stdout
     assert data["targets"]["mean"] == 0.05
-    assert data["by_source"] == {} and list(data["by_source_all"]) == ["Narayanan et al. 2021 (SC21)"]
+    assert data["by_source"] == {} and list(data["by_source_all"]) == [
+        "Qi et al. 2024 Zero Bubble Pipeline Parallelism (ICLR 2024) arXiv:2401.10241v1"]
 
 
 def test_cases_that_do_not_fit_say_so(tmp_path):

@@ -14,9 +14,10 @@ from simtrain.decide import cases as case_files
 from simtrain.spec.scenario import scenario_from_dict
 
 
-def _cases(stem: str) -> dict[str, dict]:
+def _cases(stem: str, prefix: str = "") -> dict[str, dict]:
     path = Path(str(resources.files("simtrain.validation") / f"{stem}.yaml"))
     cases, _ = case_files.load_cases(path)
+    cases = [c for c in cases if str(c["id"]).startswith(prefix)]
     for case in cases:
         assert str(case.get("source", "")).strip(), case["id"]
         assert isinstance(case.get("assumed"), list), case["id"]
@@ -85,3 +86,54 @@ def test_bloom176b_target_is_the_logged_iteration_time():
     parallel = case["scenario"]["parallel"]
     assert parallel["dp"] * parallel["tp"] * parallel["pp"] == 384 == case["scenario"]["nodes"] * 8
     assert sum(parallel["layers_per_stage"]) == 70 and case["gate"] is False
+
+
+def test_narayanan2021_table1_rows_follow_the_sc21_scripts():
+    """Narayanan 2021 Table 1: layout of Megatron-LM examples/sc21/run_table_1.sh; target = Eq. 3 FLOPs / TFLOP/s."""
+    cases = _cases("cases", prefix="narayanan21_t1_")
+    # run_table_1.sh @de7dc40f: TP, PP, MBS, GBS, NLS, HS, NAH, NNODES, layers per virtual stage (0: not interleaved);
+    # Table 1: achieved TFLOP/s per GPU
+    table = {"1.7B": (1, 1, 16, 512, 24, 2304, 24, 4, 0, 137), "3.6B": (2, 1, 16, 512, 30, 3072, 32, 8, 0, 138),
+             "7.5B": (4, 1, 16, 512, 36, 4096, 32, 16, 0, 142), "18.4B": (8, 1, 8, 1024, 40, 6144, 48, 32, 0, 135),
+             "39.1B": (8, 2, 4, 1536, 48, 8192, 64, 64, 0, 138), "76.1B": (8, 4, 2, 1792, 60, 10240, 80, 128, 5, 140),
+             "145.6B": (8, 8, 2, 2304, 80, 12288, 96, 192, 5, 148),
+             "310.1B": (8, 16, 1, 2160, 96, 16384, 128, 240, 3, 155),
+             "529.6B": (8, 35, 1, 2520, 105, 20480, 128, 315, 1, 163),
+             "1008.0B": (8, 64, 1, 3072, 128, 25600, 160, 384, 0, 163)}
+    assert len(cases) == len(table)
+    for name, (tp, pp, mbs, gbs, layers, hidden, heads, nodes, per_virtual, tflops) in table.items():
+        case = cases[f"narayanan21_t1_{name}"]
+        sc = case["scenario"]
+        model, training, parallel = sc["model"], sc["training"], sc["parallel"]
+        assert (model["layers"], model["hidden"], model["heads"], model["vocab"]) == (layers, hidden, heads, 51200)
+        assert (training["micro_batch"], training["global_batch"], training["seq_len"]) == (mbs, gbs, 2048)
+        assert (training["precision"], training["recompute"]) == ("fp16", "full")   # CONFIG.sh --fp16, checkpointing
+        assert (parallel["tp"], parallel["pp"], sc["nodes"]) == (tp, pp, nodes)
+        assert parallel["dp"] * tp * pp == nodes * 8
+        assert parallel["vpp"] == (layers // pp // per_virtual if per_virtual else 1)
+        # Eq. 3: F = 96 B s l h^2 (1 + s / 6h + V / 16 l h), per GPU at the measured rate
+        flops = 96 * gbs * 2048 * layers * hidden**2 * (1 + 2048 / (6 * hidden) + 51200 / (16 * layers * hidden))
+        assert case["target_step_time_s"] == pytest.approx(flops / (nodes * 8 * tflops * 1e12), rel=5e-4)
+        assert case["measured"]["tflops_per_gpu"] == tflops
+        assert case["gate"] is True and case["assumed"] == []
+
+
+def test_llama3_table4_targets_follow_the_stated_tflops():
+    """Llama 3 Table 4: step = 2048 x 8192 x (6N + 12 L h s) / (GPUs x TFLOP/s); not gated (mbs, vpp unstated)."""
+    cases = _cases("llama3_2024")
+    # Table 4 rows at 8K tokens: GPUs, TP, PP, DP, batch size per DP group, TFLOPs/GPU; Table 3 dims, vocab 128,256
+    table = {8192: (8, 16, 64, 32, 430), 16384: (8, 16, 128, 16, 400)}
+    layers, hidden, kv, ffn, vocab, seq = 126, 16384, 8 * 128, 53248, 128256, 8192
+    n = layers * (hidden * (hidden + 2 * kv) + hidden**2 + 3 * hidden * ffn) + vocab * hidden   # matmul weights
+    flops_per_token = 6 * n + 12 * layers * hidden * seq
+    assert len(cases) == len(table)
+    for gpus, (tp, pp, dp, per_dp, tflops) in table.items():
+        case = cases[f"llama3_405b_t4_{gpus}gpu"]
+        sc = case["scenario"]
+        assert (sc["parallel"]["tp"], sc["parallel"]["pp"], sc["parallel"]["dp"]) == (tp, pp, dp)
+        assert tp * pp * dp == gpus == sc["nodes"] * 8
+        assert sc["training"]["global_batch"] == dp * per_dp == 2048
+        assert case["measured"]["tflops_per_gpu"] == tflops
+        step = 2048 * seq * flops_per_token / (gpus * tflops * 1e12)
+        assert case["target_step_time_s"] == pytest.approx(step, rel=1e-5)
+        assert case["gate"] is False

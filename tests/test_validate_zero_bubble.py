@@ -17,7 +17,7 @@ def test_targets_are_table_4():
     assert BY_ID["zb_1.5b_p8_m24_1f1b"]["target_step_time_s"] == pytest.approx(24 * 6 / (11.8 * 8), rel=1e-6)
     assert BY_ID["zb_1.5b_p8_m24_zb1p"]["target_step_time_s"] == pytest.approx(24 * 6 / (12.9 * 8), rel=1e-6)
     assert BY_ID["zb_28.3b_p32_m256_1f1bi"]["target_step_time_s"] == pytest.approx(256 / (0.90 * 32), rel=1e-6)
-    assert len(CASES) == 36 and all(c["compare_to"] in BY_ID for c in CASES if "compare_to" in c)
+    assert len(CASES) == 36 + 6 and all(c["compare_to"] in BY_ID for c in CASES if "compare_to" in c)
 
 
 def test_first_and_last_stage_hold_one_layer_fewer():
@@ -46,3 +46,37 @@ def test_zb_h1_speedup_of_the_smallest_model():
     (q,) = speedups(runs)
     assert q.measured == pytest.approx(12.9 / 11.8, rel=1e-6)
     assert abs(q.error) < 0.05
+
+
+def _params(layers: int, hidden: int, vocab: int) -> float:
+    """GPT parameters with tied embeddings, biases, two LayerNorms a layer and a final one, 2,048 positions."""
+    return layers * (12 * hidden**2 + 13 * hidden) + (vocab + 2048) * hidden + 2 * hidden
+
+
+def test_table_3_names_bound_the_vocabulary():
+    """The 1.5B/6.2B/14.6B/28.3B names round the parameter count at V = 32,000, at neither 24,400 nor 32,500."""
+    dims = {1.5: (22, 2304), 6.2: (30, 4096), 14.6: (46, 5120), 28.3: (62, 6144)}    # Table 3: layers, hidden
+    assert all(round(_params(*d, 32000) / 1e9, 1) == name for name, d in dims.items())
+    assert round(_params(*dims[6.2], 24400) / 1e9, 1) == 6.1
+    assert round(_params(*dims[14.6], 32500) / 1e9, 1) == 14.7
+
+
+def test_only_single_node_rows_of_expressible_schedules_are_gated():
+    """Gated: 1F1B and 1F1B-I on 8 GPUs (one node, no fabric); ZB-1p (run as ZB-H1) and multi-node rows are not."""
+    gated = {c["id"] for c in CASES if c["gate"]}
+    assert len(gated) == 12 + 6     # Table 4's 1F1B and 1F1B-I on 8 GPUs, Table 12's 1F1B
+    for c in CASES:
+        single_node = c["scenario"]["nodes"] == 1 and c["scenario"]["parallel"]["pp"] == 8
+        assert c["gate"] is (single_node and c["scenario"]["parallel"]["schedule"] in ("1f1b", "interleaved-1f1b"))
+        assert c["gate"] is not any(a.startswith("hardware") for a in c["assumed"]), c["id"]
+
+
+def test_table_12_targets():
+    """Table 12, 1F1B with m <= p on 8 GPUs: target = m x b / (8 x samples/GPU/s); 1.5B b 6, 6.2B b 3."""
+    table = {("1.5b", 6): {2: 3.56, 4: 5.74, 8: 8.26}, ("6.2b", 3): {2: 1.04, 4: 1.69, 8: 2.45}}
+    for (model, b), cells in table.items():
+        for m, samples in cells.items():
+            case = BY_ID[f"zb_{model}_p8_m{m}_1f1b_t12"]
+            assert case["scenario"]["training"]["global_batch"] == m * b
+            assert case["scenario"]["training"]["micro_batch"] == b
+            assert case["target_step_time_s"] == pytest.approx(m * b / (8 * samples), rel=1e-5)
