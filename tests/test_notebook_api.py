@@ -155,8 +155,12 @@ def test_the_screening_is_reused_across_max_memory(small_case, monkeypatch):
                         lambda p, b, layouts, *a: calls.extend(layouts) or real(p, b, layouts, *a))
     second = simtrain.search(small_case, top=2, workers=1, progress=False, max_memory=0.6)
     assert first.counts["enumerated"] == second.counts["enumerated"]
-    done_first = [{k: r[k] for k in calls[0]} for r in first.rows if r["status"] != "unscreened"] if calls else []
-    assert not any(layout in done_first for layout in calls)
+    from simtrain.decide.search import enumerate_layouts
+
+    layouts = enumerate_layouts(small_case)    # the rows' order: a screened row is its layout's
+    done_first = [layouts[i] for i, r in enumerate(first.rows) if r["status"] != "unscreened"
+                  and "memory_floor_bytes" not in r]
+    assert calls and not any(layout in done_first for layout in calls)
     calls.clear()
     search_module._SCREENED.clear()
     fresh = simtrain.search(small_case, top=2, workers=1, progress=False, max_memory=0.6)

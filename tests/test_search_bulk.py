@@ -5,6 +5,7 @@ bound of any layout the scenario rules accept (else a layout that could win woul
 from __future__ import annotations
 
 import pytest
+import yaml
 from conftest import DATA, gpt_model, hardware_variant, make_scenario
 
 from simtrain.decide.bulk import floors
@@ -77,6 +78,65 @@ def test_floors_hold_on_a_sample_of_a_large_search():
     assert all(f <= r["lower_bound_s"] for f, r in zip(floor, rows) if "lower_bound_s" in r)
     assert all(f <= r["peak_memory_bytes_max"] for f, r in zip(memory, rows) if "peak_memory_bytes_max" in r)
     assert sum("lower_bound_s" in r for r in rows) > 20
+
+
+@pytest.fixture
+def uneven_links(tmp_path):
+    """TP groups that differ: a degraded NVLink port (factor 0.01) on 2 x 4 GPUs, and an explicit 8-GPU star with one
+    GPU's link at 1 GB/s (found by review: a floor timing one group's TP for every group exceeded the bound)."""
+    degraded = make_scenario(hardware=_hardware(tmp_path, 1.2), nodes=2, gpus_per_node=4, model=SIX,
+                             training={"global_batch": 8, "seq_len": 2048}, parallel={"dp": 8},
+                             simulation={"degraded_links": [{"a": "gpu0", "b": "nvsw0", "factor": 0.01}]})
+    star = yaml.safe_load((DATA / "core_star8.yaml").read_text(encoding="utf-8"))
+    star["links"][0]["bandwidth"] = "1 GB/s"
+    (tmp_path / "star.yaml").write_text(yaml.safe_dump(star), encoding="utf-8")
+    explicit = make_scenario(hardware=tmp_path / "star.yaml", nodes=None, model=SIX,
+                             training={"global_batch": 8, "seq_len": 2048}, parallel={"dp": 8})
+    return [degraded, explicit]
+
+
+def test_floor_holds_where_tp_groups_differ(uneven_links):
+    """Rule: with a degraded link or an explicit topology the floor still never exceeds the bound (TP collectives
+    are left out of it there), and the search still equals brute force."""
+    from simtrain.decide.search import search
+    from simtrain.engine.simulation import memory, simulate
+
+    for scenario in uneven_links:
+        layouts = enumerate_layouts(scenario)
+        floor = floors(scenario, {}, layouts)
+        rows = screen(ScenarioPayload.of(scenario), {}, layouts)
+        bounded = [(f, r["lower_bound_s"]) for f, r in zip(floor, rows) if "lower_bound_s" in r]
+        assert len(bounded) > 50 and all(f <= lb for f, lb in bounded), max(f / lb for f, lb in bounded)
+    scenario = uneven_links[1]
+    result = search(scenario, top=1, workers=1, progress=False, max_memory=1.0)
+    best = 0.0
+    for layout in enumerate_layouts(scenario):
+        try:
+            sc = scenario.with_overrides(layout_overrides(layout))
+        except Exception:   # noqa: BLE001 - the rules reject it
+            continue
+        if memory(sc).fits_in_memory:
+            best = max(best, simulate(sc).tokens_per_s)
+    assert result.top[0]["tokens_per_s"] == best
+
+
+def test_host_adam_floor_counts_the_searched_nodes_gpus(tmp_path):
+    """Rule: searching 2 GPUs of a 4-GPU node (gpus=2) shares the host's memory bandwidth over 2 GPUs, as the plan
+    does; the host-Adam floor must use the same count (found by review: it used the file's 4, doubling the CPU step
+    and exceeding the bound)."""
+    hw = hardware_variant(tmp_path, {"gpu.memory": {"value": "40 GiB", "source": "test fixture"},
+                                     "inter_node.pcie_bandwidth": {"value": "64 GB/s", "source": "test fixture"},
+                                     "host_memory": {"value": "1 TB", "source": "test fixture"},
+                                     "host_memory_bandwidth": {"value": "20 GB/s", "source": "test fixture"}},
+                          base=TWO_NODES)
+    sc = make_scenario(hardware=hw, nodes=1, gpus_per_node=4, model=SIX, training={"global_batch": 8},
+                       parallel={"dp": 4})
+    base = {"nodes": 1, "gpus_per_node": 2}
+    layouts = [x for x in enumerate_layouts(sc, gpus=2) if x.get("offload_optimizer")]
+    floor = floors(sc, base, layouts)
+    rows = screen(ScenarioPayload.of(sc), base, layouts)
+    bounded = [(f, r["lower_bound_s"]) for f, r in zip(floor, rows) if "lower_bound_s" in r]
+    assert len(bounded) > 5 and all(0 < f <= lb for f, lb in bounded), max(f / lb for f, lb in bounded)
 
 
 def test_floor_is_the_plans_own_layer_figures():

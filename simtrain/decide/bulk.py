@@ -106,7 +106,7 @@ def floors(scenario: Scenario, base: dict[str, Any], layouts: list[dict[str, Any
                                                                                    last=pp == 1)) \
                 / (layout["dp"] * layout.get("cp", 1))
             host[i] = host_step(shard, hw.inter_node.pcie_bandwidth, hw.host_memory_bandwidth,
-                                scenario.gpus_per_node).total
+                                base.get("gpus_per_node", scenario.gpus_per_node)).total   # the searched cluster's
     floor = floor + host
     slow = min(1.0, hw.overlap_slowdown(False), hw.overlap_slowdown(True))
     return np.where(known, floor * slow * (1.0 - _ROUNDING), 0.0)

@@ -76,7 +76,8 @@ def screen(payload: ScenarioPayload, base: dict[str, Any], layouts: list[dict[st
            max_memory: float = 1.0) -> list[dict[str, Any]]:
     """Validate, check memory and estimate each layout (runs in a worker); never raises. Status:
     'invalid' (rejected by the scenario rules), 'oom', 'tight' (fits, above ``max_memory`` of the GPU; estimated
-    too, so that another ``max_memory`` can reuse the row), 'fits' (then estimated) or 'failed'."""
+    too, so that another ``max_memory`` can reuse the row), 'fits' (then estimated) or 'failed'. An offloading
+    variant offloads the fewest layers that bring it within ``max_memory``."""
     scenario, cache = _worker_state(payload)
     with shared_costs(cache):   # figures the layouts share (simtrain.plan.shared_costs), once per search and process
         return [_screen_one(scenario, base, layout, max_memory) for layout in layouts]
@@ -106,10 +107,11 @@ def _screen_one(scenario: Scenario, base: dict[str, Any], layout: dict[str, Any]
     try:
         sc = resolve_split(scenario.with_overrides({**base, **layout_overrides(layout)}))
         mem = memory_report(sc)     # the ledger of simtrain.memory(sc), without its per-GPU report
-        if layout.get("offload"):   # the fewest offloaded layers that make it fit (plan.advice)
-            if mem.fits:
-                return {"status": "invalid", "error": "fits without offloading: the same layout without it competes"}
-            found = fewest_offload_layers(sc, mem)
+        if layout.get("offload"):   # the fewest offloaded layers that bring it within max_memory (plan.advice)
+            if mem.peak_max <= max_memory * mem.capacity:
+                return {"status": "invalid", "error": "fits within max_memory without offloading: the same layout "
+                                                      "without it competes"}
+            found = fewest_offload_layers(sc, mem, max_memory * mem.capacity)
             if found is not None:
                 sc = sc.with_overrides({"training.activation_offload_layers": found[0]})
                 mem = memory_report(sc)
@@ -150,6 +152,12 @@ def simulate_layout(payload: ScenarioPayload, base: dict[str, Any], layout: dict
 SIMULATE_BATCH = 4
 #: layouts screened per wave, in order of their step-time floor; a constant for the same reason
 SCREEN_WAVE = 64
+
+
+def _cache_key(layout: dict[str, Any], max_memory: float) -> str:
+    """A screened row's key in :data:`_SCREENED`: its layout, and for an offloading variant the max_memory its
+    offloaded layers were found for (other rows do not depend on it)."""
+    return json.dumps([layout, max_memory] if layout.get("offload") else layout, sort_keys=True)
 
 
 def _layout_of(row: dict[str, Any], layout: dict[str, Any]) -> dict[str, Any]:
@@ -234,12 +242,15 @@ def search(scenario: Scenario, *, gpus: int | None = None, top: int = 5, workers
                     memory_floor.update(zip(block, memory_floors(scenario, base, [layouts[j] for j in block],
                                                                  memory_cache).tolist()))
                 if memory_floor[i] > capacity:    # cannot fit whatever else it costs: never built
-                    rows[i].update(status="oom", memory_floor_bytes=memory_floor[i])
+                    rows[i].update(status="oom", memory_floor_bytes=memory_floor[i],
+                                   error=f"its memory floor, {memory_floor[i] / 1e9:.1f} GB, is above the GPU's "
+                                         f"{capacity / 1e9:.1f} GB: not built (nor checked against the scenario "
+                                         "rules)")
                     set_aside += 1
                     bar.update(1)
                     continue
                 taken += 1
-                hit = screened.get(json.dumps(layouts[i], sort_keys=True))
+                hit = screened.get(_cache_key(layouts[i], max_memory))
                 if hit is None:
                     wave.append(i)
                 else:
@@ -247,14 +258,15 @@ def search(scenario: Scenario, *, gpus: int | None = None, top: int = 5, workers
                     _queue(i)
             size = max(1, math.ceil(len(wave) / lanes))
             chunks = [wave[k:k + size] for k in range(0, len(wave), size)]
-            for c, value in run_tasks(screen, [(payload, base, [layouts[i] for i in ch]) for ch in chunks], ex):
+            for c, value in run_tasks(screen, [(payload, base, [layouts[i] for i in ch], max_memory) for ch in chunks],
+                                      ex):
                 for i, info in zip(chunks[c], value if isinstance(value, list) else []):
                     rows[i].update(info)
                 if not isinstance(value, list):
                     for i in chunks[c]:
                         rows[i].update(status="invalid", error=error_text(value))
                 for i in chunks[c]:
-                    screened[json.dumps(layouts[i], sort_keys=True)] = \
+                    screened[_cache_key(layouts[i], max_memory)] = \
                         {k: v for k, v in rows[i].items() if k not in layouts[i]}
                     _queue(i)
             screen_count += len(wave)

@@ -152,7 +152,9 @@ def _ms(seconds: float) -> str:
 
 def layout_text(row: dict[str, Any], fields=None) -> str:
     """'tp 2, pp 4, ...' for the given layout fields (all by default)."""
-    return ", ".join(f"{k} {row[k]}" for k in (fields or LAYOUT_KEYS) if k in row)
+    text = ", ".join(f"{k} {row[k]}" for k in (fields or LAYOUT_KEYS) if k in row)
+    return text + (f", offload {row['activation_offload_layers']} layers" if row.get("activation_offload_layers")
+                   and not fields else "")
 
 
 def why_slower(row: dict[str, Any], best: dict[str, Any]) -> str:

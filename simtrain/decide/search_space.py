@@ -175,9 +175,12 @@ def enumerate_layouts(scenario: Scenario, gpus: int | None = None, fix: dict[str
            "ep": "expert parallelism is searched only for a mixture of experts",
            "etp": "expert tensor parallelism is searched only for a mixture of experts"}
     why["ep_overlap"] = "the EP all-to-all overlap is searched only for a mixture of experts"
-    why["offload_optimizer"] = ("the optimizer on the host is searched only with ZeRO-1/2, Adam and a hardware file "
-                                "giving inter_node.pcie_bandwidth and host_memory_bandwidth")
+    why["offload_optimizer"] = ("the optimizer on the host is searched only with ZeRO-1/2, Adam, a model whose layers "
+                                "are all alike, no offloading set in the scenario, and a hardware file (not an "
+                                "explicit topology) giving inter_node.pcie_bandwidth and host_memory_bandwidth")
     for name in ("cp", "ep", "etp", "ep_overlap", "offload_optimizer"):   # a fixed key no layout carries is an error
+        if name == "offload_optimizer" and all(v is False for v in fixed.get(name, [True])):
+            continue     # every layout keeps its optimizer on the GPU where the key is not searched
         if name in fixed and not any(name in layout for layout in out):
             raise InputError(f"fix: {LAYOUT_KEYS[name]} = {fixed[name]}: no searched layout has it ({why[name]})",
                              field="fix")

@@ -77,10 +77,12 @@ def offload_applies(scenario: Scenario) -> bool:
     return par.pp == 1 and tr.recompute == "none" and link is not None and par.zero < 3 and not par.ep_overlap
 
 
-def fewest_offload_layers(scenario: Scenario, report: MemoryReport) -> tuple[int, StageMemory] | None:
-    """The fewest layers whose activations, offloaded, make the run fit, and the ledger's stage then; None where
-    offloading does not apply (:func:`offload_applies`), the run fits already with what it offloads, no number of
-    layers makes it fit, or the offloaded layers would not fit in the node's host memory."""
+def fewest_offload_layers(scenario: Scenario, report: MemoryReport,
+                          limit: float | None = None) -> tuple[int, StageMemory] | None:
+    """The fewest layers whose activations, offloaded, bring the run's peak to ``limit`` bytes (default: the GPU's
+    memory), and the ledger's stage then; None where offloading does not apply (:func:`offload_applies`), the run
+    is within the limit already with what it offloads, no number of layers brings it there, or the offloaded layers
+    would not fit in the node's host memory."""
     tr, hw = scenario.training, scenario.hardware
     layers = report.stages[0].layers
     if not offload_applies(scenario) or layers < 3:
@@ -89,12 +91,13 @@ def fewest_offload_layers(scenario: Scenario, report: MemoryReport) -> tuple[int
     def peak(n: int) -> StageMemory:
         return stage_memory(replace(scenario, training=tr.model_copy(update={"activation_offload_layers": n})), 0)
 
+    limit = report.capacity if limit is None else limit
     lo, hi = tr.activation_offload_layers + 1, layers - 1
-    if lo > hi or peak(hi).total > report.capacity:
+    if lo > hi or peak(hi).total > limit:
         return None
     while lo < hi:   # the ledger falls as layers leave: the fewest that fit
         mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if peak(mid).total <= report.capacity else (mid + 1, hi)
+        lo, hi = (lo, mid) if peak(mid).total <= limit else (mid + 1, hi)
     st = peak(lo)
     cap = hw.host_memory
     if cap is not None and (st.host_bytes + st.host_optimizer) * scenario.cluster.gpus_per_node > cap:

@@ -6,7 +6,8 @@ its forward, backward and recompute compute. They read the hardware, the model, 
 layout, only (tp, sequence parallelism, cp, micro-batch, precision, recompute).
 
 :func:`layer_floor` keeps from them what every chunk of such a layout spends per layer at least: the compute, and
-the TP collectives where they are on the critical path (not when ``tp_comm_overlap`` hides them). It leaves out what
+the TP collectives where they are on the critical path (not when ``tp_comm_overlap`` hides them, nor where TP groups
+differ: an explicit topology, a degraded link). It leaves out what
 only some layouts pay or what depends on the rest of the layout (CP exchanges and their extra attention, FSDP's
 per-unit work, pipeline sends, DP buckets, the embedding): each of those only adds to a chunk's time, so the floor
 stays below the plan's per-layer figures, and ``simtrain.decide.bulk`` builds a step-time floor from it that stays
@@ -74,7 +75,9 @@ class LayerFloor:
 def layer_floor(scenario: Scenario, *, micro_batch: int, precision: str, recompute: str) -> LayerFloor:
     """The floor of one dense layer of ``scenario``'s model run with its tp, sequence parallelism and cp, at
     ``micro_batch``, ``precision`` and ``recompute`` (module docstring). ``scenario`` is any layout with those tp,
-    sequence parallelism and cp: its other keys are not read."""
+    sequence parallelism and cp: of its placement, only its first pipeline rank's TP groups are timed, which on a
+    uniform cluster (no explicit topology, no degraded link) every TP group of every layout matches; elsewhere the
+    TP collectives are left out."""
     par, tr, hw = scenario.parallel, scenario.training, scenario.hardware
     dev = step_device(hw, tr, precision)
     full, shape = layer_shapes(scenario.model, tr, tp=par.tp, sequence_parallel=par.sequence_parallel, cp=par.cp,
@@ -83,7 +86,10 @@ def layer_floor(scenario: Scenario, *, micro_batch: int, precision: str, recompu
     partial = recompute == "full" and tr.recompute_layers is not None
     rec = 0.0 if partial else lc.recompute
     tp_fwd = tp_bwd = 0.0
-    if par.tp > 1 and not (par.tp_comm_overlap and par.sequence_parallel):
+    # TP groups alike: every group of a uniform cluster lies in one node's scale-up domain the same way; a degraded
+    # link or an explicit topology makes groups differ, and one group's time would bound no other: left out there
+    alike = not scenario.hardware.explicit and not scenario.simulation.degraded_links
+    if par.tp > 1 and alike and not (par.tp_comm_overlap and par.sequence_parallel):
         tp_fwd = tp_time(scenario, placement_of(scenario), shape.tokens * scenario.model.hidden * dev.element_bytes, 0)
         modules = modules_for(recompute, tr.recompute_modules)
         factor = selective_tp_factor(modules) if modules else TP_RECOMPUTE.get(recompute, 1.0)
