@@ -31,3 +31,21 @@ def test_every_layer_recomputed_by_default():
     """Rule: recompute_count -1 recomputes every layer, each with its own kind's recompute time."""
     c = _chunk(recompute_count=-1)
     assert [c.layer_costs(i)[2] for i in range(4)] == [1.0, 1.0, 10.0, 10.0]
+
+
+def test_partial_recompute_of_every_layer_under_dualpipe_keeps_what_full_recompute_keeps():
+    """Rule: DualPipe holds two chunks per rank (its model stage and the mirror's), each of L / p layers; recomputing
+    recompute_layers = L / p of each chunk is recomputing every layer, so the ledger keeps what full recompute keeps
+    (the chunk's layers were looked up by virtual stage, past the model stages' list: IndexError)."""
+    from conftest import gpt_model, make_scenario
+
+    from simtrain.plan.memory import memory_report
+
+    sc = make_scenario(model=gpt_model(layers=8), nodes=1, gpus_per_node=4,
+                       training={"global_batch": 16, "recompute": "full"},
+                       parallel={"pp": 4, "schedule": "dualpipe"})
+    every = memory_report(sc).stages
+    partial = memory_report(sc.with_overrides({"training.recompute_layers": 2})).stages
+    assert [st.activations for st in partial] == [st.activations for st in every]
+    fewer = memory_report(sc.with_overrides({"training.recompute_layers": 1})).stages
+    assert all(f.activations > e.activations for f, e in zip(fewer, every))

@@ -238,3 +238,22 @@ def test_a_128k_token_llama_3_70b_run_needs_context_parallelism():
     assert found.best["cp"] >= 2
     alone = search(sc, top=1, workers=1, progress=False, fix={**fix, "parallel.cp": 1})
     assert not alone.top or alone.top[0]["tokens_per_s"] < found.top[0]["tokens_per_s"]
+
+
+def test_memory_advice_names_the_fewest_recomputed_layers_that_fit():
+    """Rule (issue 21): when a run does not fit, `simtrain memory` offers full recompute of the fewest layers per
+    stage that make it fit: with that many every stage fits, with one fewer it does not (the ledger, run by
+    simtrain.memory on the scenario the tip names)."""
+    import re
+
+    import simtrain
+
+    sc = load_scenario("benchmarks/scenarios/llama3_70b_1024_h100.yaml",
+                       {"training.micro_batch": 4, "parallel.pp": 2, "parallel.dp": 64})
+    report = simtrain.memory(sc)
+    assert not report.fits_in_memory
+    tip = next(t for t in report.advice if "recompute_layers" in t)
+    n = int(re.search(r"training\.recompute_layers: (\d+)", tip).group(1))
+    fits = [simtrain.memory(sc.with_overrides({"training.recompute": "full", "training.recompute_layers": k}))
+            .fits_in_memory for k in (n - 1, n)]
+    assert fits == [False, True]

@@ -21,6 +21,7 @@ def advice(scenario: Scenario, report: MemoryReport) -> list[str]:
                     f"until the backward, 1F1B at most {par.pp} on the first stage (Narayanan et al. 2021, §2.2.1)")
     if dom == "activations" or tr.recompute == "none":
         tips += _offload_tip(scenario, report)
+        tips += _partial_recompute_tip(scenario, report)
         if tr.recompute == "none":
             tips.append("turn on activation recompute (training.recompute: selective_op, selective or full)")
         elif tr.recompute != "full":
@@ -28,7 +29,7 @@ def advice(scenario: Scenario, report: MemoryReport) -> list[str]:
         if tr.recompute == "selective" and "mlp" not in (tr.recompute_modules or ()):
             tips.append("recompute the MLP too (training.recompute_modules: [core_attn, mlp]): its internals "
                         "are the largest share of a layer's activations")
-        if tr.recompute == "full" and tr.recompute_layers is not None:
+        if tr.recompute == "full" and tr.recompute_layers is not None and not _partial_recompute_tip(scenario, report):
             tips.append(f"recompute more layers per stage (training.recompute_layers > {tr.recompute_layers})")
         if not tr.flash_attention:
             tips.append("use flash attention (training.flash_attention: true): no s x s score matrix")
@@ -52,6 +53,45 @@ def advice(scenario: Scenario, report: MemoryReport) -> list[str]:
                     f"(parallel.zero: {par.zero + 1})")
     tips.append("split the model further: raise parallel.pp (layers) or parallel.tp (within a node)")
     return tips
+
+
+def _partial_recompute_tip(scenario: Scenario, report: MemoryReport) -> list[str]:
+    """Full recompute of the fewest layers per (virtual) stage that make every stage fit (Megatron's
+    ``--recompute-method block --recompute-num-layers N``), found with the ledger itself: each recomputed layer costs
+    one more layer forward per micro-batch, so the fewest is the cheapest full recompute that fits."""
+    found = fewest_recompute_layers(scenario, report)
+    if found is None:
+        return []
+    n, peak = found
+    return [f"recompute {n} layer{'s' if n > 1 else ''} per stage in full (training.recompute: full, "
+            f"training.recompute_layers: {n}): peak {peak / 1e9:.1f} GB per GPU; each costs one more layer forward "
+            "per micro-batch (Megatron --recompute-method block)"]
+
+
+def fewest_recompute_layers(scenario: Scenario, report: MemoryReport) -> tuple[int, float] | None:
+    """The fewest layers per (virtual) stage whose full recompute makes every stage fit, and the peak then; None
+    where it fits already, where even every layer recomputed does not fit, or where the scenario offloads
+    activations (the two are not weighed together here)."""
+    tr = scenario.training
+    if report.fits or tr.activation_offload_layers or not scenario.layers_per_stage:
+        return None
+    most = min(scenario.layers_per_stage)     # recompute_layers may not pass a stage's layers (scenario rules)
+    low = (tr.recompute_layers or 0) + 1 if tr.recompute == "full" else 1
+    if most < 1 or low > most:
+        return None
+
+    def peak(n: int) -> float:
+        t = tr.model_copy(update={"recompute": "full", "recompute_layers": n, "recompute_modules": None})
+        moved = replace(scenario, training=t)
+        return max(stage_memory(moved, r).total for r in range(scenario.parallel.pp))
+
+    if peak(most) > report.capacity:
+        return None
+    lo, hi = low, most
+    while lo < hi:   # the ledger falls as more layers recompute: the fewest that fit
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if peak(mid) <= report.capacity else (mid + 1, hi)
+    return lo, peak(lo)
 
 
 def _offload_tip(scenario: Scenario, report: MemoryReport) -> list[str]:

@@ -316,8 +316,10 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
             attention_scores=not tr.flash_attention, recompute="none", dropout=tr.dropout) * scale
         if fp8:
             kept -= fp8_activation_saving(s, b, h, m.ffn_hidden, t, sp, tr.fp8_recipe)
-        recomputed = sum(min(tr.recompute_layers, scenario.layers_per_stage[v]) for v in stage_layers(scenario,
-                                                                                                      pp_rank))
+        # per chunk the rank holds (a virtual stage: its model stage's layers; DualPipe holds two copies' chunks)
+        lay = stage_layout(par.schedule, par.pp, par.vpp)
+        recomputed = sum(min(tr.recompute_layers, scenario.layers_per_stage[lay.model_stage[v]])
+                         for v in stage_layers(scenario, pp_rank))
         per_mb = per_layer * recomputed + kept * (layers - recomputed)
     msh = moe_shape(scenario)
     if msh is not None:
