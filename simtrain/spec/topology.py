@@ -186,6 +186,20 @@ class Cluster:
         """The template link ``link`` moved by ``gpus`` GPU indices (a multiple of :meth:`translation_period`)."""
         return (self._shift_end(link[0], gpus), self._shift_end(link[1], gpus))
 
+    def shift_links(self, links: list[Link], gpus: int) -> list[Link]:
+        """:meth:`shift_link` of many links, each end name worked out once (a DP ring's 512 links share 260 ends)."""
+        moved: dict[str, str] = {}
+        out = []
+        for a, b in links:
+            new_a = moved.get(a)
+            if new_a is None:
+                new_a = moved[a] = self._shift_end(a, gpus)
+            new_b = moved.get(b)
+            if new_b is None:
+                new_b = moved[b] = self._shift_end(b, gpus)
+            out.append((new_a, new_b))
+        return out
+
     def _shift_end(self, end: str, gpus: int) -> str:
         if end.startswith("gpu"):
             return f"gpu{int(end[3:]) + gpus}"
