@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from operator import truediv
 
 import simpy
 
@@ -40,7 +41,8 @@ class LinkCapacity(dict):
 @dataclass(eq=False)
 class _Flow:
     remaining: float          # bytes left at time `stamp`
-    links: tuple
+    links: tuple              # (link, flows on it) pairs
+    names: tuple              # the links alone
     done: simpy.Event
     rate: float = 0.0
     stamp: float = 0.0
@@ -55,13 +57,15 @@ class FluidNetwork:
     on_link: dict = field(default_factory=lambda: defaultdict(dict))   # link -> {flow: None}, ordered
     active: dict = field(default_factory=dict)                          # {flow: None}, ordered
     _generation: int = 0
+    _names: dict = field(default_factory=dict)   # id(phase links) -> (phase links, the links alone)
 
     def run_phase(self, phase: Phase):
         """simpy process body: wait out a phase's latency, then move its bytes."""
         if phase.latency > 0:
             yield self.env.timeout(phase.latency)
         if phase.flow_bytes > 0:
-            flow = _Flow(phase.flow_bytes, phase.links, self.env.event(), stamp=self.env.now)
+            flow = _Flow(phase.flow_bytes, phase.links, self._link_names(phase.links), self.env.event(),
+                         stamp=self.env.now)
             self.active[flow] = None
             for link, count in flow.links:
                 self.load[link] += count
@@ -69,11 +73,20 @@ class FluidNetwork:
             self._rerate(self._sharing(flow))
             yield flow.done
 
+    def _link_names(self, links: tuple) -> tuple:
+        """The links of a phase's (link, flows) pairs: a ring shape's phases share one tuple of pairs, so the names
+        are worked out once per shape (the entry holds the tuple, so its identity cannot be reused)."""
+        hit = self._names.get(id(links))
+        if hit is None or hit[0] is not links:
+            hit = self._names[id(links)] = (links, tuple(link for link, _ in links))
+        return hit[1]
+
     def _sharing(self, flow: _Flow) -> dict:
         """The flows in flight that cross at least one of ``flow``'s links (``flow`` included if active)."""
         out: dict = {}
-        for link, _ in flow.links:
-            out.update(self.on_link[link])
+        update = out.update
+        for flows in map(self.on_link.__getitem__, flow.names):
+            update(flows)
         return out
 
     def _rerate(self, flows) -> None:
@@ -82,7 +95,7 @@ class FluidNetwork:
         for f in flows:
             f.remaining -= f.rate * (now - f.stamp)
             f.stamp = now
-            f.rate = min(cap[link] / load[link] for link, _ in f.links)
+            f.rate = min(map(truediv, map(cap.__getitem__, f.names), map(load.__getitem__, f.names)))
             f.finish = now + max(f.remaining, 0.0) / f.rate
         self._schedule()
 
