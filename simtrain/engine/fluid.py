@@ -67,10 +67,14 @@ class FluidNetwork:
             flow = _Flow(phase.flow_bytes, phase.links, self._link_names(phase.links), self.env.event(),
                          stamp=self.env.now)
             self.active[flow] = None
+            load, on_link = self.load, self.on_link
+            sharing: dict = {}    # the flows in flight that cross at least one of its links, itself included
             for link, count in flow.links:
-                self.load[link] += count
-                self.on_link[link][flow] = None
-            self._rerate(self._sharing(flow))
+                load[link] += count
+                flows = on_link[link]
+                flows[flow] = None
+                sharing.update(flows)
+            self._rerate(sharing)
             yield flow.done
 
     def _link_names(self, links: tuple) -> tuple:
@@ -80,14 +84,6 @@ class FluidNetwork:
         if hit is None or hit[0] is not links:
             hit = self._names[id(links)] = (links, tuple(link for link, _ in links))
         return hit[1]
-
-    def _sharing(self, flow: _Flow) -> dict:
-        """The flows in flight that cross at least one of ``flow``'s links (``flow`` included if active)."""
-        out: dict = {}
-        update = out.update
-        for flows in map(self.on_link.__getitem__, flow.names):
-            update(flows)
-        return out
 
     def _rerate(self, flows) -> None:
         now = self.env.now
@@ -114,12 +110,14 @@ class FluidNetwork:
         finished = [f for f in self.active if f.finish <= now * (1 + _EPS) + _EPS]
         if not finished:   # floating point: finish the closest one
             finished = [min(self.active, key=lambda f: f.finish)]
-        touched: dict = {}
+        touched: dict = {}    # the flows in flight that shared a link with a finished one
+        load, on_link = self.load, self.on_link
         for flow in finished:
             del self.active[flow]
             for link, count in flow.links:
-                self.load[link] -= count
-                del self.on_link[link][flow]
-            touched.update(self._sharing(flow))
+                load[link] -= count
+                flows = on_link[link]
+                del flows[flow]
+                touched.update(flows)
             flow.done.succeed()
         self._rerate(f for f in touched if f in self.active)
