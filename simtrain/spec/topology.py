@@ -187,17 +187,25 @@ class Cluster:
         return (self._shift_end(link[0], gpus), self._shift_end(link[1], gpus))
 
     def shift_links(self, links: list[Link], gpus: int) -> list[Link]:
-        """:meth:`shift_link` of many links, each end name worked out once (a DP ring's 512 links share 260 ends)."""
+        """:meth:`shift_link` of many links, each end name worked out once (a DP ring's 512 links share 260 ends).
+        A moved link has the attributes of the link it was moved from (they follow from the kinds of its ends:
+        :meth:`link_attrs`), so those already looked up are carried over."""
         moved: dict[str, str] = {}
+        attrs = self._attrs
         out = []
-        for a, b in links:
+        for link in links:
+            a, b = link
             new_a = moved.get(a)
             if new_a is None:
                 new_a = moved[a] = self._shift_end(a, gpus)
             new_b = moved.get(b)
             if new_b is None:
                 new_b = moved[b] = self._shift_end(b, gpus)
-            out.append((new_a, new_b))
+            new = (new_a, new_b)
+            hit = attrs.get(link)
+            if hit is not None and new not in attrs:
+                attrs[new] = hit
+            out.append(new)
         return out
 
     def _shift_end(self, end: str, gpus: int) -> str:
