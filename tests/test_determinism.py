@@ -116,3 +116,18 @@ def test_report_json_layout_is_a_key_a_line_and_a_row_a_line():
                 ' "says": [\n  "é"\n ]\n}\n')
     assert dumps_json(value) == expected
     assert json.loads(expected) == value
+
+
+def test_report_json_rows_of_lists_are_cut_only_at_item_boundaries():
+    """A list of lists is a row a line even when an item's text holds the "], [" the rows are cut at (a string,
+    a nested list): written out by hand, it parses back to the same value."""
+    import json
+
+    from simtrain.report.outputs import dumps_json
+
+    value = {"plain": [[1, "a"], [], [2.5, None]], "tricky": [["x], [y"], [[1], [2]], [3]],
+             "nested": [[1, [2]], [[3], 4]]}
+    expected = ('{\n "nested": [\n  [1, [2]],\n  [[3], 4]\n ],\n "plain": [\n  [1, "a"],\n  [],\n  [2.5, null]\n ],\n'
+                ' "tricky": [\n  ["x], [y"],\n  [[1], [2]],\n  [3]\n ]\n}\n')
+    assert dumps_json(value) == expected
+    assert json.loads(expected) == value

@@ -88,8 +88,8 @@ class Engine(CommMixin):
             for r in range(self.pp):
                 # folded: the slowest replica of the stage sets the pace (classes: their members are alike)
                 dps = range(self.dp) if d is None else self.classes.of(d) if self.classes is not None else [d]
-                ranks = [pl.rank(dd, t, r) for dd in dps for t in range(pl.tp)]
-                slow = max((self.slowdowns.get(x, 1.0) for x in ranks), default=1.0)
+                slow = max((self.slowdowns.get(pl.rank(dd, t, r), 1.0) for dd in dps for t in range(pl.tp)),
+                           default=1.0) if self.slowdowns else 1.0
                 idx = len(lanes)
                 rng = None
                 if self.jitter > 0:

@@ -207,11 +207,22 @@ class Plan:
         hit = self.phases.get(key)
         if hit is None:
             pl = self.placement
-            dps = range(pl.dp) if dp_index is None else [dp_index]
-            pairs = [(pl.rank(d, t, src_rank), pl.rank(d, t, dst_rank)) for d in dps for t in range(pl.tp)]
-            if dp_index is not None:
-                pairs.sort(key=lambda p: p[0] != pl.rank(dp_index, 0, src_rank))
-            hit = p2p_phase(nbytes, pairs, self.scenario.cluster, every=dp_index is not None)
+            cluster = self.scenario.cluster
+
+            def build() -> Phase:
+                dps = range(pl.dp) if dp_index is None else [dp_index]
+                pairs = [(pl.rank(d, t, src_rank), pl.rank(d, t, dst_rank)) for d in dps for t in range(pl.tp)]
+                if dp_index is not None:
+                    pairs.sort(key=lambda p: p[0] != pl.rank(dp_index, 0, src_rank))
+                return p2p_phase(nbytes, pairs, cluster, every=dp_index is not None)
+
+            if dp_index is None:
+                # the sends of every replica from stage s to s +- 1 are those from stage 0 to 1 (or 1 to 0) moved by
+                # min(s, s +- 1) x tp x dp GPUs: stages a translation period apart share one computation (stage_shape)
+                hit = stage_shape(cluster, ("pp", nbytes, dst_rank - src_rank, pl.dp, pl.tp, pl.pp),
+                                  min(src_rank, dst_rank) * pl.tp * pl.dp, build)
+            else:
+                hit = build()
             self.phases[key] = hit
         return hit
 

@@ -294,7 +294,8 @@ def shifted(shape, cluster: Cluster, gpus: int):
     translation period: the same flows on the moved links, so the same times (symmetric pipeline stages)."""
     if gpus == 0:
         return shape
-    links = tuple(sorted((cluster.shift_link(link, gpus), count) for link, count in shape.links))
+    moved = cluster.shift_links([link for link, _ in shape.links], gpus)
+    links = tuple(sorted(zip(moved, (count for _, count in shape.links))))
     return replace(shape, links=links)
 
 

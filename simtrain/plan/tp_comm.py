@@ -5,7 +5,7 @@ runs again under each recompute mode.
 
 from __future__ import annotations
 
-from simtrain.plan.collectives import collective_shape, phase_time_alone
+from simtrain.plan.collectives import collective_shape, phase_time_alone, stage_shape
 from simtrain.spec.placement import Placement
 from simtrain.spec.scenario import Scenario
 
@@ -30,13 +30,19 @@ def tp_collectives(scenario: Scenario, placement: Placement, nbytes: float, pp_r
     scale = {(d.a, d.b): d.factor for d in scenario.simulation.degraded_links}
     times = {}
     for kind in kinds:
-        key = ("tp", kind, placement.dp, placement.tp, placement.pp, pp_rank, dp_index)
-        shapes = cluster.shapes.get(key)
-        if shapes is None:
-            dps = range(placement.dp) if dp_index is None else [dp_index]
-            groups = [placement.tp_group(d, pp_rank) for d in dps]
-            shapes = collective_shape(kind, groups, cluster, every=dp_index is not None)
-            cluster.shapes[key] = shapes
+        if dp_index is None:
+            # stage pp_rank's TP groups are stage 0's moved by pp_rank x tp x dp GPUs (rank order tp-dp-pp): stages a
+            # translation period apart share one computation (as dp_phases does)
+            shapes = stage_shape(cluster, ("tp", kind, placement.dp, placement.tp, placement.pp),
+                                 pp_rank * placement.tp * placement.dp,
+                                 lambda kind=kind: collective_shape(kind, [placement.tp_group(d, pp_rank)
+                                                                           for d in range(placement.dp)], cluster))
+        else:
+            key = ("tp", kind, placement.dp, placement.tp, placement.pp, pp_rank, dp_index)
+            shapes = cluster.shapes.get(key)
+            if shapes is None:
+                shapes = cluster.shapes[key] = collective_shape(kind, [placement.tp_group(dp_index, pp_rank)],
+                                                                cluster, every=True)
         times[kind] = sum(phase_time_alone(shape.phase(nbytes), cluster, scale) for shape in shapes)
     return times
 

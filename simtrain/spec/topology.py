@@ -182,9 +182,22 @@ class Cluster:
             period = math.lcm(period, inter.nodes_per_leaf * self.gpus_per_node)
         return period
 
-    def shift_link(self, link: Link, gpus: int) -> Link:
-        """The template link ``link`` moved by ``gpus`` GPU indices (a multiple of :meth:`translation_period`)."""
-        return (self._shift_end(link[0], gpus), self._shift_end(link[1], gpus))
+    def shift_links(self, links: list[Link], gpus: int) -> list[Link]:
+        """Template links moved by ``gpus`` GPU indices (a multiple of :meth:`translation_period`), each end name
+        worked out once (a DP ring's 512 links share 260 ends). A moved link has the attributes of the link it was
+        moved from (:meth:`link_attrs` reads only the kinds of its ends): those already looked up are carried over."""
+        moved: dict[str, str] = {}
+        attrs = self._attrs
+        out = []
+        for link in links:
+            for end in link:
+                if end not in moved:
+                    moved[end] = self._shift_end(end, gpus)
+            new = (moved[link[0]], moved[link[1]])
+            if link in attrs and new not in attrs:
+                attrs[new] = attrs[link]
+            out.append(new)
+        return out
 
     def _shift_end(self, end: str, gpus: int) -> str:
         if end.startswith("gpu"):

@@ -1,0 +1,94 @@
+"""Reading YAML through libyaml (PyYAML's C parser) where it reads as PyYAML's Python parser does.
+
+The expected values come from PyYAML's own Python parser (``yaml.SafeLoader``, the reader simtrain used alone
+before), not from the code under test.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from simtrain.spec import yamlio
+from simtrain.spec.errors import InputError
+
+ROOT = Path(__file__).resolve().parents[1]
+FILES = sorted([*ROOT.glob("hardware/*.yaml"), *ROOT.glob("scenarios/*.yaml"), *ROOT.glob("simtrain/presets/*.yaml"),
+                *ROOT.glob("benchmarks/scenarios/*.yaml"), *ROOT.glob("simtrain/validation/*.yaml")])
+
+needs_libyaml = pytest.mark.skipif(yamlio._FastLoader is None, reason="PyYAML built without libyaml")
+
+
+def _python_parser(text: str):
+    """What PyYAML's Python parser makes of ``text``, with simtrain's line-keeping mappings and lists."""
+    loader = yamlio._Loader(text)
+    try:
+        node = loader.get_single_node()
+        return yamlio._construct(loader, node) if node is not None else None
+    finally:
+        loader.dispose()
+
+
+def _with_lines(value):
+    """A value with every line it records, for comparing two readings."""
+    if isinstance(value, yamlio.LineDict):
+        return ("map", value.line, [(k, value.key_lines[k], _with_lines(v)) for k, v in value.items()])
+    if isinstance(value, yamlio.LineList):
+        return ("list", value.line, [_with_lines(v) for v in value])
+    return (type(value).__name__, value)
+
+
+@needs_libyaml
+def test_bundled_files_read_alike_and_the_hardware_files_take_the_c_parser():
+    """Every bundled hardware, scenario, preset and cases file gives the same values and lines as PyYAML's Python
+    parser; the hardware files (block scalars, quoted sources holding '>' and '%') are read by the C parser."""
+    for path in FILES:
+        text = path.read_text(encoding="utf-8")
+        assert _with_lines(yamlio.load_yaml_text(text, path.name)) == _with_lines(_python_parser(text)), path.name
+    for path in ROOT.glob("hardware/*.yaml"):
+        done, _ = yamlio._fast_document(path.read_text(encoding="utf-8"))
+        assert done, path.name
+
+
+@needs_libyaml
+@pytest.mark.parametrize("text", [
+    "a: 1\nb: x\tc\n",                 # a tab inside a plain scalar: libyaml reads 'x\tc', PyYAML refuses it
+    "a: {b: 1?c}\n",                   # '?' inside a flow mapping: libyaml reads '1?c'
+    "a: >#-\n  text\n",                # a block header running into a comment: libyaml reads 'text\n'
+])
+def test_texts_libyaml_reads_but_pyyaml_refuses_keep_the_python_error(text):
+    """Where libyaml accepts what PyYAML's Python parser refuses, the C parser is not used: the text is refused
+    with the Python parser's error, located at its line."""
+    assert yamlio._fast_document(text) == (False, None)
+    with pytest.raises(yaml.YAMLError):
+        _python_parser(text)
+    with pytest.raises(InputError, match=r"^x\.yaml:\d+: "):
+        yamlio.load_yaml_text(text, "x.yaml")
+
+
+@needs_libyaml
+@pytest.mark.parametrize("text", [
+    "a: !\nb: 1\n",                    # an empty tag: libyaml reads '', PyYAML None
+    "a: 1\n\ufeffb: 2\n",              # a byte-order mark inside the text: libyaml refuses, PyYAML reads a key
+])
+def test_texts_the_parsers_read_differently_take_the_python_parser(text):
+    """Where the two parsers disagree on a text's value, the C parser is not used: PyYAML's Python reading stands."""
+    assert yamlio._fast_document(text) == (False, None)
+    assert _with_lines(yamlio.load_yaml_text(text, "x.yaml")) == _with_lines(_python_parser(text))
+
+
+@needs_libyaml
+def test_block_scalars_quoted_text_and_comments_read_alike():
+    """A folded source, quoted text holding structure characters, comments holding them, and an anchor (read by the
+    Python parser): the same values and lines as PyYAML's Python parser."""
+    cases = {
+        'bandwidth: {value: 900 GB/s, source: ">50% of links | see *note* @x `y`?"}  # why? 100% & more\n'
+        "latency:\n  value: 2 us\n  source: >-\n    folded text\n    on two lines\n": True,
+        "rows:\n  - [1, 2.5, 'a: b']\n  - {x: null, y: true}\n": True,
+        "base: &b {x: 1}\nuse: *b\n": False,
+    }
+    for text, fast in cases.items():
+        assert yamlio._fast_document(text)[0] is fast
+        assert _with_lines(yamlio.load_yaml_text(text, "x.yaml")) == _with_lines(_python_parser(text))
