@@ -152,6 +152,8 @@ def simulate_layout(payload: ScenarioPayload, base: dict[str, Any], layout: dict
 SIMULATE_BATCH = 4
 #: layouts screened per wave, in order of their step-time floor; a constant for the same reason
 SCREEN_WAVE = 64
+#: the same for layouts with no floor (0: every one is screened), which sort first
+UNFLOORED_WAVE = 1024
 
 
 def _cache_key(layout: dict[str, Any], max_memory: float) -> str:
@@ -234,7 +236,10 @@ def search(scenario: Scenario, *, gpus: int | None = None, top: int = 5, workers
             nonlocal pos, screen_count, screen_time, set_aside
             started_wave = time.perf_counter()
             wave, taken = [], 0     # a wave takes SCREEN_WAVE layouts, screened now or by an earlier search
-            while pos < len(by_floor) and taken < SCREEN_WAVE and not beaten(floor[by_floor[pos]]):
+            # layouts with no floor (models whose layers differ) are all screened: in larger waves, so that the
+            # workers do not wait for each other at every wave's end
+            limit = SCREEN_WAVE if pos < len(by_floor) and floor[by_floor[pos]] > 0 else UNFLOORED_WAVE
+            while pos < len(by_floor) and taken < limit and not beaten(floor[by_floor[pos]]):
                 i = by_floor[pos]
                 pos += 1
                 if i not in memory_floor:     # the next layouts' memory floors, a block at a time
@@ -256,7 +261,7 @@ def search(scenario: Scenario, *, gpus: int | None = None, top: int = 5, workers
                 else:
                     rows[i].update(hit)
                     _queue(i)
-            size = max(1, math.ceil(len(wave) / lanes))
+            size = max(8, math.ceil(len(wave) / (4 * lanes)))   # a few chunks per worker: none waits long
             chunks = [wave[k:k + size] for k in range(0, len(wave), size)]
             for c, value in run_tasks(screen, [(payload, base, [layouts[i] for i in ch], max_memory) for ch in chunks],
                                       ex):
