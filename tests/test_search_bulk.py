@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from conftest import DATA, gpt_model, hardware_variant, make_scenario
+from conftest import DATA, hardware_variant, make_scenario
+from test_search_scale import SIX, TWO_NODES, _hardware
 
 from simtrain.decide.bulk import floors
 from simtrain.decide.search import enumerate_layouts, screen
@@ -15,15 +16,6 @@ from simtrain.decide.sweep import ScenarioPayload
 from simtrain.plan.build import build_plan
 from simtrain.plan.layer_floor import layer_floor
 from simtrain.spec.scenario import load_scenario
-
-TWO_NODES = DATA / "core_two_nodes.yaml"
-SIX = gpt_model(layers=6, hidden=512, heads=8, vocab=32000)
-
-
-def _hardware(tmp_path, gib: float):
-    return hardware_variant(tmp_path, {"gpu.memory": {"value": f"{gib} GiB", "source": "test fixture"},
-                                       "gpu.peak_flops.fp8": {"value": "2000 TFLOPS", "source": "test fixture"}},
-                            base=TWO_NODES)
 
 
 @pytest.fixture

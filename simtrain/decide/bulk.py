@@ -60,20 +60,13 @@ def floors(scenario: Scenario, base: dict[str, Any], layouts: list[dict[str, Any
     per_key: dict[tuple, tuple[float, float, float, float]] = {}
     f, b, c, h = (np.zeros(len(layouts)) for _ in range(4))
     known = np.zeros(len(layouts), dtype=bool)
-    for i, layout in enumerate(layouts):
-        key = tuple(layout.get(k, 1) for k in FLOOR_KEYS)
-        figures = per_key.get(key)
-        if figures is None:
-            shape = key[:3]
-            if shape not in reps:
-                reps[shape] = _representative(scenario, base, layouts, i, shape)
-            rep = reps[shape]
-            if rep is None:
-                figures = per_key[key] = (0.0, 0.0, 0.0, 0.0)
-            else:
-                lf = layer_floor(rep, micro_batch=layout["micro_batch"], precision=layout["precision"],
-                                 recompute=layout["recompute"])
-                figures = per_key[key] = (lf.forward, lf.backward, lf.compute, lf.head)
+    def time_figures(rep: Scenario, layout: dict) -> tuple[float, float, float, float]:
+        lf = layer_floor(rep, micro_batch=layout["micro_batch"], precision=layout["precision"],
+                         recompute=layout["recompute"])
+        return lf.forward, lf.backward, lf.compute, lf.head
+
+    for i in range(len(layouts)):
+        figures = _figures(scenario, base, layouts, i, reps, per_key, time_figures)
         f[i], b[i], c[i], h[i] = figures
         known[i] = figures != (0.0, 0.0, 0.0, 0.0)
     col = {k: np.array([layout[k] for layout in layouts]) for k in ("pp", "vpp", "dp", "micro_batch")}
@@ -153,17 +146,12 @@ def memory_floors(scenario: Scenario, base: dict[str, Any], layouts: list[dict[s
         if key not in op_lists:
             op_lists[key] = rank_schedules(schedule, pp, m, vpp)
         return op_lists[key]
+    def memory_figures(rep: Scenario, layout: dict) -> tuple[float, float, float, float]:
+        return memory_floor(rep, micro_batch=layout["micro_batch"], precision=layout["precision"],
+                            recompute=layout["recompute"])
+
     for i, layout in enumerate(layouts):
-        key = tuple(layout.get(k, 1) for k in FLOOR_KEYS)
-        figures = per_key.get(key)
-        if figures is None:
-            shape = key[:3]
-            if shape not in reps:
-                reps[shape] = _representative(scenario, base, layouts, i, shape)
-            rep = reps[shape]
-            figures = per_key[key] = (0.0, 0.0, 0.0, 0.0) if rep is None else memory_floor(
-                rep, micro_batch=layout["micro_batch"], precision=layout["precision"], recompute=layout["recompute"])
-        params, act, transient, w_share = figures
+        params, act, transient, w_share = _figures(scenario, base, layouts, i, reps, per_key, memory_figures)
         if not params:
             continue
         precision, zero, pp, vpp = layout["precision"], layout["zero"], layout["pp"], layout["vpp"]
@@ -241,6 +229,22 @@ def memory_floors(scenario: Scenario, base: dict[str, Any], layouts: list[dict[s
     ov = scenario.hardware.memory_overheads
     fixed = ov.cuda_context + ov.workspace + ov.comm_buffers
     return np.where(out > 0, out * (1.0 + ov.fragmentation) + fixed, 0.0) * (1.0 - _ROUNDING)
+
+
+def _figures(scenario: Scenario, base: dict[str, Any], layouts: list[dict[str, Any]], i: int, reps: dict,
+             per_key: dict, compute) -> tuple:
+    """Layout i's per-key figures, ``compute(representative scenario, layout)``, once per :data:`FLOOR_KEYS` value;
+    zeros where the rules accept no layout of its (tp, sequence parallelism, cp)."""
+    layout = layouts[i]
+    key = tuple(layout.get(k, 1) for k in FLOOR_KEYS)
+    figures = per_key.get(key)
+    if figures is None:
+        shape = key[:3]
+        if shape not in reps:
+            reps[shape] = _representative(scenario, base, layouts, i, shape)
+        rep = reps[shape]
+        figures = per_key[key] = (0.0, 0.0, 0.0, 0.0) if rep is None else compute(rep, layout)
+    return figures
 
 
 def _representative(scenario: Scenario, base: dict[str, Any], layouts: list[dict[str, Any]], start: int,
