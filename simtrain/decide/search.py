@@ -203,9 +203,7 @@ def search(scenario: Scenario, *, gpus: int | None = None, top: int = 5, workers
     payload = ScenarioPayload.of(scenario)
     rows = [dict(layout) for layout in layouts]
     key = _screen_key(scenario, base)
-    known = _SCREENED.get(key, {})
-    screened = known if key in _SCREENED else {}
-    _SCREENED[key] = screened
+    screened = _SCREENED[key] = _SCREENED.get(key, {})    # rows screened by earlier searches of the same scenario
     _SCREENED.move_to_end(key)
     while len(_SCREENED) > _SCREENED_KEEP:
         _SCREENED.popitem(last=False)
