@@ -13,8 +13,8 @@ from simtrain.decide import validate as v
 CASES = Path(str(resources.files("simtrain.validation") / "megatron_bridge_moe.yaml"))
 # the expressible MoE rows of the shared file, by hand: the ones that set no hybridep or tp_comm_overlap (the file's
 # header lists the others and the key each lacks); ep_overlap rows since 2026-12-01, the deepep row since DeepEP is
-# simulated, the DeepSeek-V3 rows with recompute_modules mlp under FP8 since it is simulated (the three GPT-OSS BF16
-# rows the header names are expressible but not bundled yet)
+# simulated, the DeepSeek-V3 rows with recompute_modules mlp under FP8 since it is simulated, the three gated GPT-OSS
+# BF16 rows (recompute_modules [layernorm, moe_act]) since the third session of 2026-12-01
 EXPRESSIBLE = {
     "mbridge_2509_h100_qwen3_30b_a3b_fp8cs_16gpu", "mbridge_2509_b200_qwen3_30b_a3b_fp8cs_8gpu",
     "mbridge_2602_b200_qwen3_30b_a3b_mxfp8_8gpu",
@@ -25,13 +25,17 @@ EXPRESSIBLE = {
     "mbridge_2511_h100_qwen3_30b_a3b_fp8cs_16gpu", "mbridge_2511_h100_qwen3_235b_a22b_fp8cs_256gpu",
     "mbridge_260401_h100_qwen3_235b_a22b_fp8cs_256gpu", "mbridge_2511_b200_qwen3_235b_a22b_mxfp8_64gpu",
     "mbridge_2602_h100_qwen3_30b_a3b_fp8cs_16gpu", "mbridge_2509_h100_deepseek_v3_fp8cs_1024gpu",
-    "mbridge_2511_b200_deepseek_v3_mxfp8_256gpu", "mbridge_260401_b200_deepseek_v3_mxfp8_256gpu"}
+    "mbridge_2511_b200_deepseek_v3_mxfp8_256gpu", "mbridge_260401_b200_deepseek_v3_mxfp8_256gpu",
+    "mbridge_260401_h100_gpt_oss_120b_bf16_64gpu", "mbridge_2602_b200_gpt_oss_120b_bf16_64gpu",
+    "mbridge_260401_b200_gpt_oss_120b_bf16_64gpu"}
 DEEPSEEK_GATED = {"mbridge_2509_h100_deepseek_v3_fp8cs_1024gpu", "mbridge_2511_b200_deepseek_v3_mxfp8_256gpu",
                   "mbridge_260401_b200_deepseek_v3_mxfp8_256gpu"}
 GATED = DEEPSEEK_GATED | {
     "mbridge_2509_h100_qwen3_30b_a3b_fp8cs_16gpu", "mbridge_2602_b200_qwen3_30b_a3b_mxfp8_8gpu",
     "mbridge_260401_b200_qwen3_235b_a22b_mxfp8_256gpu", "mbridge_2511_h100_qwen3_235b_a22b_fp8cs_256gpu",
-    "mbridge_260401_h100_qwen3_235b_a22b_fp8cs_256gpu", "mbridge_2602_h100_qwen3_30b_a3b_fp8cs_16gpu"}
+    "mbridge_260401_h100_qwen3_235b_a22b_fp8cs_256gpu", "mbridge_2602_h100_qwen3_30b_a3b_fp8cs_16gpu",
+    "mbridge_260401_h100_gpt_oss_120b_bf16_64gpu", "mbridge_2602_b200_gpt_oss_120b_bf16_64gpu",
+    "mbridge_260401_b200_gpt_oss_120b_bf16_64gpu"}
 
 
 @pytest.fixture(scope="module")
@@ -73,11 +77,12 @@ def test_targets_are_the_published_throughput():
 # table row measured 9058 tok/s/GPU, a 28.94 s step, -44% from this prediction): gated mean 43.6% over 6. With the
 # dense MLP's recompute under FP8 and group-limited routing simulated, three gated DeepSeek-V3 rows joined: H100 EP 64
 # deepep -19.8%, B200 alltoall -36.3%, B200 EP 32 deepep -5.7% (without group-limited routing -13.9% and +5.0%):
-# gated mean 36.0% over 9. Guards are today's figures rounded up.
+# gated mean 36.0% over 9. The three gated GPT-OSS-120B BF16 rows (bundled as they are, nothing changed for them)
+# joined at -42.0% (H100), -23.3% and -37.0% (B200): gated mean 35.5% over 12. Guards are today's figures rounded up.
 def test_gated_error_does_not_regress(results):
     """The gated MoE cases' mean |error| stays at or below 36% and the worst at or below 70%."""
     gated = [r for r in results if r.gate]
-    assert len(gated) == 9
+    assert len(gated) == 12
     s = v.summarize(gated)
     assert s.mean_abs_error <= 0.36
     assert s.worst_abs_error <= 0.70
