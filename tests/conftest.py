@@ -101,3 +101,53 @@ def assert_error_table_matches(results, file_name):
     fresh = [row for row in v.error_table(list(results))["cases"] if row["file"] == file_name]
     kept = [row for row in validation_errors() if row["file"] == file_name]
     assert kept == fresh, "simtrain/validation/errors.json is stale: run tests/data/regenerate_validation_errors.py"
+
+
+def resolve_variant(scenario, layout: dict, max_memory: float):
+    """A brute-force search's view of a layout (tests only, independent of decide.search): (its scenario, the layout
+    with what its variant resolves to), or None where the rules refuse it, it does not fit within ``max_memory`` of
+    the GPU, or its variant does not compete (the plain layout does the same). Variants are resolved by trying every
+    count or module set in cost order, not by the search's bisection: offloading the fewest layers that fit (only
+    where the plain layout does not); recomputing the fewest layers per stage in full that fit (only where the layout
+    without recompute does not, and fewer than every layer); adding the first of [layernorm], [mlp],
+    [layernorm, mlp] to selective recompute's modules that fits (only where the plain selective layout does not)."""
+    from simtrain.decide.search_result import layout_overrides
+    from simtrain.engine.simulation import memory
+    from simtrain.spec.errors import InputError
+
+    def within(sc) -> bool:
+        mem = memory(sc)
+        return mem.fits_in_memory and mem.peak_memory_bytes_max <= max_memory * mem.capacity_bytes
+
+    try:
+        sc = scenario.with_overrides(layout_overrides(layout))
+    except InputError:
+        return None
+    plain = {k: v for k, v in layout.items() if k not in ("offload", "partial", "modules")}
+    tries: list[tuple[str, Any, dict]] = []
+    if layout.get("offload"):
+        if within(sc):
+            return None
+        tries = [("activation_offload_layers", n, {"training.activation_offload_layers": n})
+                 for n in range(1, sc.model.layers)]
+    elif layout.get("partial"):
+        if within(sc.with_overrides({"training.recompute": "none"})):
+            return None
+        tries = [("recompute_layers", n, {"training.recompute_layers": n})
+                 for n in range(1, min(sc.layers_per_stage))]
+    elif layout.get("modules"):
+        if within(sc):
+            return None
+        base = list(sc.training.recompute_modules or ["core_attn"])
+        tries = [("recompute_modules", base + extra, {"training.recompute_modules": base + extra})
+                 for extra in (["layernorm"], ["mlp"], ["layernorm", "mlp"])]
+    else:
+        return (sc, plain) if within(sc) else None
+    for key, value, keys in tries:
+        try:
+            moved = sc.with_overrides(keys)
+        except InputError:
+            continue
+        if within(moved):
+            return moved, {**plain, key: value}
+    return None

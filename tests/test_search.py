@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from conftest import DATA, gpt_model, hardware_variant, make_scenario, run_cli
+from conftest import DATA, gpt_model, hardware_variant, make_scenario, resolve_variant, run_cli
 
 from simtrain.decide.search import enumerate_layouts, gpu_overrides, search, why_slower
 from simtrain.decide.sweep_files import read_table
@@ -32,12 +32,19 @@ def test_enumeration_counts_every_layout_by_hand():
       tp1 pp2 dp2: micro-batches 2, 1: zb-h1 and zb-v, 2 mb x 2 x 2 zero x 4       = 32
       tp1 pp4 dp1: zb-h1, 3 mb x 4                                                = 12
       tp2 pp2 dp1: micro-batches 4, 2, 1: (zb-h1, zb-v) 3 mb + (dualpipe,
-                   dualpipev) mb 1, x 4 x 2                                       = 64   -> 380."""
+                   dualpipev) mb 1, x 4 x 2                                       = 64   -> 380;
+    plus the recompute-granularity variants (issue 21): one per selective layout (modules added), 380 / 4 = 95; one
+    per full-recompute layout with an even split of at least 2 layers per (virtual) stage (fewest layers
+    recomputed), i.e. vpp 1 and pp <= 2:
+      tp1 pp1 dp4: 1 mb x 4 zero = 4;   tp2 pp1 dp2: 2 mb x 4 zero x 2 sp = 16;   tp4 pp1 dp1: 3 mb x 2 sp = 6
+      tp1 pp2 dp2: mb 1 (gpipe, 1f1b x 4 zero + zb-h1 x 2 zero) + mb 2 (the same)     = 20
+      tp2 pp2 dp1: (gpipe, 1f1b, zb-h1) x 3 mb + dualpipe at mb 1, x 2 sp             = 20   -> 66; 380 + 95 + 66
+    = 541."""
     sc = make_scenario(hardware=TWO_NODES, nodes=1, gpus_per_node=4, model=SMALL,
                        training={"global_batch": 4}, parallel={"dp": 4})
     layouts = enumerate_layouts(sc)
-    assert len(layouts) == 380
-    assert len({tuple(sorted(x.items())) for x in layouts}) == 380
+    assert len(layouts) == 541
+    assert len({tuple(sorted(x.items())) for x in layouts}) == 541
     assert all(x["tp"] * x["pp"] * x["dp"] == 4 for x in layouts)
 
 
@@ -51,27 +58,19 @@ def small_case(tmp_path):
 
 def test_search_agrees_with_brute_force(small_case):
     """The top 3 by tokens/s equal those of simulating every layout that fits (memory model) within 95% of the
-    GPU's memory."""
-    from simtrain.engine.simulation import memory, simulate
+    GPU's memory, each recompute-granularity variant resolved by trying every count or module set in cost order
+    (conftest.resolve_variant)."""
+    from simtrain.engine.simulation import simulate
 
     result = search(small_case, top=3, workers=1, progress=False, max_memory=0.95)
     scored = []
     for i, layout in enumerate(enumerate_layouts(small_case)):
-        keys = {"parallel.tp": layout["tp"], "parallel.pp": layout["pp"], "parallel.dp": layout["dp"],
-                "parallel.vpp": layout["vpp"], "training.micro_batch": layout["micro_batch"],
-                "parallel.zero": layout["zero"], "training.recompute": layout["recompute"],
-                "parallel.schedule": layout["schedule"], "parallel.sequence_parallel": layout["sequence_parallel"],
-                "parallel.layers_per_stage": layout["layers_per_stage"]}
-        try:
-            sc = small_case.with_overrides(keys)
-        except InputError:
-            continue
-        mem = memory(sc)
-        if mem.fits_in_memory and mem.peak_memory_bytes_max <= 0.95 * mem.capacity_bytes:
-            scored.append((-simulate(sc).tokens_per_s, i, layout))
+        resolved = resolve_variant(small_case, layout, 0.95)
+        if resolved is not None:
+            scored.append((-simulate(resolved[0]).tokens_per_s, i, resolved[1]))
     scored.sort(key=lambda x: (x[0], x[1]))
     brute = [(layout, -neg) for neg, _, layout in scored[:3]]
-    found = [({k: r[k] for k in brute[0][0]}, r["tokens_per_s"]) for r in result.top]
+    found = [({k: r.get(k) for k in layout}, r["tokens_per_s"]) for (layout, _), r in zip(brute, result.top)]
     assert found == brute
     assert result.counts["oom"] > 0
     assert result.counts["pruned"] > 0
@@ -131,9 +130,9 @@ def test_cli_search_prints_top_k_and_writes_the_table(tmp_path, capsys):
     assert lines[0].split()[:3] == ["#", "tp", "pp"]
     assert lines[1].split()[0] == "1" and lines[1].endswith("best")
     assert lines[2].split()[0] == "2"
-    assert "380 layouts of 4 GPUs" in stdout   # the hand count of test_enumeration_counts_every_layout_by_hand
+    assert "541 layouts of 4 GPUs" in stdout   # the hand count of test_enumeration_counts_every_layout_by_hand
     table = read_table(out)
-    assert len(table) == 380
+    assert len(table) == 541
     assert set(table["status"]) <= {"simulated", "pruned", "oom", "tight", "invalid", "failed", "unscreened"}
 
 
@@ -145,8 +144,11 @@ def test_max_memory_keeps_headroom(small_case):
     cap = 0.8 * 2**30
     assert any(r["peak_memory_bytes_max"] > 0.5 * cap for r in loose.top)
     assert all(r["peak_memory_bytes_max"] <= 0.5 * cap for r in tight.top)
+    # a recompute-granularity variant is resolved for max_memory itself (the fewest layers or modules within it), so
+    # it is never 'tight': the count is of the plain layouts
     assert tight.counts["tight"] == sum(1 for r in loose.rows if r["status"] in ("simulated", "pruned")
-                                        and r["peak_memory_bytes_max"] > 0.5 * cap)
+                                        and r["peak_memory_bytes_max"] > 0.5 * cap
+                                        and not (r.get("partial") or r.get("modules")))
     with pytest.raises(InputError):
         search(small_case, max_memory=1.5)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from conftest import DATA, hardware_variant, make_scenario
+from conftest import DATA, hardware_variant, make_scenario, resolve_variant
 from test_search_scale import SIX, TWO_NODES, _hardware
 
 from simtrain.decide.bulk import floors
@@ -91,7 +91,7 @@ def test_floor_holds_where_tp_groups_differ(uneven_links):
     """Rule: with a degraded link or an explicit topology the floor still never exceeds the bound (TP collectives
     are left out of it there), and the search still equals brute force."""
     from simtrain.decide.search import search
-    from simtrain.engine.simulation import memory, simulate
+    from simtrain.engine.simulation import simulate
 
     for scenario in uneven_links:
         layouts = enumerate_layouts(scenario)
@@ -103,12 +103,9 @@ def test_floor_holds_where_tp_groups_differ(uneven_links):
     result = search(scenario, top=1, workers=1, progress=False, max_memory=1.0)
     best = 0.0
     for layout in enumerate_layouts(scenario):
-        try:
-            sc = scenario.with_overrides(layout_overrides(layout))
-        except Exception:   # noqa: BLE001 - the rules reject it
-            continue
-        if memory(sc).fits_in_memory:
-            best = max(best, simulate(sc).tokens_per_s)
+        resolved = resolve_variant(scenario, layout, 1.0)
+        if resolved is not None:
+            best = max(best, simulate(resolved[0]).tokens_per_s)
     assert result.top[0]["tokens_per_s"] == best
 
 
@@ -178,8 +175,7 @@ def test_search_tries_activation_offloading_and_agrees_with_brute_force(tmp_path
     offloading variant with that fewest count (found here by bisection on the ledger, independently of the
     search)."""
     from simtrain.decide.search import search
-    from simtrain.engine.simulation import memory, simulate
-    from simtrain.plan.memory import memory_report
+    from simtrain.engine.simulation import simulate
 
     # 1.65 GiB: with no recompute, one stage and micro-batch 1 the ledger needs 1.706 GiB; offloading 4 of the 6
     # layers brings it to 1.640 GiB
@@ -193,23 +189,9 @@ def test_search_tries_activation_offloading_and_agrees_with_brute_force(tmp_path
     result = search(sc, top=3, workers=1, progress=False, max_memory=1.0)
     scored = []
     for i, layout in enumerate(enumerate_layouts(sc)):
-        try:
-            s = sc.with_overrides(layout_overrides(layout))
-        except Exception:   # noqa: BLE001 - the rules reject it
-            continue
-        fits = memory(s).fits_in_memory
-        if layout.get("offload"):
-            if fits:
-                continue
-            n = next((k for k in range(1, s.model.layers) if memory_report(
-                s.with_overrides({"training.activation_offload_layers": k})).fits), None)
-            if n is None:
-                continue
-            s = s.with_overrides({"training.activation_offload_layers": n})
-            layout = {**layout, "activation_offload_layers": n}
-        elif not fits:
-            continue
-        scored.append((-simulate(s).tokens_per_s, i, layout))
+        resolved = resolve_variant(sc, layout, 1.0)
+        if resolved is not None:
+            scored.append((-simulate(resolved[0]).tokens_per_s, i, resolved[1]))
     scored.sort(key=lambda x: (x[0], x[1]))
     brute = [(layout, -neg) for neg, _, layout in scored[:3]]
     assert any(layout.get("activation_offload_layers") == 4 for _, _, layout in scored)

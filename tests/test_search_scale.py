@@ -5,14 +5,12 @@ parallelism, FP8, the zero-bubble and DualPipe schedules, auto splits)."""
 from __future__ import annotations
 
 import pytest
-from conftest import DATA, gpt_model, hardware_variant, make_scenario
+from conftest import DATA, gpt_model, hardware_variant, make_scenario, resolve_variant
 
 from simtrain.decide.search import enumerate_layouts, screen, search
-from simtrain.decide.search_result import layout_overrides
 from simtrain.decide.sweep import ScenarioPayload
-from simtrain.engine.simulation import memory, simulate
+from simtrain.engine.simulation import simulate
 from simtrain.plan.shared_costs import shared, shared_costs
-from simtrain.spec.errors import InputError
 
 TWO_NODES = DATA / "core_two_nodes.yaml"
 #: six layers: pp 4 splits them unevenly (auto), pp 2 and 3 evenly; layers alike, so every split schedule applies
@@ -42,17 +40,14 @@ def split_case(tmp_path):
 
 
 def _brute_force(scenario, max_memory: float, top: int) -> tuple[list, dict]:
-    """Every enumerated layout the scenario rules accept, simulated if it fits within ``max_memory`` of the GPU:
+    """Every enumerated layout the scenario rules accept, simulated if it fits within ``max_memory`` of the GPU (a
+    variant as conftest.resolve_variant resolves it):
     the ``top`` by tokens/s (ties by enumeration order) and the tokens/s of each that competed, by index."""
     scored = []
     for i, layout in enumerate(enumerate_layouts(scenario)):
-        try:
-            sc = scenario.with_overrides(layout_overrides(layout))
-            mem = memory(sc)
-        except InputError:
-            continue
-        if mem.fits_in_memory and mem.peak_memory_bytes_max <= max_memory * mem.capacity_bytes:
-            scored.append((-simulate(sc).tokens_per_s, i, layout))
+        resolved = resolve_variant(scenario, layout, max_memory)
+        if resolved is not None:
+            scored.append((-simulate(resolved[0]).tokens_per_s, i, resolved[1]))
     scored.sort(key=lambda x: (x[0], x[1]))
     return [(layout, -neg) for neg, _, layout in scored[:top]], {i: -neg for neg, i, _ in scored}
 
@@ -64,7 +59,7 @@ def test_search_agrees_with_brute_force_on_new_dimensions(case, request):
     scenario = request.getfixturevalue(case)
     result = search(scenario, top=3, workers=1, progress=False)
     brute, competed = _brute_force(scenario, result.max_memory, 3)
-    found = [({k: r[k] for k in brute[0][0]}, r["tokens_per_s"]) for r in result.top]
+    found = [({k: r.get(k) for k in layout}, r["tokens_per_s"]) for (layout, _), r in zip(brute, result.top)]
     assert found == brute
     unscreened = sum(1 for i in competed if result.rows[i]["status"] == "unscreened")
     assert result.counts["simulated"] + result.counts["pruned"] == len(competed) - unscreened

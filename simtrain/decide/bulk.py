@@ -60,13 +60,14 @@ def floors(scenario: Scenario, base: dict[str, Any], layouts: list[dict[str, Any
     per_key: dict[tuple, tuple[float, float, float, float]] = {}
     f, b, c, h = (np.zeros(len(layouts)) for _ in range(4))
     known = np.zeros(len(layouts), dtype=bool)
-    def time_figures(rep: Scenario, layout: dict) -> tuple[float, float, float, float]:
-        lf = layer_floor(rep, micro_batch=layout["micro_batch"], precision=layout["precision"],
-                         recompute=layout["recompute"])
+    def time_figures(rep: Scenario, layout: dict, recompute: str) -> tuple[float, float, float, float]:
+        lf = layer_floor(rep, micro_batch=layout["micro_batch"], precision=layout["precision"], recompute=recompute)
         return lf.forward, lf.backward, lf.compute, lf.head
 
     for i in range(len(layouts)):
-        figures = _figures(scenario, base, layouts, i, reps, per_key, time_figures)
+        # a partial-recompute variant recomputes some layers: no more than none; added modules: no less than selective
+        figures = _figures(scenario, base, layouts, i, reps, per_key, time_figures,
+                           "none" if layouts[i].get("partial") else layouts[i]["recompute"])
         f[i], b[i], c[i], h[i] = figures
         known[i] = figures != (0.0, 0.0, 0.0, 0.0)
     col = {k: np.array([layout[k] for layout in layouts]) for k in ("pp", "vpp", "dp", "micro_batch")}
@@ -146,12 +147,21 @@ def memory_floors(scenario: Scenario, base: dict[str, Any], layouts: list[dict[s
         if key not in op_lists:
             op_lists[key] = rank_schedules(schedule, pp, m, vpp)
         return op_lists[key]
-    def memory_figures(rep: Scenario, layout: dict) -> tuple[float, float, float, float]:
-        return memory_floor(rep, micro_batch=layout["micro_batch"], precision=layout["precision"],
-                            recompute=layout["recompute"])
+    def memory_figures(rep: Scenario, layout: dict, recompute: str) -> tuple[float, float, float, float]:
+        def of(mode: str) -> tuple[float, float, float, float]:
+            return memory_floor(rep, micro_batch=layout["micro_batch"], precision=layout["precision"], recompute=mode)
+
+        if recompute != "selective+":
+            return of(recompute)
+        # modules added to selective recompute: a layer keeps at least what full recompute keeps (its input), and
+        # the added modules' short-lived peak is left out
+        sel, full = of("selective"), of("full")
+        return sel[0], min(sel[1], full[1]), 0.0, min(sel[3], full[3])
 
     for i, layout in enumerate(layouts):
-        params, act, transient, w_share = _figures(scenario, base, layouts, i, reps, per_key, memory_figures)
+        # a partial-recompute variant keeps at least what full recompute keeps; one adding modules, see above
+        mode = "full" if layout.get("partial") else "selective+" if layout.get("modules") else layout["recompute"]
+        params, act, transient, w_share = _figures(scenario, base, layouts, i, reps, per_key, memory_figures, mode)
         if not params:
             continue
         precision, zero, pp, vpp = layout["precision"], layout["zero"], layout["pp"], layout["vpp"]
@@ -232,18 +242,19 @@ def memory_floors(scenario: Scenario, base: dict[str, Any], layouts: list[dict[s
 
 
 def _figures(scenario: Scenario, base: dict[str, Any], layouts: list[dict[str, Any]], i: int, reps: dict,
-             per_key: dict, compute) -> tuple:
-    """Layout i's per-key figures, ``compute(representative scenario, layout)``, once per :data:`FLOOR_KEYS` value;
-    zeros where the rules accept no layout of its (tp, sequence parallelism, cp)."""
+             per_key: dict, compute, recompute: str) -> tuple:
+    """Layout i's per-key figures, ``compute(representative scenario, layout, recompute)``, once per
+    :data:`FLOOR_KEYS` value (with ``recompute`` for the layout's own); zeros where the rules accept no layout of
+    its (tp, sequence parallelism, cp)."""
     layout = layouts[i]
-    key = tuple(layout.get(k, 1) for k in FLOOR_KEYS)
+    key = (*(layout.get(k, 1) for k in FLOOR_KEYS[:-1]), recompute)
     figures = per_key.get(key)
     if figures is None:
         shape = key[:3]
         if shape not in reps:
             reps[shape] = _representative(scenario, base, layouts, i, shape)
         rep = reps[shape]
-        figures = per_key[key] = (0.0, 0.0, 0.0, 0.0) if rep is None else compute(rep, layout)
+        figures = per_key[key] = (0.0, 0.0, 0.0, 0.0) if rep is None else compute(rep, layout, recompute)
     return figures
 
 

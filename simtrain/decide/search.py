@@ -42,6 +42,7 @@ from typing import Any
 from simtrain.decide.bulk import floors, memory_floors
 from simtrain.decide.search_result import (  # noqa: F401 - re-exported: the search's names in one place
     LAYOUT_KEYS,
+    RESOLVED,
     SearchResult,
     add_bands,
     layout_overrides,
@@ -53,6 +54,7 @@ from simtrain.decide.search_space import (  # noqa: F401 - re-exported: the enum
     CP_MIN_TOKENS,
     MAX_LAYOUTS,
     RECOMPUTE,
+    VARIANTS,
     _divisors,
     check_fix,
     enumerate_layouts,
@@ -107,6 +109,12 @@ def _screen_one(scenario: Scenario, base: dict[str, Any], layout: dict[str, Any]
     try:
         sc = resolve_split(scenario.with_overrides({**base, **layout_overrides(layout)}))
         mem = memory_report(sc)     # the ledger of simtrain.memory(sc), without its per-GPU report
+        if layout.get("partial") or layout.get("modules"):   # the cheapest granularity within max_memory
+            found = _granularity(sc, mem, max_memory * mem.capacity, layout)
+            if isinstance(found, str):
+                return {"status": "invalid", "error": found}
+            sc, mem, key, value = found
+            row[key] = value
         if layout.get("offload"):   # the fewest offloaded layers that bring it within max_memory (plan.advice)
             if mem.peak_max <= max_memory * mem.capacity:
                 return {"status": "invalid", "error": "fits within max_memory without offloading: the same layout "
@@ -128,6 +136,33 @@ def _screen_one(scenario: Scenario, base: dict[str, Any], layout: dict[str, Any]
     except Exception as err:  # noqa: BLE001 - a failing layout is reported, not fatal
         row.update(status="failed", error=error_text(err))
     return row
+
+
+def _granularity(sc: Scenario, mem, limit: float, layout: dict[str, Any]):
+    """A recompute-granularity variant (``partial``: the fewest layers per stage recomputed in full, ``modules``: the
+    cheapest modules added to selective recompute, ``plan.advice.cheapest_recompute_modules``) that brings ``sc`` within
+    ``limit`` bytes: (its scenario, its ledger, the row key, its value), or why the variant does not compete."""
+    from simtrain.plan.advice import cheapest_recompute_modules, fewest_recompute_layers
+    from simtrain.plan.balance import resolve_split
+    from simtrain.plan.memory import memory_report
+
+    if layout.get("partial"):
+        plain = resolve_split(sc.with_overrides({"training.recompute": "none"}))
+        plain_mem = memory_report(plain)
+        if plain_mem.peak_max <= limit:
+            return "fits within max_memory without recompute: the same layout without it competes"
+        found = fewest_recompute_layers(plain, plain_mem, limit)
+        if found is None or found[0] >= min(sc.layers_per_stage):
+            return "no partial recompute brings it within max_memory: the same layout recomputing every layer competes"
+        sc = resolve_split(sc.with_overrides({"training.recompute_layers": found[0]}))
+        return sc, memory_report(sc), "recompute_layers", found[0]
+    if mem.peak_max <= limit:
+        return "fits within max_memory with the scenario's recompute modules: that layout competes"
+    found = cheapest_recompute_modules(sc, mem, limit)
+    if found is not None:
+        moved = resolve_split(sc.with_overrides({"training.recompute_modules": found[0]}))
+        return moved, memory_report(moved), "recompute_modules", found[0]
+    return "no added recompute module brings it within max_memory: full recompute competes"
 
 
 def simulate_layout(payload: ScenarioPayload, base: dict[str, Any], layout: dict[str, Any]) -> dict[str, Any]:
@@ -159,13 +194,12 @@ UNFLOORED_WAVE = 1024
 def _cache_key(layout: dict[str, Any], max_memory: float) -> str:
     """A screened row's key in :data:`_SCREENED`: its layout, and for an offloading variant the max_memory its
     offloaded layers were found for (other rows do not depend on it)."""
-    return json.dumps([layout, max_memory] if layout.get("offload") else layout, sort_keys=True)
+    return json.dumps([layout, max_memory] if any(layout.get(k) for k in VARIANTS) else layout, sort_keys=True)
 
 
 def _layout_of(row: dict[str, Any], layout: dict[str, Any]) -> dict[str, Any]:
     """What simulates a screened layout: its fields, and the offloaded layers its screening found."""
-    found = row.get("activation_offload_layers")
-    return {**layout, "activation_offload_layers": found} if found else layout
+    return {**layout, **{k: row[k] for k in RESOLVED if row.get(k)}}
 
 
 def _screen_key(scenario: Scenario, base: dict[str, Any]) -> str:

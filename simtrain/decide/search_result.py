@@ -24,14 +24,19 @@ LAYOUT_KEYS = {"tp": "parallel.tp", "pp": "parallel.pp", "dp": "parallel.dp", "v
                "cp": "parallel.cp", "ep_overlap": "parallel.ep_overlap",
                "offload_optimizer": "parallel.offload_optimizer"}
 
+#: what screening finds for a variant (decide.search_space.VARIANTS) -> its scenario key
+RESOLVED = {"activation_offload_layers": "training.activation_offload_layers",
+            "recompute_layers": "training.recompute_layers", "recompute_modules": "training.recompute_modules"}
+
 
 def layout_overrides(layout: dict[str, Any]) -> dict[str, Any]:
     """The scenario keys that set ``layout`` (its fields as :data:`LAYOUT_KEYS` names them)."""
     out = {LAYOUT_KEYS[k]: layout[k] for k in LAYOUT_KEYS if k in layout}
     # an uneven split of the original layout does not carry over: even, or balanced (auto) where the search chose it
     out["parallel.layers_per_stage"] = layout.get("layers_per_stage")
-    if layout.get("activation_offload_layers"):   # an offloading layout, once screening found how many layers
-        out["training.activation_offload_layers"] = layout["activation_offload_layers"]
+    for key in RESOLVED:    # a variant's layout, once screening found its offloaded or recomputed layers or modules
+        if layout.get(key):
+            out[RESOLVED[key]] = layout[key]
     return out
 
 
@@ -153,13 +158,36 @@ def _ms(seconds: float) -> str:
 def layout_text(row: dict[str, Any], fields=None) -> str:
     """'tp 2, pp 4, ...' for the given layout fields (all by default)."""
     text = ", ".join(f"{k} {row[k]}" for k in (fields or LAYOUT_KEYS) if k in row)
+    if fields:
+        return text
+    if row.get("recompute_layers"):
+        text += f", recompute_layers {row['recompute_layers']}"
+    if row.get("recompute_modules"):
+        text += f", recompute_modules [{', '.join(row['recompute_modules'])}]"
     return text + (f", offload {row['activation_offload_layers']} layers" if row.get("activation_offload_layers")
-                   and not fields else "")
+                   else "")
+
+
+def recompute_text(row: dict[str, Any]) -> str:
+    """The recompute cell of a layout: its mode, and what screening found for a variant (layers recomputed in
+    full per stage, modules added to selective recompute, layers offloaded)."""
+    text = row["recompute"]
+    if row.get("recompute_layers"):
+        n = row["recompute_layers"]
+        text += f", {n} layer{'s' if n > 1 else ''} per stage"
+    if row.get("recompute_modules"):
+        text += " " + "+".join(row["recompute_modules"])
+    if row.get("activation_offload_layers"):
+        text += f", offload {row['activation_offload_layers']}"
+    return text
 
 
 def why_slower(row: dict[str, Any], best: dict[str, Any]) -> str:
     """The one or two largest contributors (seconds per step) to ``row`` being slower than ``best``."""
-    differs = [k for k in LAYOUT_KEYS if row.get(k) != best.get(k)]
+    def cell(r: dict[str, Any], k: str) -> Any:
+        return recompute_text(r) if k == "recompute" else r.get(k, "-")
+
+    differs = [k for k in LAYOUT_KEYS if cell(row, k) != cell(best, k)]
     rc_row, rc_best = row.get("recompute_s", 0.0), best.get("recompute_s", 0.0)
     work_row, work_best = row["compute_s"] - rc_row, best["compute_s"] - rc_best
     parts = [
@@ -173,14 +201,14 @@ def why_slower(row: dict[str, Any], best: dict[str, Any]) -> str:
          f"exposed PP comm {_ms(row['exposed_pp_s'])} vs {_ms(best['exposed_pp_s'])}"),
         (row.get("exposed_ep_s", 0.0) - best.get("exposed_ep_s", 0.0),
          f"EP all-to-all {_ms(row.get('exposed_ep_s', 0.0))} vs {_ms(best.get('exposed_ep_s', 0.0))}"),
-        (rc_row - rc_best, f"recompute {row['recompute']} +{rc_row / max(work_row, 1e-30):.0%} compute"),
+        (rc_row - rc_best, f"recompute {recompute_text(row)} +{rc_row / max(work_row, 1e-30):.0%} compute"),
         (work_row - work_best, f"compute {format_time(work_row)} vs {format_time(work_best)}"),
     ]
     gap = row["step_time_s"] / best["step_time_s"] - 1.0
     found = [text for delta, text in sorted(parts, key=lambda p: -p[0]) if delta > 0.005 * best["step_time_s"]][:2]
     if not found:
         found = [f"within {gap:.1%}" if gap > 5e-4 else "ties with the best"]
-    changes = ", ".join(f"{k} {row.get(k, '-')} vs {best.get(k, '-')}" for k in differs)
+    changes = ", ".join(f"{k} {cell(row, k)} vs {cell(best, k)}" for k in differs)
     return "; ".join(found) + (f" ({changes})" if changes else "")
 
 
@@ -241,9 +269,7 @@ def search_text(result: SearchResult) -> str:
         head[3] = "dp x cp"
     for n, r in enumerate(result.top, start=1):
         dp = f"{r['dp']} x {r['cp']}" if with_cp else str(r["dp"])
-        # an offloading layout: its recompute mode (none) and the layers whose activations go to host memory
-        recompute = f"{r['recompute']}, offload {r['activation_offload_layers']}" \
-            if r.get("activation_offload_layers") else r["recompute"]
+        recompute = recompute_text(r)
         zero = f"{r['zero']}, host Adam" if r.get("offload_optimizer") else str(r["zero"])
         body.append([str(n), str(r["tp"]), str(r["pp"]), dp, str(r["vpp"]), str(r["micro_batch"]),
                      zero, recompute, r["schedule"], "yes" if r["sequence_parallel"] else "no",

@@ -13,6 +13,11 @@ from simtrain.spec.scenario import Scenario
 from simtrain.spec.units import as_whole
 
 RECOMPUTE = ("none", "selective", "selective_op", "full")
+#: a layout's keys that mark a variant resolved when it is screened (decide.search): not layout fields ``fix`` sees
+VARIANTS = ("offload", "partial", "modules")
+#: the modules a searched selective recompute may add to the scenario's on a dense model (Megatron's
+#: --recompute-modules; plan.advice.cheapest_recompute_modules tries them cheapest first)
+DENSE_MODULES = ("layernorm", "mlp")
 #: context parallelism is enumerated where every CP rank still holds at least this many tokens of a sequence (Llama 3's
 #: long-context stage: 131,072 tokens over cp 16, Dubey et al. 2024 Table 4); shorter sequences search cp 1 only
 CP_MIN_TOKENS = 8192
@@ -122,6 +127,10 @@ def enumerate_layouts(scenario: Scenario, gpus: int | None = None, fix: dict[str
     # the optimizer step on the host (parallel.offload_optimizer) where the hardware file gives what it needs
     host_adam = offload and hw.host_memory_bandwidth is not None and tr.optimizer == "adam" \
         and not par.offload_optimizer
+    # recompute granularity (training.recompute_layers, training.recompute_modules) where the scenario leaves it open;
+    # models whose layers are all alike only (the rules refuse partial recompute for the others, and they get no floor)
+    partial = not varied and tr.recompute_layers is None
+    extra_modules = () if varied else tuple(x for x in DENSE_MODULES if x not in (tr.recompute_modules or ()))
     cps = [c for c in _divisors(total) if tr.seq_len % (2 * c) == 0 and tr.seq_len // c >= CP_MIN_TOKENS]
     cps = cps if len(cps) > 1 else [None]     # None: the layouts carry no cp key (short sequences)
     out = []
@@ -163,7 +172,10 @@ def enumerate_layouts(scenario: Scenario, gpus: int | None = None, fix: dict[str
                                        for experts in _with_overlap(experts, tr, par, m, pp, schedule, zero, recompute)
                                        for experts in _with_offload(experts, offload, pp, zero, recompute)
                                        for experts in _with_host_adam(experts, host_adam, zero)
-                                       if all(ok(k, v) for k, v in experts.items() if k != "offload"))
+                                       for experts in _with_recompute(experts, recompute, partial and lps is None
+                                                                      and m.layers // (pp * vpp) >= 2,
+                                                                      bool(extra_modules))
+                                       if all(ok(k, v) for k, v in experts.items() if k not in VARIANTS))
             if max_layouts is not None and len(out) > max_layouts:
                 raise SimulationLimitError(
                     f"this search would screen more than {max_layouts:,} layouts (about "
@@ -238,6 +250,19 @@ def _with_offload(layout: dict, offload: bool, pp: int, zero: int, recompute: st
     fit (found when it is screened, ``activation_offload_layers`` in its row)."""
     if offload and pp == 1 and recompute == "none" and zero <= 2 and not layout.get("ep_overlap"):
         return [layout, {**layout, "offload": True}]
+    return [layout]
+
+
+def _with_recompute(layout: dict, recompute: str, partial: bool, modules: bool) -> list[dict]:
+    """The layout, and where recompute granularity can make it fit at less cost: under full recompute with an even
+    split of at least two layers per (virtual) stage, the same recomputing only the fewest layers per stage that
+    fit (``partial``; Megatron's --recompute-method block); under selective recompute, the same adding the cheapest
+    modules that fit (``modules``; :data:`DENSE_MODULES`). Both are found when the layout is screened
+    (``recompute_layers`` or ``recompute_modules`` in its row)."""
+    if recompute == "full" and partial:
+        return [layout, {**layout, "partial": True}]
+    if recompute == "selective" and modules:
+        return [layout, {**layout, "modules": True}]
     return [layout]
 
 

@@ -26,6 +26,8 @@ DTYPES: dict[str, str] = {
     "exposed_tp_s": "float64", "exposed_pp_s": "float64", "exposed_dp_s": "float64", "exposed_ep_s": "float64",
     "reason": "string",
     "peak_memory_fraction": "float64",
+    "recompute_layers": "int64", "recompute_modules": "string", "activation_offload_layers": "int64",
+    "offload": "boolean", "partial": "boolean", "modules": "boolean",
     # compare
     "scenario": "string", "file": "string", "hardware": "string", "gpu": "string", "gpus": "int64",
     "model": "string", "global_batch": "int64", "seq_len": "int64", "layout": "string",
@@ -67,8 +69,10 @@ def typed(frame, dtypes: dict[str, str] | None = None):
         elif want == "bool":
             frame[col] = pd.array([_truth(v) for v in series.tolist()], dtype="bool")
         elif want == "string":
-            frame[col] = pd.array([pd.NA if _missing(v) or v == "" else str(v) for v in series.tolist()],
-                                  dtype="string")
+            # a list (a searched layout's recompute_modules) as its items joined by commas
+            frame[col] = pd.array([pd.NA if _missing(v) or v == "" else
+                                   ",".join(map(str, v)) if isinstance(v, list) else str(v)
+                                   for v in series.tolist()], dtype="string")
         elif want == "int64" and series.isna().any():
             frame[col] = pd.to_numeric(series).astype("float64")   # a missing count cannot be an int64
         else:

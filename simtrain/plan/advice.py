@@ -26,7 +26,10 @@ def advice(scenario: Scenario, report: MemoryReport) -> list[str]:
             tips.append("turn on activation recompute (training.recompute: selective_op, selective or full)")
         elif tr.recompute != "full":
             tips.append("recompute whole layers (training.recompute: full): only each layer's input is kept")
-        if tr.recompute == "selective" and "mlp" not in (tr.recompute_modules or ()):
+        modules = _modules_tip(scenario, report)
+        tips += modules
+        if not modules and tr.recompute == "selective" and "mlp" not in (tr.recompute_modules or ()) \
+                and scenario.model.dense_layer_count:
             tips.append("recompute the MLP too (training.recompute_modules: [core_attn, mlp]): its internals "
                         "are the largest share of a layer's activations")
         if tr.recompute == "full" and tr.recompute_layers is not None and not _partial_recompute_tip(scenario, report):
@@ -68,12 +71,15 @@ def _partial_recompute_tip(scenario: Scenario, report: MemoryReport) -> list[str
             "per micro-batch (Megatron --recompute-method block)"]
 
 
-def fewest_recompute_layers(scenario: Scenario, report: MemoryReport) -> tuple[int, float] | None:
-    """The fewest layers per (virtual) stage whose full recompute makes every stage fit, and the peak then; None
-    where it fits already, where even every layer recomputed does not fit, or where the scenario offloads
-    activations (the two are not weighed together here)."""
+def fewest_recompute_layers(scenario: Scenario, report: MemoryReport,
+                            limit: float | None = None) -> tuple[int, float] | None:
+    """The fewest layers per (virtual) stage whose full recompute brings every stage within ``limit`` bytes (default:
+    the GPU's memory), and the peak then; None where it is within already, where even every layer recomputed is
+    not, or where the scenario offloads activations (the two are not weighed together here)."""
     tr = scenario.training
-    if report.fits or tr.activation_offload_layers or not scenario.layers_per_stage:
+    within = report.fits if limit is None else report.peak_max <= limit
+    limit = report.capacity if limit is None else limit
+    if within or tr.activation_offload_layers or not scenario.layers_per_stage:
         return None
     most = min(scenario.layers_per_stage)     # recompute_layers may not pass a stage's layers (scenario rules)
     low = (tr.recompute_layers or 0) + 1 if tr.recompute == "full" else 1
@@ -85,13 +91,55 @@ def fewest_recompute_layers(scenario: Scenario, report: MemoryReport) -> tuple[i
         moved = replace(scenario, training=t)
         return max(stage_memory(moved, r).total for r in range(scenario.parallel.pp))
 
-    if peak(most) > report.capacity:
+    if peak(most) > limit:
         return None
     lo, hi = low, most
     while lo < hi:   # the ledger falls as more layers recompute: the fewest that fit
         mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if peak(mid) <= report.capacity else (mid + 1, hi)
+        lo, hi = (lo, mid) if peak(mid) <= limit else (mid + 1, hi)
     return lo, peak(lo)
+
+
+def cheapest_recompute_modules(scenario: Scenario, report: MemoryReport,
+                               limit: float | None = None) -> tuple[list[str], float] | None:
+    """The cheapest module list for selective recompute (``plan.recompute.module_sets``: the scenario's modules, or
+    the default, plus modules of the model) that brings every stage within ``limit`` bytes (default: the GPU's
+    memory), and the peak then; None where the run is within already, recomputes in full or by operator, or no
+    list brings it there. Each list is checked by the scenario rules (a module the model lacks is skipped)."""
+    from simtrain.plan.balance import resolve_split
+    from simtrain.plan.recompute import DEFAULT_MODULES, MODULE_ORDER, module_sets
+    from simtrain.spec.errors import InputError
+    from simtrain.spec.scenario_rules_long import model_has_module
+
+    tr = scenario.training
+    within = report.fits if limit is None else report.peak_max <= limit
+    limit = report.capacity if limit is None else limit
+    if within or tr.recompute not in ("none", "selective") or tr.activation_offload_layers:
+        return None
+    base = list(tr.recompute_modules or DEFAULT_MODULES)
+    extra = [x for x in MODULE_ORDER if model_has_module(scenario.model, x)]
+    lists = ([base] if tr.recompute == "none" else []) + module_sets(base, extra)
+    for modules in lists:
+        try:
+            moved = resolve_split(scenario.with_overrides({"training.recompute": "selective",
+                                                           "training.recompute_modules": modules}))
+        except InputError:      # a module this model lacks
+            continue
+        peak = max(stage_memory(moved, r).total for r in range(moved.parallel.pp))
+        if peak <= limit:
+            return modules, peak
+    return None
+
+
+def _modules_tip(scenario: Scenario, report: MemoryReport) -> list[str]:
+    """Selective recompute of the cheapest modules that make every stage fit (Megatron's --recompute-modules)."""
+    found = cheapest_recompute_modules(scenario, report)
+    if found is None:
+        return []
+    modules, peak = found
+    return [f"recompute these modules (training.recompute: selective, training.recompute_modules: "
+            f"[{', '.join(modules)}]): peak {peak / 1e9:.1f} GB per GPU; the cheapest list that fits, each module "
+            "re-running its forward before the backward (Megatron --recompute-modules)"]
 
 
 def _offload_tip(scenario: Scenario, report: MemoryReport) -> list[str]:

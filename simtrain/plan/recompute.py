@@ -45,6 +45,20 @@ from simtrain.plan.memory_moe import layer_indices
 DEFAULT_MODULES = ("core_attn",)
 
 
+#: the modules selective recompute may add, in the order of what re-running them costs: the two norms and the experts'
+#: element-wise activation (memory-bound passes), then the latent-attention up projections (two small GEMMs), the
+#: dense MLP's GEMMs, the shared experts' GEMMs, and last the whole MoE layer with its all-to-alls
+MODULE_ORDER = ("layernorm", "moe_act", "mla_up_proj", "mlp", "shared_experts", "moe")
+
+
+def module_sets(base, extra) -> list[list[str]]:
+    """The module lists ``base`` plus a non-empty subset of ``extra`` (in :data:`MODULE_ORDER`), cheapest first as if
+    each module cost more than all cheaper ones together: the subsets in binary counting order ([a], [b], [a, b],
+    [c], ...)."""
+    extra = [x for x in MODULE_ORDER if x in extra and x not in base]
+    return [list(base) + [x for bit, x in enumerate(extra) if i >> bit & 1] for i in range(1, 2 ** len(extra))]
+
+
 def modules_of(training) -> tuple[str, ...]:
     """The recomputed modules of a selective-recompute run (none otherwise)."""
     return modules_for(training.recompute, training.recompute_modules)

@@ -16,6 +16,12 @@ _MODULE_NEEDS = {
 }
 
 
+def model_has_module(model, module: str) -> bool:
+    """Whether ``model`` has the part a recompute module re-runs (core_attn and layernorm: every model)."""
+    need = _MODULE_NEEDS.get(module)
+    return need is None or need[0](model)
+
+
 def check_long_sequence_rules(s, raw: dict, fail) -> None:   # s: a simtrain.spec.scenario.Scenario
     """Context parallelism, recompute granularity and offloading (issue 21)."""
     _check_cp(s, fail)
