@@ -147,6 +147,8 @@ def _granularity(sc: Scenario, mem, limit: float, layout: dict[str, Any]):
     from simtrain.plan.memory import memory_report
 
     if layout.get("partial"):
+        if mem.peak_max > limit:     # every layer recomputed keeps the least: fewer cannot fit
+            return "no partial recompute brings it within max_memory: even every layer recomputed does not"
         plain = resolve_split(sc.with_overrides({"training.recompute": "none"}))
         plain_mem = memory_report(plain)
         if plain_mem.peak_max <= limit:
