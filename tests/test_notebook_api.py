@@ -140,6 +140,7 @@ def test_fix_narrows_the_enumeration(small_case):
     with pytest.raises(InputError, match="'parallel.zeros' is not a searched layout key") as err:
         simtrain.search(small_case, fix={"parallel.zeros": 1})
     assert err.value.field == "fix"
+    assert str(err.value).startswith("fix: 'parallel.zeros'")   # the field named once (it read "fix: fix: ...")
 
 
 def test_the_screening_is_reused_across_max_memory(small_case, monkeypatch):

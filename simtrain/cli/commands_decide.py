@@ -227,7 +227,7 @@ def search(scenario: str, gpus: int | None, top: int, max_layouts: int | None, o
     try:
         check_fix(fix)
     except InputError as err:
-        raise InputError(err.message.replace("fix: ", "--fix ", 1)) from None
+        raise InputError("--fix " + err.message) from None
     overrides = parse_set(list(sets))
     sc = _load_base(scenario, overrides, lambda: _search_starts(scenario, overrides))
     outputs_apart_from_inputs(scenario_inputs(sc), out=out)
@@ -238,7 +238,9 @@ def search(scenario: str, gpus: int | None, top: int, max_layouts: int | None, o
     except WorkersFailed:
         raise click.ClickException(f"{_WORKER_DIED}; run the search again (--workers 1 uses none)") from None
     except InputError as err:
-        raise InputError(_cli_words(err.message), file=err.file, line=err.line) from None
+        # the Python API's message names fix= by its field ("fix: ..."); the others name their argument themselves
+        text = f"fix: {err.message}" if err.field == "fix" else err.message
+        raise InputError(_cli_words(text), file=err.file, line=err.line) from None
     if out:
         write_table(result.table, out)
     warned = "".join(f"warning: {w}\n" for w in setup_warnings(sc))

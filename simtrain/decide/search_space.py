@@ -81,13 +81,13 @@ def check_fix(fix: dict[str, Any] | None) -> dict[str, list]:
     for key, values in fix.items():
         name = by_key.get(key, key)
         if name not in LAYOUT_KEYS:
-            raise InputError(f"fix: {key!r} is not a searched layout key (allowed: "
+            raise InputError(f"{key!r} is not a searched layout key (allowed: "
                              f"{', '.join(LAYOUT_KEYS.values())})", field="fix")
         values = list(values) if isinstance(values, (list, tuple, set)) else [values]
         # numpy scalars (a DataFrame's cells) compare as the Python values they hold
         values = [v.item() if hasattr(v, "item") and not isinstance(v, (str, bytes)) else v for v in values]
         if not values:
-            raise InputError(f"fix: {key!r} lists no value", field="fix")
+            raise InputError(f"{key!r} lists no value", field="fix")
         out[name] = values
     return out
 
@@ -194,7 +194,7 @@ def enumerate_layouts(scenario: Scenario, gpus: int | None = None, fix: dict[str
         if name == "offload_optimizer" and all(v is False for v in fixed.get(name, [True])):
             continue     # every layout keeps its optimizer on the GPU where the key is not searched
         if name in fixed and not any(name in layout for layout in out):
-            raise InputError(f"fix: {LAYOUT_KEYS[name]} = {fixed[name]}: no searched layout has it ({why[name]})",
+            raise InputError(f"{LAYOUT_KEYS[name]} = {fixed[name]}: no searched layout has it ({why[name]})",
                              field="fix")
     return out
 
