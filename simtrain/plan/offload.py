@@ -88,8 +88,10 @@ def with_offload(c, groups: int, layer_bytes: float, host_bandwidth: float):
         fwd.append(f + c.tp_fwd_layer + c.cp_fwd_layer + ep_f)
         bwd.append(b + rec + tp_b + cp_b + ep_b)
     copy_s = layer_bytes / host_bandwidth
-    f_wait, b_wait = offload_stalls(fwd, bwd, copy_s, min(groups, c.layers))
-    return replace(c, offload_fwd_wait=tuple(f_wait), offload_bwd_wait=tuple(b_wait))
+    groups = min(groups, c.layers)
+    f_wait, b_wait = offload_stalls(fwd, bwd, copy_s, groups)
+    return replace(c, offload_fwd_wait=tuple(f_wait), offload_bwd_wait=tuple(b_wait), offload_groups=groups,
+                   offload_copy_s=copy_s, offload_bytes=layer_bytes)
 
 
 def host_memory_warning(scenario, report) -> str:
