@@ -8,8 +8,7 @@ handler; ``plan.offload.offload_stalls`` is its closed form for one micro-batch 
   group's reload on the host-to-device stream; an offloaded layer's backward waits for its own group, and the
   first layer's for every reload.
 
-Without ``flows`` a copy runs alone for the plan's ``offload_copy_s``. With it, a copy is a flow on the engine's
-fluid network over the GPU's host link: in the cluster graph the GPU's x16 PCIe
+A copy is a flow on the engine's fluid network over the GPU's host link: in the cluster graph the GPU's x16 PCIe
 link to its NIC (kind ``pcie``), device to host on the GPU -> NIC direction and back on the other, the same link
 GPUDirect RDMA traffic of the DP, PP and EP flows crosses, so a gradient bucket leaving through that NIC during a
 copy slows it and is slowed by it (the fluid network's equal share per flow). Where the graph gives the GPU no
@@ -49,7 +48,6 @@ class HostCopies:
 
     def __init__(self, env: simpy.Environment, net, plan, record) -> None:
         self.env, self.net, self.plan, self.record = env, net, plan, record
-        self.flows = False
         self._streams: dict[int, _Streams] = {}
         self._windows: dict[int, tuple[list[int], dict[int, int]]] = {}
         self._links: dict[int, tuple[tuple, tuple, float]] = {}
@@ -128,11 +126,7 @@ class HostCopies:
             if prev is not None and not prev.processed:
                 yield prev
             start = env.now
-            if self.flows:
-                yield from self.net.run_phase(Phase(flow_bytes=c.offload_copy_s * rate, latency=0.0,
-                                                    links=((link, 1),)))
-            else:
-                yield env.timeout(c.offload_copy_s)
+            yield from self.net.run_phase(Phase(flow_bytes=c.offload_copy_s * rate, latency=0.0, links=((link, 1),)))
             self.record(lane, "offload", kind, start, env.now, mb, v, layer, layer + 1, c.offload_bytes)
             done.succeed()
 

@@ -84,8 +84,6 @@ class SegmentMixin:
     def _segment(self, lane: Lane, stream: str, kind: str, sec: float, mb: int, v: int, layer,
                  exposed: bool = True):
         start = self.env.now
-        if kind == "offload_wait":   # the plan's closed-form wait: the engine plays the copies (engine.host_copies)
-            return
         if stream == "cp_hidden":
             lo, hi = (layer, layer + 1) if layer is not None else (-1, -1)
             self._record(lane, "cp", kind, start - sec, start, mb, v, lo, hi)
