@@ -104,6 +104,20 @@ def test_copies_queue_on_their_stream(tmp_path):
     assert [x[3] for x in back] == [1, 0] and back[1][0] == pytest.approx(back[0][1], rel=1e-12)
 
 
+def test_trace_draws_the_copies_on_the_host_offload_row(tmp_path):
+    """The trace's 'host offload' thread holds each micro-batch's copies in the handler's order: layers 0 and 1 out,
+    then layer 1's group and layer 0's back (4 per micro-batch)."""
+    from simtrain.report.trace import trace_events
+
+    events = trace_events(simulate(_sc(_hw(tmp_path), 2)))["traceEvents"]
+    tid = next(e["tid"] for e in events if e.get("ph") == "M" and e["args"].get("name") == "host offload")
+    copies = [(e["name"], e["args"]["layers"]) for e in sorted(
+        (e for e in events if e.get("ph") == "X" and e["tid"] == tid), key=lambda e: e["ts"])]
+    assert copies[:4] == [("offload_d2h mb0", "0"), ("offload_d2h mb0", "1"), ("offload_h2d mb0", "1"),
+                          ("offload_h2d mb0", "0")]
+    assert len(copies) == MB * 4
+
+
 def test_bucketed_backward_counts_its_waits(tmp_path):
     """dp 2 with DP overlap (the last micro-batch's backward sends its gradients in buckets as its layers finish):
     the offload waits are exposed as with dp 1, 2c - 3f + c - 4b + c - 3b per micro-batch (the test node's DP
