@@ -76,6 +76,62 @@ def test_exposed_copy_time_lengthens_the_step(tmp_path):
     assert "offload" not in base.stages[0].exposed_comm_s
 
 
+def _copies(run, kind):
+    """(start, end, micro-batch, layer) of the trace's copies of one kind, in time order."""
+    return sorted((r[3], r[4], r[5], r[7]) for r in run.timeline.records if r[1] == "offload" and r[2] == kind)
+
+
+def test_copies_are_the_offload_lanes_busy_time(tmp_path):
+    """2 of 8 layers: each micro-batch copies 2 layers out and 2 back, c = 34 sbh / 10 GB/s each, so the device's
+    offload lane is busy 4c per micro-batch, drawn as 2 offload_d2h and 2 offload_h2d copies of c each."""
+    c = LAYER / BW
+    run = simulate(_sc(_hw(tmp_path), 2))
+    assert run.devices[0].busy_s["offload"] == pytest.approx(MB * 4 * c, rel=1e-9)
+    for kind in ("offload_d2h", "offload_h2d"):
+        copies = _copies(run, kind)
+        assert len(copies) == MB * 2
+        assert all(end - start == pytest.approx(c, rel=1e-9) for start, end, _mb, _layer in copies)
+
+
+def test_copies_queue_on_their_stream(tmp_path):
+    """c longer than a layer's forward and backward: layer 1 leaves when layer 0's copy ends (one copy stream);
+    group 1 comes back first (before layer 7's backward) and group 0's reload starts when it is back (the handler
+    waits for the reloads so far before issuing the next)."""
+    run = simulate(_sc(_hw(tmp_path), 2))
+    out = [x for x in _copies(run, "offload_d2h") if x[2] == 0]
+    back = [x for x in _copies(run, "offload_h2d") if x[2] == 0]
+    assert [x[3] for x in out] == [0, 1] and out[1][0] == pytest.approx(out[0][1], rel=1e-12)
+    assert [x[3] for x in back] == [1, 0] and back[1][0] == pytest.approx(back[0][1], rel=1e-12)
+
+
+def test_trace_draws_the_copies_on_the_host_offload_row(tmp_path):
+    """The trace's 'host offload' thread holds each micro-batch's copies in the handler's order: layers 0 and 1 out,
+    then layer 1's group and layer 0's back (4 per micro-batch)."""
+    from simtrain.report.trace import trace_events
+
+    events = trace_events(simulate(_sc(_hw(tmp_path), 2)))["traceEvents"]
+    tid = next(e["tid"] for e in events if e.get("ph") == "M" and e["args"].get("name") == "host offload")
+    copies = [(e["name"], e["args"]["layers"]) for e in sorted(
+        (e for e in events if e.get("ph") == "X" and e["tid"] == tid), key=lambda e: e["ts"])]
+    assert copies[:4] == [("offload_d2h mb0", "0"), ("offload_d2h mb0", "1"), ("offload_h2d mb0", "1"),
+                          ("offload_h2d mb0", "0")]
+    assert len(copies) == MB * 4
+
+
+def test_bucketed_backward_counts_its_waits(tmp_path):
+    """dp 2 with DP overlap (the last micro-batch's backward sends its gradients in buckets as its layers finish):
+    the offload waits are exposed as with dp 1, 2c - 3f + c - 4b + c - 3b per micro-batch (the test node's DP
+    communication is negligible)."""
+    hw = _hw(tmp_path)
+    c = LAYER / BW
+    chunk = build_plan(_sc(hw, 0)).chunks[0]
+    f, b = chunk.fwd_layer + chunk.tp_fwd_layer, chunk.bwd_layer + chunk.tp_bwd_layer
+    waits = (2 * c - 3 * f) + (c - 4 * b) + (c - 3 * b)
+    sc = make_scenario(hardware=hw, model=gpt_model(layers=8), training={
+        "seq_len": S, "global_batch": 2 * MB, "activation_offload_layers": 2}, parallel={"dp": 2})
+    assert simulate(sc).exposed_comm_s["offload"] == pytest.approx(MB * waits, rel=1e-6)
+
+
 def test_host_memory_overflow_does_not_fit(tmp_path):
     """A node whose host memory is smaller than its GPUs' offloaded activations does not fit, with the figures."""
     hw = _hw(tmp_path, host_memory={"value": "10 MB", "source": "test"})

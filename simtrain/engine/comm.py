@@ -147,11 +147,15 @@ class CommMixin:
                              nbytes, vstage=v)
 
         head, embed = self._edge_segments(c, part)
+        if c.offload_groups and part != "weight":
+            self.host_copies.begin(lane)
         if c.has_head:
             for stream, kind, sec, layer in head:
                 yield from self._segment(lane, stream, kind, sec, mb, v, layer)
             pending += c.grad_bytes_edge if not c.has_embedding else 0.0
         for layer_index, segs in self._backward_layers(c, part):
+            if c.offload_groups and part != "weight":   # its activations back from host memory first
+                yield from self.host_copies.before_backward(lane, c, layer_index - c.layer_lo, mb, v)
             for stream, kind, sec, layer in segs:
                 yield from self._segment(lane, stream, kind, sec, mb, v, layer)
             pending += c.layer_costs(layer_index - c.layer_lo)[5]

@@ -21,6 +21,7 @@ from simtrain.engine.comm import CommMixin, _buckets
 from simtrain.engine.dualpipe import mirror_gradient_sum
 from simtrain.engine.ep_flows import EPFlows
 from simtrain.engine.fluid import FluidNetwork, LinkCapacity
+from simtrain.engine.host_copies import HostCopies
 from simtrain.engine.lane import (  # noqa: F401  (Record, Timeline re-exported)
     CountingEnvironment,
     EventLimitReached,
@@ -78,6 +79,8 @@ class Engine(CommMixin, SegmentMixin):
         # EP all-to-alls as flows sharing links with the DP and PP traffic (engine.ep_flows)
         self.ep_flows = EPFlows(self.env, self.net, plan, len(self.replicas), folded=not self.every) \
             if EPFlows.applies(self.sc) else None
+        # activation copies to and from host memory on each lane's copy streams (engine.host_copies)
+        self.host_copies = HostCopies(self.env, self.net, plan, self._record) if HostCopies.applies(plan) else None
 
     def _make_lanes(self) -> list[Lane]:
         lanes = []
@@ -168,6 +171,8 @@ class Engine(CommMixin, SegmentMixin):
             yield from self._zero3_forward(lane, c, mb)
         elif paired:
             yield from self._locked(lane, self._forward_segments(c), mb, v)
+        elif c.offload_groups:
+            yield from self._forward_with_copies(lane, c, mb, v)
         else:
             yield from self._coarse(lane, self._forward_segments(c), mb, v)
         if layout.next[v] >= 0 and not paired:
@@ -187,6 +192,8 @@ class Engine(CommMixin, SegmentMixin):
             yield from self._backward_with_buckets(lane, c, mb, self._grad_kind)
         elif paired:
             yield from self._locked(lane, self._backward_segments(c, part), mb, v)
+        elif c.offload_groups:
+            yield from self._backward_with_copies(lane, c, mb, v, part)
         else:
             yield from self._coarse(lane, self._backward_segments(c, part), mb, v)
         if c.metrics_bwd > 0:   # training metrics over the logits, after the whole backward

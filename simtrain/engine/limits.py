@@ -21,6 +21,11 @@ def estimate_events(plan: Plan, full: bool, replicas: int | None = None) -> int:
         # per layer: a gather (process start, rendezvous, phase timeouts, flow end, done) and two to
         # four compute/TP timeouts, plus the reduce-scatter in the backward: about 12
         per_op += 12 * max(c.layers for c in plan.chunks)
+    offloaded = max((c.offload_groups for c in plan.chunks), default=0)
+    if offloaded:
+        # played segment by segment (about 3 events a layer) with a copy per offloaded layer in each pass (its
+        # process, its flow's timeouts, its done: about 6; engine.host_copies)
+        per_op += 3 * max(c.layers for c in plan.chunks) + 6 * offloaded
     layers_per_lane = max(sum(c.layers for c in plan.chunks) / max(par.pp, 1), 1)
     per_layer = 2 if par.dp > 1 and plan.scenario.simulation.overlap_dp else 0   # each layer's gradients ready
     return int(lanes * ops * per_op + lanes * 64 + lanes * layers_per_lane * per_layer)

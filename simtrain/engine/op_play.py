@@ -106,6 +106,31 @@ class SegmentMixin:
         lo, hi = (layer, layer + 1) if layer is not None else (-1, -1)
         self._record(lane, stream, kind, start, self.env.now, mb, v, lo, hi)
 
+    def _forward_with_copies(self, lane: Lane, c: ChunkPlan, mb: int, v: int):
+        """A forward whose first layers' activations go to host memory: segment by segment, the copy streams told
+        as each layer's forward ends (``engine.host_copies``)."""
+        copies = self.host_copies
+        copies.begin(lane)
+        segs = self._forward_segments(c)
+        for k, (stream, kind, sec, layer) in enumerate(segs):
+            yield from self._segment(lane, stream, kind, sec, mb, v, layer)
+            if layer is not None and (k + 1 == len(segs) or segs[k + 1][3] != layer):
+                yield from copies.after_forward(lane, c, layer - c.layer_lo, mb, v)
+
+    def _backward_with_copies(self, lane: Lane, c: ChunkPlan, mb: int, v: int, part: str):
+        """A backward (whole or its input-gradient half) of such a chunk: each layer's reload waited for and
+        issued where the handler does, then its segments one by one."""
+        self.host_copies.begin(lane)
+        head, embed = self._edge_segments(c, part)
+        for seg in head:
+            yield from self._segment(lane, *seg[:3], mb, v, seg[3])
+        for layer, segs in self._backward_layers(c, part):
+            yield from self.host_copies.before_backward(lane, c, layer - c.layer_lo, mb, v)
+            for seg in segs:
+                yield from self._segment(lane, *seg[:3], mb, v, seg[3])
+        for seg in embed:
+            yield from self._segment(lane, *seg[:3], mb, v, seg[3])
+
     def _once(self, key: tuple, build, c: ChunkPlan) -> list:
         """``build(c)``, computed once per chunk and kept in ``self._segments``."""
         hit = self._segments.get(key)

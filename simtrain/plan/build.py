@@ -85,8 +85,10 @@ class ChunkPlan:
     tp_bwd_plain: float = 0.0
     cp_bwd_plain: float = 0.0
     cp_bwd_hidden_plain: float = 0.0
-    offload_fwd_wait: tuple = ()  # s per layer: the compute waits for activation copies to host (plan.offload)
-    offload_bwd_wait: tuple = ()  # s per layer: the backward waits for their reload
+    # activation offloading (plan.offload): the copies are played by the engine (engine.host_copies)
+    offload_groups: int = 0       # the chunk's first layers whose activations go to host memory
+    offload_copy_s: float = 0.0   # s, one offloaded layer's copy alone on the host link (each way)
+    offload_bytes: float = 0.0    # bytes one offloaded layer copies per micro-batch (each way)
 
     def recomputes(self, i: int) -> bool:
         return self.recompute_count < 0 or i < self.recompute_count

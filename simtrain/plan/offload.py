@@ -12,9 +12,10 @@
   far and issues group g's reload on a host-to-device stream; a layer's backward cannot start before its own group
   is back (and the last group waits for every reload).
 
-Each copy runs at the GPU's host link, the PCIe link of ``inter_node.pcie_bandwidth`` (per direction), alone on it:
-DP traffic through the same PCIe switch is not counted against it. What the compute waits for is exposed offload
-time; the rest hides under the layers' compute.
+The engine plays these copies (``engine.host_copies``): each one a flow over the GPU's PCIe link in the cluster
+graph (its x16 link to the NIC, which GPUDirect RDMA traffic of the DP, PP and EP flows shares), the compute
+waiting for the copy streams where the handler waits. ``offload_stalls`` is the closed form of those waits for one
+micro-batch with each copy alone on the link (what the engine's played waits equal when nothing else crosses it).
 """
 
 from __future__ import annotations
@@ -79,17 +80,11 @@ def resident_layers(groups: int) -> int:
 
 
 def with_offload(c, groups: int, layer_bytes: float, host_bandwidth: float):
-    """A ChunkPlan with the waits of offloading its first ``groups`` layers, each copying ``layer_bytes`` (the
-    ledger's mean layer) at the host link's bandwidth."""
-    fwd, bwd = [], []
-    for i in range(c.layers):
-        f, b, rec, ep_f, ep_b, _grads = c.layer_costs(i)
-        tp_b, cp_b, _hidden = c.bwd_comm(i)
-        fwd.append(f + c.tp_fwd_layer + c.cp_fwd_layer + ep_f)
-        bwd.append(b + rec + tp_b + cp_b + ep_b)
-    copy_s = layer_bytes / host_bandwidth
-    f_wait, b_wait = offload_stalls(fwd, bwd, copy_s, min(groups, c.layers))
-    return replace(c, offload_fwd_wait=tuple(f_wait), offload_bwd_wait=tuple(b_wait))
+    """A ChunkPlan whose first ``groups`` layers are offloaded, each copying ``layer_bytes`` (the ledger's mean
+    layer) each way, ``layer_bytes / host_bandwidth`` seconds alone on the host link; the engine plays the copies
+    (engine.host_copies)."""
+    return replace(c, offload_groups=min(groups, c.layers), offload_copy_s=layer_bytes / host_bandwidth,
+                   offload_bytes=layer_bytes)
 
 
 def host_memory_warning(scenario, report) -> str:

@@ -25,8 +25,6 @@ def forward_segments(c) -> list:
             segs.append(("cp", "cp_comm", c.cp_fwd_layer, layer))
         if ep_fwd > 0:
             segs.append(("ep", "ep_comm", ep_fwd, layer))
-        if c.offload_fwd_wait and c.offload_fwd_wait[i] > 0:   # waiting for the copies to host (plan.offload)
-            segs.append(("offload", "offload_wait", c.offload_fwd_wait[i], layer))
     if c.has_head:
         segs.append(("compute", "forward", c.head_fwd, None))
     return segs
@@ -46,8 +44,6 @@ def backward_layers(c, part: str = "full") -> list:
             out.append((layer, segs))
             continue
         _fwd, bwd, rec, _ep_fwd, ep_bwd, _grads = c.layer_costs(i)
-        if c.offload_bwd_wait and c.offload_bwd_wait[i] > 0:   # waiting for its activations to come back
-            segs.append(("offload", "offload_wait", c.offload_bwd_wait[i], layer))
         if rec > 0:
             segs.append(("compute", "recompute", rec, layer))
         segs.append(("compute", "backward", bwd - (c.layer_wgrad(i) if part == "input" else 0.0), layer))
