@@ -39,7 +39,7 @@ import numpy as np
 from simtrain.decide.search_result import layout_overrides
 from simtrain.plan.layer_floor import layer_floor, memory_floor
 from simtrain.plan.memory import edge_params, layer_params_per_rank
-from simtrain.plan.offload_optimizer import host_step
+from simtrain.plan.offload_optimizer import cpu_adam_bandwidth, host_step
 from simtrain.plan.schedules import SPLIT_BACKWARD
 from simtrain.spec.errors import InputError
 from simtrain.spec.scenario import Scenario
@@ -99,7 +99,7 @@ def floors(scenario: Scenario, base: dict[str, Any], layouts: list[dict[str, Any
             shard = ((L // pp) * layer_params_per_rank(model, tp) + edge_params(model, tp, pp, first=True,
                                                                                    last=pp == 1)) \
                 / (layout["dp"] * layout.get("cp", 1))
-            host[i] = host_step(shard, hw.inter_node.pcie_bandwidth, hw.host_memory_bandwidth,
+            host[i] = host_step(shard, hw.inter_node.pcie_bandwidth, cpu_adam_bandwidth(hw),
                                 base.get("gpus_per_node", scenario.gpus_per_node)).total   # the searched cluster's
     floor = floor + host
     slow = min(1.0, hw.overlap_slowdown(False), hw.overlap_slowdown(True))

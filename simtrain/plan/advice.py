@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from simtrain.plan.memory import MemoryReport, StageMemory, stage_memory
-from simtrain.plan.offload_optimizer import HOST_STATE_BYTES, host_step
+from simtrain.plan.offload_optimizer import HOST_STATE_BYTES, cpu_adam_bandwidth, host_step
 from simtrain.spec.scenario import Scenario
 
 
@@ -212,9 +212,10 @@ def _offload_optimizer_tip(scenario: Scenario, report: MemoryReport) -> list[str
     if hw.host_memory is not None and (worst.host_bytes + worst.host_optimizer) * gpus > hw.host_memory:
         return []
     shard = max(st.host_optimizer for st in stages) / HOST_STATE_BYTES
-    step = host_step(shard, link, hw.host_memory_bandwidth, gpus)
+    step = host_step(shard, link, cpu_adam_bandwidth(hw), gpus)
     peak = max(st.total for st in stages)
+    rate = ", at best: peak DRAM bandwidth" if hw.host_adam_efficiency is None else ""   # plan.offload_optimizer
     return [f"keep the optimizer state in host memory (parallel.offload_optimizer: true): peak {peak / 1e9:.1f} GB "
             f"per GPU; each step the GPU waits {step.total:.2f} s for its {shard / 1e9:.2f} B-parameter shard: "
             f"gradients down and weights up over PCIe ({step.d2h + step.h2d:.2f} s) and Adam on the CPU "
-            f"({step.cpu:.2f} s, at best: peak DRAM bandwidth; Megatron-Core --optimizer-cpu-offload)"]
+            f"({step.cpu:.2f} s{rate}; Megatron-Core --optimizer-cpu-offload)"]

@@ -28,7 +28,7 @@ from simtrain.plan.memory import (
 )
 from simtrain.plan.memory_moe import expert_params_local
 from simtrain.plan.offload import with_offload
-from simtrain.plan.offload_optimizer import host_step
+from simtrain.plan.offload_optimizer import cpu_adam_bandwidth, host_step
 from simtrain.plan.recompute import dense_share, modules_of, selective_tp_factor
 from simtrain.plan.schedules import Op, StageLayout, rank_schedules, stage_layout
 from simtrain.plan.tp_comm import TP_RECOMPUTE, tp_collectives, tp_time
@@ -387,7 +387,7 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
                 for r in range(par.pp))
     host = ()
     if par.offload_optimizer:   # gradients down, CPU Adam, fp32 shard up, one after another (plan.offload_optimizer)
-        host = tuple(host_step(local_optimizer_params(r), hw.inter_node.pcie_bandwidth, hw.host_memory_bandwidth,
+        host = tuple(host_step(local_optimizer_params(r), hw.inter_node.pcie_bandwidth, cpu_adam_bandwidth(hw),
                                scenario.gpus_per_node) for r in range(par.pp))
         opt = tuple(h.total for h in host)
     model_flops = model_flops_per_step(scenario)

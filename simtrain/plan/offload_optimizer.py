@@ -16,16 +16,24 @@
   the state per step;
 - the GPU keeps its weights and gradient buffer: only the optimizer state leaves it.
 
-The CPU step is timed as a memory-bandwidth roofline: Adam reads the fp32 copy, both moments and the gradient and
-writes the copy and both moments (7 x 4 = 28 bytes per parameter), at the node's peak DRAM bandwidth
-(``host_memory_bandwidth``) shared evenly by the node's GPUs. No measured CPU-Adam rate with a named host was found
-(docs/model.md section 2.13), so this is a lower bound on the CPU step's time: a real CPU Adam reaches a fraction
-of peak DRAM bandwidth. Each copy runs at the GPU's host link (``inter_node.pcie_bandwidth``, per direction) alone.
+The CPU step is timed from a measured CPU-Adam rate on a named host, moved to the target host by the ratio of the
+two hosts' peak DRAM bandwidths: Adam over the state is memory-bound (7 x 4 = 28 bytes per parameter: read the fp32
+copy, both moments and the gradient, write the copy and both moments), so a kernel's achieved fraction of peak DRAM
+bandwidth is what carries over. ZeRO-Offload's CPU-Adam stepped 10 billion parameters in 2.57 s (Ren et al., USENIX
+ATC 2021, arXiv:2101.06840, Table 4) on a DGX-2 whose two Xeon Platinum 8168 have 6 DDR4-2666 channels each (Table
+2), 255.9 GB/s peak: 28 B x 1e10 / 2.57 s = 108.9 GB/s, 0.426 of peak. A hardware file carries that fraction as
+``host_adam_efficiency`` beside its ``host_memory_bandwidth``; the node's CPU-Adam bandwidth (their product) is
+shared evenly by the node's GPUs, which step at once. The 28 bytes cancel: the time is the measured seconds per
+parameter scaled by the hosts' bandwidth ratio. Without ``host_adam_efficiency`` the step is timed at peak DRAM
+bandwidth, a lower bound on its time (docs/model.md, optimizer offloading). Each copy runs at the GPU's host link
+(``inter_node.pcie_bandwidth``, per direction) alone.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from simtrain.spec.hardware import HardwareSpec
 
 #: bytes per parameter crossing PCIe each way: the fp32 gradient down, the fp32 master copy up (module docstring)
 GRAD_D2H_BYTES = 4.0
@@ -49,9 +57,18 @@ class HostStep:
         return self.d2h + self.cpu + self.h2d
 
 
+def cpu_adam_bandwidth(hw: HardwareSpec) -> float:
+    """Bytes/s of Adam state (28 B per parameter) one node's CPUs stream: its peak DRAM bandwidth times the measured
+    CPU-Adam fraction of peak, or the peak itself (a lower bound on the step) where the file gives no fraction."""
+    assert hw.host_memory_bandwidth is not None, hw.name     # the scenario rules refuse offloading without it
+    efficiency = 1.0 if hw.host_adam_efficiency is None else hw.host_adam_efficiency
+    return hw.host_memory_bandwidth * efficiency
+
+
 def host_step(shard_params: float, pcie_bandwidth: float, host_bandwidth: float, gpus_per_node: int) -> HostStep:
-    """The three parts of the step for ``shard_params`` parameters on one GPU: the node's ``gpus_per_node`` GPUs
-    step at once, so each has 1/gpus_per_node of the host's DRAM bandwidth."""
+    """The three parts of the step for ``shard_params`` parameters on one GPU, ``host_bandwidth`` being the node's
+    CPU-Adam bandwidth (``cpu_adam_bandwidth``): the node's ``gpus_per_node`` GPUs step at once, so each has
+    1/gpus_per_node of it."""
     per_gpu = host_bandwidth / gpus_per_node
     return HostStep(d2h=shard_params * GRAD_D2H_BYTES / pcie_bandwidth,
                     cpu=shard_params * CPU_ADAM_BYTES / per_gpu,

@@ -285,6 +285,10 @@ class HardwareSpec(Closed):
     host_memory_bandwidth: Bandwidth | None = Field(
         None, description="peak DRAM bandwidth of one node's CPUs, bytes/s: what an offloaded optimizer step "
                           "(parallel.offload_optimizer) streams its state at; absent = not published for this system")
+    host_adam_efficiency: Fraction | None = Field(
+        None, description="fraction of host_memory_bandwidth a CPU Adam step reaches (a measured CPU-Adam rate over "
+                          "its host's peak DRAM bandwidth, plan.offload_optimizer); absent = the step is timed at peak "
+                          "DRAM bandwidth, a lower bound on its time")
     devices: list[ExplicitDevice] | None = Field(None, description="explicit form: the GPUs")
     switches: list[ExplicitSwitch] = Field(default_factory=list)
     links: list[ExplicitLink] = Field(default_factory=list)
