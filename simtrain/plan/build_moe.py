@@ -11,6 +11,7 @@ from simtrain.plan import costs, device
 from simtrain.plan.collectives import all_to_all_shape, collective_shape, phase_time_alone, stage_shape
 from simtrain.plan.costs_moe import MoEShape, allgather_bytes, dispatch_bytes, moe_cost
 from simtrain.plan.deepep import deepep_time
+from simtrain.plan.hybridep import hybridep_time
 from simtrain.plan.memory import layer_params_per_rank
 from simtrain.plan.memory_moe import experts_per_rank, layer_indices, moe_dense_part_per_rank, moe_shape
 from simtrain.plan.recompute import modules_of, moe_selective_extra, selective_extra
@@ -52,6 +53,8 @@ def ep_time(scenario: Scenario, placement: Placement, msh: MoEShape, pp_rank: in
     offset = pp_rank * placement.tp * placement.dp   # the stage's first GPU: symmetric stages share one shape
     if par.moe_dispatcher == "deepep":
         return deepep_time(scenario, placement, msh, pp_rank)
+    if par.moe_dispatcher == "hybridep":
+        return hybridep_time(scenario, placement, msh, pp_rank)
     layout = (placement.dp, placement.tp, placement.pp, placement.ep, placement.expert_tp)
     if par.moe_dispatcher == "allgather":
         nbytes = allgather_bytes(msh, element_bytes)
