@@ -69,11 +69,12 @@ def test_overlap_slowdown_is_the_sms_taken():
 
 
 @pytest.mark.parametrize(("change", "says"), [
-    ({"moe_dispatcher": "hybridep"}, "'hybridep' is not simulated yet: NVIDIA's HybridEP"),
+    ({"ep": 8, "moe_dispatcher": "hybridep"}, "'hybridep' within one NVLink domain on H100-SXM5-80GB is not simulated"),
     ({"ep": 4, "etp": 2}, "'deepep' with expert tensor parallelism (etp 2)"),
 ])
 def test_refusals(change, says):
-    """What DeepEP cannot be timed for is refused, naming parallel.moe_dispatcher."""
+    """What DeepEP (and HybridEP, tests/test_hybridep.py) cannot be timed for is refused, naming
+    parallel.moe_dispatcher."""
     with pytest.raises(InputError) as exc:
         _qwen(nodes=1, **change)
     assert exc.value.field == "parallel.moe_dispatcher" and exc.value.message.startswith(says)

@@ -217,7 +217,7 @@ def test_never_slower_on_a_real_moe(parallel):
 
 @pytest.mark.parametrize(("parallel", "says"), [
     ({"ep": 1}, "needs expert parallelism (ep > 1)"),
-    ({"moe_dispatcher": "allgather"}, "runs with the alltoall or deepep dispatcher only"),
+    ({"moe_dispatcher": "allgather"}, "runs with the alltoall, deepep or hybridep dispatcher only"),
     ({"pp": 2, "dp": 4, "ep": 4, "schedule": "zb-h1"}, "not 'zb-h1'"),
     ({"zero": 2}, "ep_overlap runs with zero 0 or 1"),
 ])

@@ -106,7 +106,8 @@ def test_active_flops_qwen3_30b():
 @pytest.mark.parametrize(("parallel", "field", "says"), [
     ({"ep": 3}, "parallel.ep", "3 does not divide experts=128"),
     ({"ep": 32}, "parallel.ep", "etp x ep = 1 x 32 = 32 does not divide tp x dp = 1 x 16 = 16"),
-    ({"ep": 8, "moe_dispatcher": "hybridep"}, "parallel.moe_dispatcher", "'hybridep' is not simulated yet: NVIDIA's"),
+    ({"ep": 8, "moe_dispatcher": "hybridep"}, "parallel.moe_dispatcher",
+     "'hybridep' within one NVLink domain on H100-SXM5-80GB is not simulated"),
 ])
 def test_ep_rules(parallel, field, says):
     """EP that does not fold onto the experts or the GPUs is refused, naming the key."""

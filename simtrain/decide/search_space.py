@@ -220,12 +220,13 @@ def _split_shapes(pp: int, micro: int, layers: int, split: str | None, auto_ok: 
 def _with_overlap(experts: dict, tr, par, model, pp: int, schedule: str, zero: int, recompute: str) -> list[dict]:
     """A mixture of experts' layout without and, where the scenario rules take it, with Megatron-Core's EP
     all-to-all overlap (ep > 1, interleaved 1F1B or 1F1B at pp 1, ZeRO 0/1, no full recompute, at most one MTP
-    module, the alltoall or deepep dispatcher, no 'moe' recompute module); dense layouts carry no such key."""
+    module, the alltoall, deepep or hybridep dispatcher, no 'moe' recompute module); dense layouts carry no such key."""
     if not experts:
         return [experts]
     out = [{**experts, "ep_overlap": False}]
     if (experts["ep"] > 1 and (schedule == "interleaved-1f1b" or (schedule == "1f1b" and pp == 1)) and zero <= 1
-            and recompute != "full" and model.mtp_layers <= 1 and par.moe_dispatcher in ("alltoall", "deepep")
+            and recompute != "full" and model.mtp_layers <= 1
+            and par.moe_dispatcher in ("alltoall", "deepep", "hybridep")
             and "moe" not in (tr.recompute_modules or ()) and not tr.activation_offload_layers):
         out.append({**experts, "ep_overlap": True})
     return out
@@ -233,13 +234,13 @@ def _with_overlap(experts: dict, tr, par, model, pp: int, schedule: str, zero: i
 
 def _expert_layouts(model, tp: int, dp: int, dispatcher: str = "alltoall") -> list[dict[str, int]]:
     """The (ep, etp) pairs of a mixture of experts on a stage of tp x dp GPUs: ep divides the experts, etp divides
-    tp and the expert width, etp x ep divides tp x dp (Megatron-Core's folding); etp 1 only with the deepep
-    dispatcher (the scenario rules refuse expert TP with it). [{}] for a dense model, whose layouts carry no expert
-    keys."""
+    tp and the expert width, etp x ep divides tp x dp (Megatron-Core's folding); etp 1 only with the deepep and
+    hybridep dispatchers (the scenario rules refuse expert TP with them). [{}] for a dense model, whose layouts carry
+    no expert keys."""
     moe = model.moe
     if moe is None:
         return [{}]
-    etps = [1] if dispatcher == "deepep" else _divisors(tp)
+    etps = [1] if dispatcher in ("deepep", "hybridep") else _divisors(tp)
     return [{"ep": ep, "etp": etp} for etp in etps if moe.expert_ffn_hidden % etp == 0
             for ep in _divisors(moe.experts) if (tp * dp) % (etp * ep) == 0]
 

@@ -4,17 +4,17 @@ pipeline sends and each other on the links they share.
 The plan prices one MoE layer's all-to-alls alone (``plan.build_moe.ep_time``: every EP group of the stage at once,
 DeepEP's hops at its published efficiencies). Here that time becomes bytes on a *carrier*: the links the stage's
 all-to-all flows load, with their flow counts (the alltoall dispatcher: every pair of each EP group,
-``collectives.all_to_all_shape``; DeepEP: its NVLink hop's and RDMA hop's flows together, ``deepep.hop_shapes``,
-one flow crossing both since the hops are pipelined). A segment of ``s`` seconds moves ``s x r`` bytes per flow,
-``r`` the carrier's bottleneck rate alone (min over its links of bandwidth / flows), so alone it takes exactly
-``s``; when DP or PP flows cross one of its links the fluid network shares the link (equal share per flow) and
-both slow. The lanes of a stage (replicas at full fidelity, classes) meet at each all-to-all, as the EP group's
-ranks do; the last lane to arrive starts the flow. A folded run (one lane for every replica of a stage, its GPUs alike)
-carries the all-to-all on the links of the stage's first GPU alone (its NVLink port, its PCIe path to its NIC and
-the NIC's network links, both ways, with the flow counts the stage's all-to-all puts there, and the bytes set by
-those links' own bottleneck, so that alone it still takes its planned time): the DP rings and pipeline sends of the
-folded lane cover every GPU of the stage, so that GPU meets what every GPU meets, at a few links to re-rate instead
-of thousands (DeepSeek-V3 on 2,048 H100: 6 links, not 400 for one EP group).
+``collectives.all_to_all_shape``; DeepEP and HybridEP: their NVLink hop's and RDMA hop's flows together,
+``deepep.hop_shapes``, one flow crossing both since the hops are pipelined). A segment of ``s`` seconds moves
+``s x r`` bytes per flow, ``r`` the carrier's bottleneck rate alone (min over its links of bandwidth / flows), so
+alone it takes exactly ``s``; when DP or PP flows cross one of its links the fluid network shares the link (equal
+share per flow) and both slow. The lanes of a stage (replicas at full fidelity, classes) meet at each all-to-all, as
+the EP group's ranks do; the last lane to arrive starts the flow. A folded run (one lane for every replica of a
+stage, its GPUs alike) carries the all-to-all on the links of the stage's first GPU alone (its NVLink port, its PCIe
+path to its NIC and the NIC's network links, both ways, with the flow counts the stage's all-to-all puts there, and
+the bytes set by those links' own bottleneck, so that alone it still takes its planned time): the DP rings and
+pipeline sends of the folded lane cover every GPU of the stage, so that GPU meets what every GPU meets, at a few
+links to re-rate instead of thousands (DeepSeek-V3 on 2,048 H100: 6 links, not 400 for one EP group).
 
 Not carried: the allgather dispatcher (rings over the expert tp x ep block; its segments keep their planned time)
 and the EP-overlap pairs (``engine.merged_pair`` plays a planned schedule of both halves).
@@ -44,14 +44,15 @@ class EPFlows:
     @staticmethod
     def applies(scenario) -> bool:
         par = scenario.parallel
-        return scenario.model.moe is not None and par.ep > 1 and par.moe_dispatcher in ("alltoall", "deepep")
+        return scenario.model.moe is not None and par.ep > 1 and \
+            par.moe_dispatcher in ("alltoall", "deepep", "hybridep")
 
     def carrier(self, pp_rank: int) -> tuple[tuple, float] | None:
         """(links with their flow counts, bytes/s of each flow alone) of the stage's all-to-all flows."""
         if pp_rank not in self._carriers:
             sc, placement = self.scenario, self.plan.placement
             cluster = sc.cluster
-            if sc.parallel.moe_dispatcher == "deepep":
+            if sc.parallel.moe_dispatcher in ("deepep", "hybridep"):
                 nvl, rdma, _rails = hop_shapes(sc, placement, pp_rank, first_group_only=self.folded)
                 shapes = [s for s in (nvl, rdma) if s is not None]
             else:

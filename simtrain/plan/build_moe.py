@@ -9,8 +9,9 @@ from dataclasses import dataclass, replace
 
 from simtrain.plan import costs, device
 from simtrain.plan.collectives import all_to_all_shape, collective_shape, phase_time_alone, stage_shape
-from simtrain.plan.costs_moe import MoEShape, allgather_bytes, dispatch_bytes, moe_cost
+from simtrain.plan.costs_moe import MoEShape, allgather_bytes, dispatch_bytes, etp_collective_bytes, moe_cost
 from simtrain.plan.deepep import deepep_time
+from simtrain.plan.hybridep import hybridep_time
 from simtrain.plan.memory import layer_params_per_rank
 from simtrain.plan.memory_moe import experts_per_rank, layer_indices, moe_dense_part_per_rank, moe_shape
 from simtrain.plan.recompute import modules_of, moe_selective_extra, selective_extra
@@ -52,6 +53,8 @@ def ep_time(scenario: Scenario, placement: Placement, msh: MoEShape, pp_rank: in
     offset = pp_rank * placement.tp * placement.dp   # the stage's first GPU: symmetric stages share one shape
     if par.moe_dispatcher == "deepep":
         return deepep_time(scenario, placement, msh, pp_rank)
+    if par.moe_dispatcher == "hybridep":
+        return hybridep_time(scenario, placement, msh, pp_rank)
     layout = (placement.dp, placement.tp, placement.pp, placement.ep, placement.expert_tp)
     if par.moe_dispatcher == "allgather":
         nbytes = allgather_bytes(msh, element_bytes)
@@ -66,6 +69,29 @@ def ep_time(scenario: Scenario, placement: Placement, msh: MoEShape, pp_rank: in
     return 2.0 * phase_time_alone(shape.phase(dispatch_bytes(msh, element_bytes)), cluster)
 
 
+def etp_time(scenario: Scenario, placement: Placement, msh: MoEShape, pp_rank: int,
+             element_bytes: int) -> tuple[float, float]:
+    """Seconds (forward, backward) of one MoE layer pass's expert-TP all-gathers and reduce-scatters with the
+    alltoall dispatcher (``costs_moe.etp_collective_bytes``), every expert-TP group of the stage at once, as rings
+    on the cluster graph; (0, 0) when etp is 1 or another dispatcher moves the tokens (allgather gathers over the
+    whole expert tp x ep block; deepep and hybridep refuse etp > 1)."""
+    if placement.expert_tp == 1 or scenario.parallel.moe_dispatcher != "alltoall":
+        return 0.0, 0.0
+    cluster = scenario.cluster
+    offset = pp_rank * placement.tp * placement.dp
+    layout = (placement.dp, placement.tp, placement.pp, placement.ep, placement.expert_tp)
+    by_direction = etp_collective_bytes(msh, element_bytes)
+    out = []
+    for direction in ("forward", "backward"):
+        total = 0.0
+        for kind, nbytes in by_direction[direction]:
+            shapes = stage_shape(cluster, ("etp", kind, *layout), offset, lambda kind=kind: collective_shape(
+                kind, placement.etp_groups(pp_rank), cluster))
+            total += sum(phase_time_alone(sh.phase(nbytes), cluster) for sh in shapes)
+        out.append(total)
+    return out[0], out[1]
+
+
 def layer_figures(scenario: Scenario, dev: device.Device, placement: Placement, base: costs.LayerShape,
                   pp_rank: int) -> list[LayerFigures | None]:
     """Figures of every layer of the model (None for layers on other pipeline ranks)."""
@@ -74,6 +100,7 @@ def layer_figures(scenario: Scenario, dev: device.Device, placement: Placement, 
     msh = moe_shape(scenario)
     moe = moe_cost(msh, dev) if msh is not None else None
     ep = ep_time(scenario, placement, msh, pp_rank, dev.element_bytes) if msh is not None else 0.0
+    etp_f, etp_b = etp_time(scenario, placement, msh, pp_rank, dev.element_bytes) if msh is not None else (0.0, 0.0)
     cache: dict = {}
     out: list[LayerFigures | None] = []
     mine = set(layer_indices(scenario, pp_rank))
@@ -84,13 +111,15 @@ def layer_figures(scenario: Scenario, dev: device.Device, placement: Placement, 
         key = (m.is_moe_layer(i), m.attention.windowed(i))
         hit = cache.get(key)
         if hit is None:
-            hit = cache[key] = _one_layer(scenario, dev, base, key[0], key[1], moe, ep, state_grads)
+            hit = cache[key] = _one_layer(scenario, dev, base, key[0], key[1], moe, (ep, etp_f, etp_b), state_grads)
         out.append(hit)
     return out
 
 
 def _one_layer(scenario: Scenario, dev: device.Device, base: costs.LayerShape, is_moe: bool, windowed: bool,
-               moe, ep: float, grad_bytes: float) -> LayerFigures:
+               moe, ep: tuple[float, float, float], grad_bytes: float) -> LayerFigures:
+    """One layer's figures; ``ep`` = (dispatch + combine all-to-alls, expert-TP collectives forward, backward) of a
+    MoE layer pass, which the EP lane plays."""
     m, tr, par = scenario.model, scenario.training, scenario.parallel
     shape = replace(base, ffn=0 if is_moe else base.ffn, window=m.attention.sliding_window if windowed else 0)
     lc = costs.layer_cost(shape, dev, tr.recompute)
@@ -103,13 +132,14 @@ def _one_layer(scenario: Scenario, dev: device.Device, base: costs.LayerShape, i
         return LayerFigures(forward=lc.forward, backward=lc.backward, recompute=lc.recompute, ep_forward=0.0,
                             ep_backward=0.0, grad_bytes=layer_params_per_rank(m, par.tp) * grad_bytes,
                             expert_grad_bytes=0.0, hardware_flops=lc.hardware_flops, wgrad=lc.backward_weight)
+    a2a, etp_f, etp_b = ep
     if tr.recompute == "full":
         moe_redo, moe_redo_flops, dispatch_again = moe.forward, moe.model_flops, True
     else:
         moe_redo, moe_redo_flops, dispatch_again = moe_selective_extra(moe, modules)
     return LayerFigures(
         forward=lc.forward + moe.forward, backward=lc.backward + moe.backward, recompute=lc.recompute + moe_redo,
-        ep_forward=ep, ep_backward=ep * (2.0 if dispatch_again else 1.0),
+        ep_forward=a2a + etp_f, ep_backward=a2a + etp_b + (a2a + etp_f if dispatch_again else 0.0),
         grad_bytes=moe_dense_part_per_rank(m, par.tp) * grad_bytes,
         expert_grad_bytes=experts_per_rank(m, par.ep, par.etp or par.tp) * grad_bytes,
         hardware_flops=lc.hardware_flops + moe.hardware_flops + moe_redo_flops,

@@ -159,3 +159,20 @@ def allgather_bytes(sh: MoEShape, element_bytes: int) -> float:
     contributes its T tokens of h (MoEAllGatherTokenDispatcher: all-gather of hidden states over TP x EP);
     the combine is a reduce-scatter of the same size."""
     return sh.routed_tokens * sh.hidden * element_bytes * sh.etp * sh.ep
+
+
+def etp_collective_bytes(sh: MoEShape, element_bytes: int) -> dict[str, tuple[tuple[str, float], ...]]:
+    """Bytes of the alltoall dispatcher's expert-TP collectives in one MoE layer pass on the most loaded rank, per
+    direction and kind (NCCL's convention: an all-gather's gathered output, a reduce-scatter's input), when etp > 1
+    (NVIDIA/Megatron-LM megatron/core/transformer/moe/token_dispatcher.py @d98e8a6, MoEAlltoAllTokenDispatcher):
+    after the EP all-to-all ``dispatch_postprocess`` all-gathers the received rows (BF16 hidden states) and their
+    probabilities (fp32, ``moe_router_dtype``) over the expert-TP group, and ``combine_preprocess`` reduce-scatters
+    the experts' output cast to the probabilities' dtype (``hidden_states.to(self.probs.dtype)``: fp32). The
+    backward runs each as its mirror (tensor_parallel/mappings.py: a gather's backward is a reduce-scatter, a
+    reduce-scatter's an all-gather) in the same dtypes. The gathered rows are the experts' input rows
+    (``rows_received``, which counts the etp ranks' rows)."""
+    rows = sh.rows_received
+    tokens, probs, output = rows * sh.hidden * element_bytes, rows * ROUTER_SCORE_BYTES, \
+        rows * sh.hidden * ROUTER_SCORE_BYTES
+    return {"forward": (("all_gather", tokens), ("all_gather", probs), ("reduce_scatter", output)),
+            "backward": (("reduce_scatter", tokens), ("reduce_scatter", probs), ("all_gather", output))}

@@ -48,6 +48,10 @@ RDMA_FIGURES = {                                  # nodes of the EP group -> B/s
 }
 WIRE_BYTES = 2   # BF16 hidden states both ways (Megatron-Core _DeepepManager.dispatch passes the BF16 tensor)
 NUM_SMS = 20     # Megatron-Core: moe_flex_dispatcher_num_sms None -> 20 (token_dispatcher.py @d98e8a6)
+# HybridEP's SMs in Megatron-Bridge's performance recipes: moe_hybridep_num_sms = 32 for every hybridep recipe
+# (NVIDIA-NeMo/Megatron-Bridge scripts/performance/utils/overrides.py @v0.4.0, v0.4.2, v0.5.0); plan.hybridep
+HYBRIDEP_NUM_SMS = 32
+DISPATCHER_SMS = {"deepep": NUM_SMS, "hybridep": HYBRIDEP_NUM_SMS}
 # SMs per GPU: NVIDIA H100 Tensor Core GPU Architecture whitepaper (H100 SXM5: 132 SMs; H800 is the same die and
 # SM count, DeepEP's tests run it with 132 SMs); A100 whitepaper: 108 SMs; B200: 148 SMs (2 x 74, NVIDIA Blackwell
 # architecture technical brief).
@@ -76,18 +80,19 @@ def gpu_sms(gpu_name: str) -> int | None:
     return None
 
 
-def compute_slowdown(gpu_name: str) -> float:
-    """Compute speed while DeepEP runs beside it: its SMs are taken, the others compute, sms / (sms - 20)
-    (H100: 132 / 112 = 1.179)."""
+def compute_slowdown(gpu_name: str, taken: int = NUM_SMS) -> float:
+    """Compute speed while DeepEP (or HybridEP) runs beside it: its SMs are taken, the others compute,
+    sms / (sms - taken) (H100 with DeepEP's 20: 132 / 112 = 1.179)."""
     sms = gpu_sms(gpu_name)
-    return sms / (sms - NUM_SMS)
+    return sms / (sms - taken)
 
 
 def ep_overlap_slowdown(scenario: Scenario, crosses_network: bool) -> float:
-    """How much slower compute runs under an EP all-to-all in an EP-overlap pair: DeepEP's SMs taken (when the
-    GPU's SM count is known), else the hardware file's overlap slowdown (NCCL's all-to-all)."""
-    if scenario.parallel.moe_dispatcher == "deepep" and gpu_sms(scenario.hardware.gpu.name) is not None:
-        return compute_slowdown(scenario.hardware.gpu.name)
+    """How much slower compute runs under an EP all-to-all in an EP-overlap pair: DeepEP's or HybridEP's SMs taken
+    (when the GPU's SM count is known), else the hardware file's overlap slowdown (NCCL's all-to-all)."""
+    taken = DISPATCHER_SMS.get(scenario.parallel.moe_dispatcher)
+    if taken is not None and gpu_sms(scenario.hardware.gpu.name) is not None:
+        return compute_slowdown(scenario.hardware.gpu.name, taken)
     return scenario.hardware.overlap_slowdown(crosses_network)
 
 

@@ -63,6 +63,13 @@ class Placement:
     def ep_groups(self, pp: int) -> list[list[int]]:
         return [self.ep_group(x, d, pp) for d in range(self.edp) for x in range(self.expert_tp)]
 
+    def etp_groups(self, pp: int) -> list[list[int]]:
+        """The expert-TP groups (the alltoall dispatcher's all-gather and reduce-scatter of routed rows): the etp
+        consecutive GPUs of each EP rank and expert-DP replica."""
+        t = self.expert_tp
+        return [[self._local(x + t * (e + self.ep * d), pp) for x in range(t)]
+                for d in range(self.edp) for e in range(self.ep)]
+
     def expert_block(self, edp: int, pp: int) -> list[int]:
         """The expert tp x ep group (the all-gather dispatcher's group): ETP x EP consecutive GPUs."""
         n = self.expert_tp * self.ep

@@ -11,6 +11,7 @@ from simtrain.spec.errors import (
     suggest,
 )
 from simtrain.spec.scenario_rules_long import check_long_sequence_rules
+from simtrain.spec.scenario_rules_moe import check_ep_overlap_rules, check_hybridep_scope
 from simtrain.spec.yamlio import OVERRIDE_LINE, line_of, locate
 
 
@@ -286,17 +287,20 @@ def check_moe_rules(s, raw: dict, fail) -> None:
             fail("parallel.moe_dispatcher", f"'{par.moe_dispatcher}' cannot run on {s.hardware.gpu.name} "
                  f"({display_path(s.hardware_file)}: intra_node.fabric {fabric}): DeepEP's kernels move tokens over "
                  "NVLink inside a node (deepseek-ai/DeepEP README) (allowed here: alltoall, allgather)")
-        if par.moe_dispatcher == "hybridep":
-            fail("parallel.moe_dispatcher", "'hybridep' is not simulated yet: NVIDIA's HybridEP figures (DeepEP "
-                 "hybrid-ep branch, docs/README_Hybrid-EP.md: H100 EP16-64 RDMA, B200 EP8 NVLink) are not wired in "
-                 "(allowed: alltoall, allgather, deepep)")
-        if m.moe.capacity_factor is not None:
+        if m.moe.capacity_factor is not None and par.moe_dispatcher == "deepep":
             fail("parallel.moe_dispatcher", f"'deepep' with moe.capacity_factor {m.moe.capacity_factor} is refused by "
                  "Megatron-Core (the deepep backend does not support moe_pad_expert_input_to_capacity); use "
                  "capacity_factor null (dropless) or the alltoall dispatcher")
+        if m.moe.capacity_factor is not None:
+            fail("parallel.moe_dispatcher", f"'hybridep' with moe.capacity_factor {m.moe.capacity_factor} is not "
+                 "simulated (HybridEP's published figures are dropless); use capacity_factor null (dropless) or the "
+                 "alltoall dispatcher")
         if etp > 1:
-            fail("parallel.moe_dispatcher", f"'deepep' with expert tensor parallelism (etp {etp}) is not simulated "
-                 "(simtrain times DeepEP over an EP group of whole experts); use etp 1 or the alltoall dispatcher")
+            fail("parallel.moe_dispatcher", f"'{par.moe_dispatcher}' with expert tensor parallelism (etp {etp}) is not "
+                 "simulated (simtrain times the kernels over an EP group of whole experts); use etp 1 or the alltoall "
+                 "dispatcher")
+        if par.moe_dispatcher == "hybridep" and par.ep > 1:
+            check_hybridep_scope(s, fail)
     if par.ep_overlap:
         check_ep_overlap_rules(s, fail)
     if par.zero >= 3:
@@ -308,32 +312,6 @@ def check_moe_rules(s, raw: dict, fail) -> None:
     if par.zero_impl != "generic":
         fail("parallel.zero_impl", f"'{par.zero_impl}' (PyTorch FSDP1) is not simulated for mixture-of-experts models "
              "(allowed: generic)")
-
-
-def check_ep_overlap_rules(s, fail) -> None:
-    """What Megatron-Core asserts before it merges forward and backward to hide the EP all-to-alls
-    (TransformerConfig.__post_init__, overlap_moe_expert_parallel_comm, NVIDIA/Megatron-LM at d98e8a6), and what
-    simtrain plays it with."""
-    par, tr, m = s.parallel, s.training, s.model
-    if par.ep == 1:
-        fail("parallel.ep_overlap", "true needs expert parallelism (ep > 1): with ep 1 there is no all-to-all to "
-             "hide (Megatron-Core asserts expert_model_parallel_size > 1)")
-    if par.moe_dispatcher not in ("alltoall", "deepep"):
-        fail("parallel.ep_overlap", f"true runs with the alltoall or deepep dispatcher only (Megatron-Core: alltoall "
-             f"or flex), not moe_dispatcher '{par.moe_dispatcher}'")
-    if par.schedule not in ("1f1b", "interleaved-1f1b") or (par.schedule == "1f1b" and par.pp > 1):
-        fail("parallel.ep_overlap", f"true merges the 1F1B steady state of schedule 1f1b with pp 1 or of "
-             f"interleaved-1f1b (Megatron-Core needs virtual pipeline stages when pp > 1), not '{par.schedule}' "
-             f"with pp {par.pp}")
-    if tr.recompute == "full":
-        fail("parallel.ep_overlap", "true with training.recompute: full is refused by Megatron-Core (disable full "
-             "recomputation when enabling overlap_moe_expert_parallel_comm); use none or selective")
-    if m.mtp_layers > 1:
-        fail("parallel.ep_overlap", f"true supports at most one MTP module (Megatron-Core), but the model has "
-             f"mtp_layers {m.mtp_layers}")
-    if par.zero >= 2 and par.dp > 1:
-        fail("parallel.zero", f"{par.zero}: ep_overlap runs with zero 0 or 1 (Megatron's distributed optimizer "
-             "shards the optimizer state only), not with gradients or weights sharded")
 
 
 def setup_warnings(s) -> list[str]:   # s: a simtrain.spec.scenario.Scenario
