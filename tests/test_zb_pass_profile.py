@@ -55,8 +55,8 @@ def test_input_gradient_pass_within_ten_percent_of_table_9(model):
     assert b == pytest.approx(TABLE_9[model][1], rel=0.10)
 
 
-@pytest.mark.parametrize("model,low,high", [("1.5b", 0.70, 0.85), ("6.2b", 0.78, 0.90)])
+@pytest.mark.parametrize("model,low,high", [("1.5b", 0.75, 0.85), ("6.2b", 0.80, 0.90)])
 def test_forward_pass_is_short_of_table_9(model, low, high):
-    """The forward is the pass simtrain misses: 0.777 (1.5B) and 0.840 (6.2B) of the profiled T_F today."""
+    """The forward is the pass simtrain misses: 0.806 (1.5B) and 0.856 (6.2B) of the profiled T_F today."""
     f, _b, _w, _n = _passes(model)
     assert low < f / TABLE_9[model][0] < high
