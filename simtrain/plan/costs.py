@@ -137,6 +137,33 @@ def causal_fraction(sh: LayerShape) -> float:
     return 0.5
 
 
+#: bytes per score element the memory-bound kernels of unfused attention move, (forward, backward), by dropout, with
+#: ``e`` the 16-bit element size. Megatron-LM's unfused path (CoreAttention, megatron/model/transformer.py):
+#: FusedScaleMaskSoftmax, then torch dropout on the probabilities. Forward: the softmax reads the scores and writes
+#: the probabilities (2e); the dropout reads them and writes the dropped probabilities and a 1-byte mask (2e + 1).
+#: Backward: the dropout's backward reads the gradient and the mask and writes the input gradient (2e + 1); the
+#: softmax backward reads the gradient and the probabilities and writes the score gradient (3e).
+UNFUSED_SCORE_BYTES = {
+    True: (lambda e: 2 * e + (2 * e + 1), lambda e: (2 * e + 1) + 3 * e),
+    False: (lambda e: 2 * e, lambda e: 3 * e),
+}
+
+
+def unfused_attention_time(sh: LayerShape, dev: Device) -> tuple[float, float]:
+    """Forward and backward seconds of attention without a fused (flash) kernel on one TP rank: the score GEMMs,
+    batched per head (QK^T writes the b a s^2 scores, AV reads the probabilities; the backward's four GEMMs, twice the
+    forward's work, write dP and read P, dS, dS), plus the memory-bound kernels over the score elements
+    (``UNFUSED_SCORE_BYTES``)."""
+    heads_local = sh.heads / sh.tp
+    score_elems = heads_local * sh.seq * sh.seq * sh.batch
+    score_gemms = 2 * dev.gemm_time(sh.batch * heads_local * sh.seq, sh.seq, sh.q / sh.heads)
+    fwd_bytes, bwd_bytes = UNFUSED_SCORE_BYTES[sh.dropout]
+    e = dev.element_bytes
+    kernels = 3 if sh.dropout else 2
+    return (score_gemms + dev.memory_time(score_elems * fwd_bytes(e), kernels=kernels),
+            2 * score_gemms + dev.memory_time(score_elems * bwd_bytes(e), kernels=kernels))
+
+
 def layer_cost(sh: LayerShape, dev: Device, recompute: str) -> LayerCost:
     """Forward, backward and recompute time of one layer (costs module docstring for the rule)."""
     gemms = gemm_shapes(sh)
@@ -152,7 +179,7 @@ def layer_cost(sh: LayerShape, dev: Device, recompute: str) -> LayerCost:
         bwd_gemm += dev.fp8_cast_time(sum(m * n for m, n, _ in gemms), len(gemms))
 
     attn = attention_flops(sh)
-    b, s, h, t = sh.batch, sh.seq, sh.hidden, sh.tp
+    h, t = sh.hidden, sh.tp
     if sh.flash:
         # FlashAttention skips fully masked blocks of a causal mask: about half the work executed;
         # its backward recomputes the scores: 2.5x the forward FLOP (Dao 2023, Sec. 3 / benchmarks)
@@ -160,14 +187,7 @@ def layer_cost(sh: LayerShape, dev: Device, recompute: str) -> LayerCost:
         fwd_attn = dev.attention_time(executed, sh.seq)
         bwd_attn = dev.attention_time(2.5 * executed, sh.seq)
     else:
-        # scores as GEMMs (batched, per head) plus a memory-bound softmax over a*s^2*b elements
-        heads_local = sh.heads / t
-        head_dim = sh.q / sh.heads
-        score_elems = heads_local * s * s * b
-        fwd_attn = 2 * dev.gemm_time(b * heads_local * s, s, head_dim) + \
-            (dev.memory_time(score_elems * dev.element_bytes * 3 + score_elems, kernels=3) if sh.dropout
-             else dev.memory_time(score_elems * dev.element_bytes * 2, kernels=2))   # softmax (+ dropout)
-        bwd_attn = 2 * fwd_attn
+        fwd_attn, bwd_attn = unfused_attention_time(sh, dev)
     # element-wise work per layer forward, bytes through HBM (16-bit): two residual adds (2 reads + 1 write
     # of sbh), two dropouts (read, write, mask), the activation function over the MLP width; the backward
     # moves twice as much. The two norms are timed on their own: forward reads and writes sbh, backward
