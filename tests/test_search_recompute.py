@@ -70,3 +70,18 @@ def test_memory_advice_names_the_cheapest_recompute_modules_that_fit():
     fits = [simtrain.memory(sc.with_overrides({"training.recompute_modules": m})).fits_in_memory
             for m in (["core_attn", "layernorm"], ["core_attn", "mlp"], named)]
     assert fits == [False, False, True]
+
+
+def test_memory_advice_offers_no_partial_recompute_where_the_rules_refuse_it():
+    """Rule: partial recompute is refused for models whose layers differ (experts), so the advice must not offer it
+    (found by review: Qwen3-235B-A22B with no recompute and micro-batch 4 was offered recompute_layers 25, which the
+    rules then refused); it still offers full recompute."""
+    import simtrain
+    from simtrain.spec.scenario import load_scenario
+
+    sc = load_scenario("benchmarks/scenarios/qwen3_235b_256_h100.yaml",
+                       {"training.recompute": "none", "training.micro_batch": 4})
+    report = simtrain.memory(sc)
+    assert not report.fits_in_memory
+    assert not any("recompute_layers" in tip for tip in report.advice)
+    assert any("training.recompute" in tip for tip in report.advice)

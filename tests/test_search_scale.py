@@ -60,7 +60,7 @@ def test_search_agrees_with_brute_force_on_new_dimensions(case, request):
     result = search(scenario, top=3, workers=1, progress=False)
     brute, competed = _brute_force(scenario, result.max_memory, 3)
     found = [({k: r.get(k) for k in layout}, r["tokens_per_s"]) for (layout, _), r in zip(brute, result.top)]
-    assert found == brute
+    assert len(result.top) == len(brute) and found == brute
     unscreened = sum(1 for i in competed if result.rows[i]["status"] == "unscreened")
     assert result.counts["simulated"] + result.counts["pruned"] == len(competed) - unscreened
     assert all(competed[i] < brute[-1][1] for i in competed if result.rows[i]["status"] == "unscreened")

@@ -129,8 +129,11 @@ def enumerate_layouts(scenario: Scenario, gpus: int | None = None, fix: dict[str
         and not par.offload_optimizer
     # recompute granularity (training.recompute_layers, training.recompute_modules) where the scenario leaves it open;
     # models whose layers are all alike only (the rules refuse partial recompute for the others, and they get no floor)
-    partial = not varied and tr.recompute_layers is None
-    extra_modules = () if varied else tuple(x for x in DENSE_MODULES if x not in (tr.recompute_modules or ()))
+    # (a scenario's own recompute_modules hold only for selective layouts and its recompute_layers for full ones, the
+    # rules refusing the others: no variant of a mode its own settings rule out)
+    partial = not varied and tr.recompute_layers is None and tr.recompute_modules is None
+    extra_modules = () if varied or tr.recompute_layers is not None else \
+        tuple(x for x in DENSE_MODULES if x not in (tr.recompute_modules or ()))
     cps = [c for c in _divisors(total) if tr.seq_len % (2 * c) == 0 and tr.seq_len // c >= CP_MIN_TOKENS]
     cps = cps if len(cps) > 1 else [None]     # None: the layouts carry no cp key (short sequences)
     out = []

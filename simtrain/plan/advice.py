@@ -75,11 +75,12 @@ def fewest_recompute_layers(scenario: Scenario, report: MemoryReport,
                             limit: float | None = None) -> tuple[int, float] | None:
     """The fewest layers per (virtual) stage whose full recompute brings every stage within ``limit`` bytes (default:
     the GPU's memory), and the peak then; None where it is within already, where even every layer recomputed is
-    not, or where the scenario offloads activations (the two are not weighed together here)."""
+    not, where the scenario offloads activations (the two are not weighed together here), or where the model's layers
+    differ (the scenario rules refuse partial recompute there)."""
     tr = scenario.training
     within = report.fits if limit is None else report.peak_max <= limit
     limit = report.capacity if limit is None else limit
-    if within or tr.activation_offload_layers or not scenario.layers_per_stage:
+    if within or tr.activation_offload_layers or not scenario.layers_per_stage or scenario.model.layers_differ:
         return None
     most = min(scenario.layers_per_stage)     # recompute_layers may not pass a stage's layers (scenario rules)
     low = (tr.recompute_layers or 0) + 1 if tr.recompute == "full" else 1
