@@ -96,3 +96,34 @@ def test_expert_bias_by_hand():
     with_bias, without = moe_cost(sh, bf16), moe_cost(replace(sh, expert_bias=False), bf16)
     assert with_bias.forward - without.forward == pytest.approx(fwd, rel=1e-9)
     assert with_bias.backward - without.backward == pytest.approx(bwd, rel=1e-9)
+
+
+def test_fp8_padding_copy_by_hand(fp8_dev):
+    """Dropless fp8 experts copy their rows into padded buffers: the input padded and the output unpadded forward,
+    both gradients backward, each a read and a write of rows x h BF16 values, plus the fp32 probabilities' pad."""
+    sh = qwen3_235b_shape()
+    rows = 4 * 4096
+    nbytes = 4 * 2 * rows * 4096 + 2 * 4 * rows      # 536.9 MB of activations + 131 kB of probabilities
+    fwd, bwd = costs_moe.expert_fp8_padding(sh, fp8_dev)
+    assert fwd == pytest.approx(nbytes / BANDWIDTH + 3 * LAUNCH, rel=1e-12)
+    assert bwd == fwd
+    assert fwd == pytest.approx(183.1e-6, rel=1e-3)      # 537.0 MB at 2.98 TB/s: 180.1 us, + 3 launches
+
+
+def test_fp8_padding_only_when_unaligned(fp8_dev):
+    """With a capacity factor every expert holds the same padded count: no copy when it is a multiple of the FP8
+    alignment (16 rows tensorwise, 32 MXFP8), a copy when it is not; BF16 never pads."""
+    mx = replace(fp8_dev, fp8_recipe="mxfp8")
+    # EP 8: rows per expert = ceil(2048 x 8 / 128 x c) per source rank x 8 ranks
+    aligned = qwen3_235b_shape(ep=8, capacity_factor=1.0)      # 128 x 8 = 1,024: a multiple of 16 and of 32
+    assert aligned.rows_per_expert == 1024
+    assert costs_moe.expert_fp8_padding(aligned, fp8_dev) == (0.0, 0.0)
+    assert costs_moe.expert_fp8_padding(aligned, mx) == (0.0, 0.0)
+    sixteen = qwen3_235b_shape(ep=8, capacity_factor=1.01)     # ceil(129.28) = 130, x 8 = 1,040 = 16 x 65
+    assert sixteen.rows_per_expert == 1040
+    assert costs_moe.expert_fp8_padding(sixteen, fp8_dev) == (0.0, 0.0)
+    assert costs_moe.expert_fp8_padding(sixteen, mx)[0] > 0.0
+    eight = qwen3_235b_shape(ep=8, capacity_factor=1.005)      # ceil(128.64) = 129, x 8 = 1,032 = 16 x 64.5
+    assert eight.rows_per_expert == 1032
+    assert costs_moe.expert_fp8_padding(eight, fp8_dev)[0] > 0.0
+    assert costs_moe.expert_fp8_padding(qwen3_235b_shape(), replace(fp8_dev, dtype="bf16")) == (0.0, 0.0)

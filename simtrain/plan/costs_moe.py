@@ -18,7 +18,8 @@ core_v0.15.0; /work/research/moe.md section 3):
 - **Shared experts**: a dense MLP of shared_experts x shared width over all of the TP group's tokens, split over
   TP like the dense MLP.
 - **FP8 quantization** (fp8 training): every expert GEMM quantizes its input and, in the backward, its output
-  gradient, as the dense linears do (``expert_fp8_cast``, ``shared_fp8_cast``).
+  gradient, as the dense linears do (``expert_fp8_cast``, ``shared_fp8_cast``); each local expert's rows are padded
+  to the FP8 alignment and the output unpadded (``expert_fp8_padding``).
 
 T is the tokens one GPU routes: b s / tp (Megatron-Core runs MoE with sequence parallelism when tp > 1). The
 backward runs each GEMM twice (data and weight gradient) and moves twice the permutation bytes.
@@ -147,9 +148,10 @@ def moe_cost(sh: MoEShape, dev: Device) -> MoECost:
         wgrad += sum(dev.linear_gemm_time(c, b, a) for a, b, c in s_shapes)
     router_flops = 2.0 * T * E * h
     cast_f, cast_b = expert_fp8_cast(sh, dev)
+    pad_f, pad_b = expert_fp8_padding(sh, dev)
     bias_f, bias_b = expert_bias_time(sh, dev)
-    forward = router_f + permute_f + experts_f + act_f + shared_f + cast_f + bias_f
-    backward = router_b + permute_b + experts_b + act_b + shared_b + cast_b + bias_b
+    forward = router_f + permute_f + experts_f + act_f + shared_f + cast_f + pad_f + bias_f
+    backward = router_b + permute_b + experts_b + act_b + shared_b + cast_b + pad_b + bias_b
     flops = expert_flops + shared_flops + router_flops
     return MoECost(forward=forward, backward=backward, model_flops=flops, hardware_flops=3.0 * flops,
                    backward_weight=wgrad, activation_forward=act_f, shared_forward=shared_f,
@@ -174,6 +176,34 @@ def expert_fp8_cast(sh: MoEShape, dev: Device) -> tuple[float, float]:
     fwd = dev.fp8_cast_time(rows * (h + down), tensors)      # fc1 input (M x h), fc2 input (M x f/etp)
     bwd = dev.fp8_cast_time(rows * (up + h), tensors)        # fc1 output gradient (M x up), fc2's (M x h)
     return fwd, bwd
+
+
+#: rows of one expert's FP8 GEMM input are padded to a multiple of this (TE Fp8Padding, transformer_engine/pytorch/
+#: module/fp8_padding.py @d0067d0: "32 for MXFP8, 128 for NVFP4, 16 for other built-in recipes")
+FP8_ROW_ALIGN = {"mxfp8": 32, "tensorwise": 16, "blockwise": 16}
+
+
+def expert_fp8_padding(sh: MoEShape, dev: Device) -> tuple[float, float]:
+    """Seconds (forward, backward) of padding each local expert's rows to the FP8 GEMM alignment and unpadding its
+    output, under fp8 training. Megatron-Core's TEGroupedMLP pads its input (and the routing probabilities) with TE's
+    Fp8Padding before the grouped GEMMs and unpads fc2's output with Fp8Unpadding (megatron/core/transformer/moe/
+    experts.py, NVIDIA/Megatron-LM a329dd6, 2025-09-22: for every dispatcher under fp8; unless the router pads the
+    routing map, ``moe_router_padding_for_fp8``, default False and False in Megatron-Bridge's H100 Qwen3-MoE and
+    DeepSeek-V3 recipes @067f987). Fp8Padding returns its input untouched when every expert's count is aligned and
+    otherwise copies the whole tensor into a padded one (``fused_multi_row_padding``). Dropless routing, force-balanced
+    with random scores as the benchmarks run it (``moe_router_force_load_balancing``), leaves counts that vary from
+    expert to expert, so some local expert is unaligned and the copy happens; with a capacity factor every expert
+    holds exactly ``rows_per_expert`` rows and the copy happens only when that is unaligned. Each copy reads and
+    writes the rows x h activations: forward the input's padding and the output's unpadding, backward the two
+    gradients' (4 e bytes per element each way), plus the probabilities' (4 bytes per row, fp32 at most; one more
+    kernel each way)."""
+    if not dev.fp8:
+        return 0.0, 0.0
+    if sh.capacity is not None and sh.rows_per_expert % FP8_ROW_ALIGN[dev.fp8_recipe] == 0:
+        return 0.0, 0.0
+    rows = sh.rows_received
+    nbytes = 4.0 * dev.element_bytes * rows * sh.hidden + 2 * 4.0 * rows
+    return dev.memory_time(nbytes, kernels=3), dev.memory_time(nbytes, kernels=3)
 
 
 def shared_fp8_cast(sh: MoEShape, dev: Device) -> tuple[float, float]:
