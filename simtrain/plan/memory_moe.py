@@ -23,7 +23,7 @@ def moe_shape(scenario: Scenario) -> MoEShape | None:
     return MoEShape(tokens=tr.micro_batch * tr.seq_len // par.cp, hidden=m.hidden, experts=moe.experts, top_k=moe.top_k,
                     expert_ffn=moe.expert_ffn_hidden, shared_ffn=moe.shared_experts * moe.shared_width,
                     mlp_matrices=m.mlp_matrices, tp=par.tp, ep=par.ep, etp=par.etp or par.tp,
-                    capacity_factor=moe.capacity_factor, imbalance=moe.imbalance)
+                    capacity_factor=moe.capacity_factor, imbalance=moe.imbalance, expert_bias=m.bias)
 
 
 def _model_stages(scenario: Scenario, pp_rank: int) -> list[int]:
