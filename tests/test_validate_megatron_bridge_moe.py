@@ -11,11 +11,14 @@ from simtrain.decide import cases as case_files
 from simtrain.decide import validate as v
 
 CASES = Path(str(resources.files("simtrain.validation") / "megatron_bridge_moe.yaml"))
-# the expressible MoE rows of the shared file, by hand: the ones that set no hybridep or tp_comm_overlap (the file's
+# the expressible MoE rows of the shared file, by hand: the ones that set no tp_comm_overlap (the file's
 # header lists the others and the key each lacks); ep_overlap rows since 2026-12-01, the deepep row since DeepEP is
 # simulated, the DeepSeek-V3 rows with recompute_modules mlp under FP8 since it is simulated, the three gated GPT-OSS
-# BF16 rows (recompute_modules [layernorm, moe_act]) since the third session of 2026-12-01
-EXPRESSIBLE = {
+# BF16 rows (recompute_modules [layernorm, moe_act]) since the third session of 2026-12-01, the three hybridep rows
+# since the dispatcher is simulated (fourth session)
+HYBRIDEP = {"mbridge_2606_h100_qwen3_30b_a3b_fp8cs_16gpu", "mbridge_260401_b200_qwen3_30b_a3b_mxfp8_8gpu",
+            "mbridge_2604_b200_deepseek_v3_mxfp8_256gpu"}
+EXPRESSIBLE = HYBRIDEP | {
     "mbridge_2509_h100_qwen3_30b_a3b_fp8cs_16gpu", "mbridge_2509_b200_qwen3_30b_a3b_fp8cs_8gpu",
     "mbridge_2602_b200_qwen3_30b_a3b_mxfp8_8gpu",
     "mbridge_2509_b200_qwen3_235b_a22b_fp8cs_64gpu", "mbridge_2509_b200_qwen3_235b_a22b_mxfp8_64gpu",
@@ -30,7 +33,7 @@ EXPRESSIBLE = {
     "mbridge_260401_b200_gpt_oss_120b_bf16_64gpu"}
 DEEPSEEK_GATED = {"mbridge_2509_h100_deepseek_v3_fp8cs_1024gpu", "mbridge_2511_b200_deepseek_v3_mxfp8_256gpu",
                   "mbridge_260401_b200_deepseek_v3_mxfp8_256gpu"}
-GATED = DEEPSEEK_GATED | {
+GATED = DEEPSEEK_GATED | HYBRIDEP | {
     "mbridge_2509_h100_qwen3_30b_a3b_fp8cs_16gpu", "mbridge_2602_b200_qwen3_30b_a3b_mxfp8_8gpu",
     "mbridge_260401_b200_qwen3_235b_a22b_mxfp8_256gpu", "mbridge_2511_h100_qwen3_235b_a22b_fp8cs_256gpu",
     "mbridge_260401_h100_qwen3_235b_a22b_fp8cs_256gpu", "mbridge_2602_h100_qwen3_30b_a3b_fp8cs_16gpu",
@@ -82,7 +85,7 @@ def test_targets_are_the_published_throughput():
 def test_gated_error_does_not_regress(results):
     """The gated MoE cases' mean |error| stays at or below 36% and the worst at or below 70%."""
     gated = [r for r in results if r.gate]
-    assert len(gated) == 12
+    assert len(gated) == 15
     s = v.summarize(gated)
     assert s.mean_abs_error <= 0.36
     assert s.worst_abs_error <= 0.70
