@@ -50,7 +50,7 @@ def forward_parts(c, i: int) -> tuple[float, float, float]:
     forward; a dense layer has no MoE part or all-to-all."""
     fwd, _bwd, _rec, ep_fwd, _ep_bwd, _grads = c.layer_costs(i)
     moe = c.moe_fwd_layer if ep_fwd > 0 else 0.0
-    return fwd - moe + c.tp_fwd_layer + c.cp_fwd_layer, moe, ep_fwd / 2.0
+    return fwd - moe + c.tp_fwd(i) + c.cp_fwd_layer, moe, ep_fwd / 2.0
 
 
 def backward_parts(c, i: int) -> tuple[float, float, float, float, float]:
