@@ -103,3 +103,60 @@ def test_folded_carrier_is_the_first_gpus_links():
     assert dict(links) == {("gpu0", "nvsw0"): 7, ("nvsw0", "gpu0"): 7, ("gpu0", "nic0.0"): 8, ("nic0.0", "gpu0"): 8,
                            NIC: 8, ("rail0", "nic0.0"): 8}
     assert rate == pytest.approx(whole.carrier(0)[1], rel=1e-12)
+
+
+def _allgather_setup(folded=False):
+    sc = _qwen_two_nodes(moe_dispatcher="allgather")
+    env = simpy.Environment()
+    net = FluidNetwork(env, LinkCapacity(sc.cluster, {}))
+    return sc, env, net, EPFlows(env, net, build_plan(sc), lanes_per_stage=1, folded=folded)
+
+
+def test_allgather_rings_carrier():
+    """The allgather dispatcher over EP 16 on two nodes: hierarchical rings, each GPU's NVLink port and NIC carry one
+    ring flow each way, so a flow alone moves at the NIC's bandwidth (the slower); folded, the first GPU's 6 links."""
+    sc, env, net, flows = _allgather_setup()
+    links, rate = flows.carrier(0)
+    assert dict(links)[NIC] == 1 and dict(links)[("gpu0", "nvsw0")] == 1
+    assert rate == pytest.approx(sc.cluster.bandwidth(NIC), rel=1e-12)
+    folded = EPFlows(env, net, build_plan(sc), lanes_per_stage=1, folded=True)
+    assert dict(folded.carrier(0)[0]) == {("gpu0", "nvsw0"): 1, ("nvsw0", "gpu0"): 1, ("gpu0", "nic0.0"): 1,
+                                          ("nic0.0", "gpu0"): 1, NIC: 1, ("rail0", "nic0.0"): 1}
+
+
+def test_allgather_shares_the_nic_with_a_dp_flow():
+    """A DP flow of D bytes on GPU 0's NIC beside an allgather dispatch of s seconds (one ring flow there): each gets
+    B/2 while both run, so the DP flow ends at 2D/B and the dispatch D/B late, at s + D/B."""
+    sc, env, net, flows = _allgather_setup()
+    bandwidth = sc.cluster.bandwidth(NIC)
+    seconds, dp_bytes = 1e-3, bandwidth * 100e-6
+    ends = {}
+
+    def ep():
+        yield from flows.run(Lane(index=0, dp=None, rank=0), seconds)
+        ends["ep"] = env.now
+
+    def dp():
+        yield from net.run_phase(Phase(flow_bytes=dp_bytes, latency=0.0, links=((NIC, 1),)))
+        ends["dp"] = env.now
+
+    env.process(ep())
+    env.process(dp())
+    env.run()
+    assert ends["dp"] == pytest.approx(2 * dp_bytes / bandwidth, rel=1e-9)
+    assert ends["ep"] == pytest.approx(seconds + dp_bytes / bandwidth, rel=1e-9)
+
+
+def test_allgather_alone_is_the_plan_and_full_equals_folded():
+    """The allgather dispatcher's rings as flows: one stage alone exposes the plan's EP figures; at full fidelity
+    the replica lanes meet at each dispatch and the step equals the folded run's."""
+    sc = _qwen_two_nodes(moe_dispatcher="allgather")
+    chunk = build_plan(sc).chunks[0]
+    planned = sum(sum(chunk.layer_costs(i)[3:5]) for i in range(chunk.layers)) * sc.microbatches
+    assert simulate(sc).exposed_comm_s["ep"] == pytest.approx(planned, rel=1e-9)
+    sc2 = make_scenario(hardware="dgx-h100", nodes=2, model="qwen3-30b-a3b",
+                        training={"seq_len": 4096, "global_batch": 32, "micro_batch": 1, "dropout": False},
+                        parallel={"dp": 8, "tp": 1, "pp": 2, "ep": 8, "moe_dispatcher": "allgather"})
+    folded, full = simulate(sc2, fidelity="folded"), simulate(sc2, fidelity="full")
+    assert full.step_time_s == pytest.approx(folded.step_time_s, rel=1e-12)
+    assert full.exposed_comm_s["ep"] == pytest.approx(folded.exposed_comm_s["ep"], rel=1e-12)
