@@ -3,6 +3,8 @@ with a DP flow slows both, by the equal share per flow the fluid network gives (
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import simpy
 from conftest import make_scenario
@@ -160,3 +162,33 @@ def test_allgather_alone_is_the_plan_and_full_equals_folded():
     folded, full = simulate(sc2, fidelity="folded"), simulate(sc2, fidelity="full")
     assert full.step_time_s == pytest.approx(folded.step_time_s, rel=1e-12)
     assert full.exposed_comm_s["ep"] == pytest.approx(folded.exposed_comm_s["ep"], rel=1e-12)
+
+
+def test_a_merged_pairs_all_to_alls_share_the_link_with_a_dp_flow():
+    """EP overlap (pp 1, 2 micro-batches, one MoE layer, no compute): lone F's dispatch + combine (2 df), the merged
+    pair's four all-to-alls back to back (2 df + 2 db), lone B's (2 db). A DP flow of D bytes on GPU 0's NVLink port
+    (7 all-to-all flows there) starting with the pair gets B/8 while the pair runs: it ends 8D/B after the pair's
+    start instead of D/B, and the pair ends D/B late."""
+    from test_ep_overlap import _chunk, _qwen
+
+    from simtrain.engine.core import Engine
+
+    df = db = 1e-3
+    plan = build_plan(_qwen(m=2, ep_overlap=True))
+    c = _chunk(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, df, db, 1, plan)
+    engine = Engine(replace(plan, chunks=(c,), optimizer_time=(0.0,), expert_grad_bytes=(0.0,)))
+    port = ("gpu0", "nvsw0")
+    bandwidth = plan.scenario.cluster.bandwidth(port)
+    dp_bytes = bandwidth * 50e-6
+    assert dict(engine.ep_flows.carrier(0)[0])[port] == 7
+    ends = {}
+
+    def dp():
+        yield engine.env.timeout(2 * df)          # the pair starts when lone F's all-to-alls end
+        yield from engine.net.run_phase(Phase(flow_bytes=dp_bytes, latency=0.0, links=((port, 1),)))
+        ends["dp"] = engine.env.now
+
+    engine.env.process(dp())
+    timeline = engine.run()
+    assert ends["dp"] == pytest.approx(2 * df + 8 * dp_bytes / bandwidth, rel=1e-9)
+    assert timeline.step_time == pytest.approx(4 * df + 4 * db + dp_bytes / bandwidth, rel=1e-9)

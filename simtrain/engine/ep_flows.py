@@ -16,8 +16,11 @@ the bytes set by those links' own bottleneck, so that alone it still takes its p
 pipeline sends of the folded lane cover every GPU of the stage, so that GPU meets what every GPU meets, at a few
 links to re-rate instead of thousands (DeepSeek-V3 on 2,048 H100: 6 links, not 400 for one EP group).
 
-Not carried: the allgather dispatcher (rings over the expert tp x ep block; its segments keep their planned time)
-and the EP-overlap pairs (``engine.merged_pair`` plays a planned schedule of both halves).
+The allgather dispatcher's all-gather and reduce-scatter ride the same way: their carrier is the rings' links over
+each expert tp x ep block (every ring stage, each link at its largest count, since the two collectives and a
+hierarchical ring's stages run one after another). Under ``parallel.ep_overlap`` the merged pairs' all-to-alls are
+carried too: ``engine.merged_pair`` plays the pair's two streams live, each all-to-all of the communication stream
+a call of :meth:`EPFlows.run`. With one lane per stage (folded) the flow runs in the caller's process, no meeting.
 """
 
 from __future__ import annotations
@@ -89,6 +92,10 @@ class EPFlows:
         if carrier is None:
             yield self.env.timeout(seconds)
             return
+        links, rate = carrier
+        if self.lanes_per_stage == 1:   # no other lane to meet: the flow runs in the caller's process
+            yield from self.net.run_phase(Phase(flow_bytes=seconds * rate, latency=0.0, links=links))
+            return
         key = (lane.rank, tag, count)
         meeting = self._meetings.get(key)
         if meeting is None:
@@ -96,7 +103,6 @@ class EPFlows:
                                                       done=self.env.event())
         meeting.arrived += 1
         if meeting.arrived == meeting.needed:
-            links, rate = carrier
             self.env.process(self._move(Phase(flow_bytes=seconds * rate, latency=0.0, links=links), meeting.done))
         yield meeting.done
 

@@ -135,6 +135,18 @@ class _Streams:
 def merged_pair(cf, cb, slowdown: float = 1.0, scale: float = 1.0) -> Merged:
     """The merged forward of chunk ``cf`` and backward of chunk ``cb`` (module docstring), compute ``slowdown``
     times slower while an all-to-all runs and every compute piece ``scale`` times its nominal seconds (a straggler)."""
+    return pair_program(cf, cb, scale).play(slowdown)
+
+
+def pair_pieces(cf, cb) -> list[tuple[str, str, str, int | None, float, int | None]]:
+    """The merged pair's program, untimed: (stream "comp" or "comm", side, kind, layer, nominal seconds, index of the
+    piece it waits for or None), each stream's pieces in order; the engine plays it with the all-to-alls as flows
+    (``engine.merged_pair``)."""
+    return pair_program(cf, cb).pieces
+
+
+def pair_program(cf, cb, scale: float = 1.0) -> _Streams:
+    """The two streams' programs of a merged pair (``merged_pair``), not yet timed."""
     s = _Streams(scale)
     f_in = s.run("F", "forward", None, cf.embed_fwd) if cf.has_embedding else None
     b_in = s.run("B", "backward", None, cb.head_bwd) if cb.has_head else None
@@ -171,4 +183,4 @@ def merged_pair(cf, cb, slowdown: float = 1.0, scale: float = 1.0) -> Merged:
         s.run("B", "backward", None, cb.embed_bwd, b_in)
     if cb.metrics_bwd > 0:
         s.run("B", "backward", None, cb.metrics_bwd, b_in)
-    return s.play(slowdown)
+    return s
