@@ -82,14 +82,16 @@ def test_simulated_ep_alone_is_the_plan():
     assert simulate(sc).exposed_comm_s["ep"] == pytest.approx(planned, rel=1e-9)
 
 
-@pytest.mark.parametrize(("schedule", "vpp"), [("1f1b", 1), ("dualpipev", 2)])
-def test_full_fidelity_lanes_meet_at_each_all_to_all(schedule, vpp):
-    """At full fidelity the 8 replica lanes of a stage meet at every all-to-all (DualPipe-V's overlapped halves
-    included); on a symmetric cluster the step and the exposed EP equal the folded run's, where one lane stands
-    for them all."""
+@pytest.mark.parametrize(("schedule", "vpp", "overlap"), [("1f1b", 1, False), ("dualpipev", 2, False),
+                                                           ("interleaved-1f1b", 2, True)])
+def test_full_fidelity_lanes_meet_at_each_all_to_all(schedule, vpp, overlap):
+    """At full fidelity the 8 replica lanes of a stage meet at every all-to-all (DualPipe-V's overlapped halves and
+    the EP overlap's merged pairs included); on a symmetric cluster the step and the exposed EP equal the folded
+    run's, where one lane stands for them all."""
     sc = make_scenario(hardware="dgx-h100", nodes=2, model="qwen3-30b-a3b",
                        training={"seq_len": 4096, "global_batch": 32, "micro_batch": 1, "dropout": False},
-                       parallel={"dp": 8, "tp": 1, "pp": 2, "vpp": vpp, "ep": 8, "schedule": schedule})
+                       parallel={"dp": 8, "tp": 1, "pp": 2, "vpp": vpp, "ep": 8, "schedule": schedule,
+                                 "ep_overlap": overlap})
     folded, full = simulate(sc, fidelity="folded"), simulate(sc, fidelity="full")
     assert full.step_time_s == pytest.approx(folded.step_time_s, rel=1e-12)
     assert full.exposed_comm_s["ep"] == pytest.approx(folded.exposed_comm_s["ep"], rel=1e-12)

@@ -75,8 +75,10 @@ def _play_live(engine, lane: Lane, op, vf: int, vb: int):
     pieces = engine._segments.get(key)
     if pieces is None:
         pieces = engine._segments[key] = ep_overlap.pair_pieces(engine.plan.chunks[vf], engine.plan.chunks[vb])
-    crosses = engine.plan.placement.crosses_nodes().get("ep", False)
-    slow = ep_overlap_slowdown(engine.plan.scenario, crosses)
+    slow = engine._segments.get("FBslow")
+    if slow is None:   # compute slows while an all-to-all runs: DeepEP's SMs taken, or the hardware file's figure
+        crosses = engine.plan.placement.crosses_nodes().get("ep", False)
+        slow = engine._segments["FBslow"] = ep_overlap_slowdown(engine.plan.scenario, crosses)
     ended: set[int] = set()              # pieces done
     waiting: dict = {}                   # piece -> the event its waiter holds (made only when someone waits)
 
