@@ -31,7 +31,7 @@ from simtrain.plan.offload import with_offload
 from simtrain.plan.offload_optimizer import cpu_adam_bandwidth, host_step
 from simtrain.plan.recompute import dense_share, modules_of, selective_tp_factor
 from simtrain.plan.schedules import Op, StageLayout, rank_schedules, stage_layout
-from simtrain.plan.tp_comm import TP_RECOMPUTE, layer_tp_units, tp_collectives, tp_time
+from simtrain.plan.tp_comm import TP_RECOMPUTE, moe_tp_fields, tp_collectives, tp_time
 from simtrain.plan.tp_overlap import exposed_tp
 from simtrain.spec.placement import Placement, placement_of
 from simtrain.spec.scenario import Scenario
@@ -262,21 +262,6 @@ class Plan:
         return tr.micro_batch * tr.seq_len * m.hidden * self.dtype_bytes / self.placement.tp / self.placement.cp
 
 
-def _moe_tp_fields(pair: float, shared_experts: int, recompute: str, modules: tuple[str, ...],
-                   main_moe: bool) -> dict:
-    """ChunkPlan TP fields of a MoE model's chunk, ``pair`` the seconds of one all-gather + reduce-scatter pair
-    (``tp_comm.layer_tp_units``): its leading dense layers' apart, the others' (MoE layers, or the dense layers of a
-    chunk that has no MoE layer)."""
-    def figures(is_moe: bool) -> tuple[float, float, float]:
-        fwd, bwd = layer_tp_units(is_moe, shared_experts, recompute, modules)
-        plain, _ = layer_tp_units(is_moe, shared_experts, "none", ())
-        return fwd * pair, bwd * pair, plain * pair
-    lead_f, lead_b, lead_p = figures(False)
-    f, b, p = figures(main_moe)
-    return {"tp_fwd_layer": f, "tp_bwd_layer": b, "tp_bwd_plain": p, "lead_tp_fwd": lead_f, "lead_tp_bwd": lead_b,
-            "lead_tp_bwd_plain": lead_p}
-
-
 def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | None = None) -> Plan:
     """Every cost of ``scenario``'s step; ``stage_memories``: its memory ledger per pipeline rank where the caller
     has it already (``memory_report(scenario).stages``, as a search's screening does)."""
@@ -402,7 +387,7 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
                 fields.update(head_fwd=chunks[-1].head_fwd + mtp_fwd, head_bwd=chunks[-1].head_bwd + mtp_bwd,
                               head_wgrad=chunks[-1].head_wgrad + mtp_wgrad)
             if m.moe is not None:   # a MoE layer runs its attention's TP pair and its shared experts' (tp_comm)
-                fields.update(_moe_tp_fields(tp_cost[rank] / 2.0, m.moe.shared_experts, tr.recompute, modules,
+                fields.update(moe_tp_fields(tp_cost[rank] / 2.0, m.moe.shared_experts, tr.recompute, modules,
                                              main_moe=fields["expert_grad_bytes_layer"] > 0))
             chunks[-1] = replace(chunks[-1], **fields)
 

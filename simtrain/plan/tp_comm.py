@@ -81,3 +81,18 @@ def layer_tp_units(is_moe: bool, shared_experts: int, recompute: str, modules: t
     if is_moe and shared_experts and ("moe" in modules or "shared_experts" in modules):
         again = 1
     return own, own + again
+
+
+def moe_tp_fields(pair: float, shared_experts: int, recompute: str, modules: tuple[str, ...],
+                  main_moe: bool) -> dict:
+    """ChunkPlan TP fields of a MoE model's chunk, ``pair`` the seconds of one all-gather + reduce-scatter pair
+    (``tp_comm.layer_tp_units``): its leading dense layers' apart, the others' (MoE layers, or the dense layers of a
+    chunk that has no MoE layer)."""
+    def figures(is_moe: bool) -> tuple[float, float, float]:
+        fwd, bwd = layer_tp_units(is_moe, shared_experts, recompute, modules)
+        plain, _ = layer_tp_units(is_moe, shared_experts, "none", ())
+        return fwd * pair, bwd * pair, plain * pair
+    lead_f, lead_b, lead_p = figures(False)
+    f, b, p = figures(main_moe)
+    return {"tp_fwd_layer": f, "tp_bwd_layer": b, "tp_bwd_plain": p, "lead_tp_fwd": lead_f, "lead_tp_bwd": lead_b,
+            "lead_tp_bwd_plain": lead_p}
