@@ -3,6 +3,8 @@ with a DP flow slows both, by the equal share per flow the fluid network gives (
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import simpy
 from conftest import make_scenario
@@ -80,14 +82,16 @@ def test_simulated_ep_alone_is_the_plan():
     assert simulate(sc).exposed_comm_s["ep"] == pytest.approx(planned, rel=1e-9)
 
 
-@pytest.mark.parametrize(("schedule", "vpp"), [("1f1b", 1), ("dualpipev", 2)])
-def test_full_fidelity_lanes_meet_at_each_all_to_all(schedule, vpp):
-    """At full fidelity the 8 replica lanes of a stage meet at every all-to-all (DualPipe-V's overlapped halves
-    included); on a symmetric cluster the step and the exposed EP equal the folded run's, where one lane stands
-    for them all."""
+@pytest.mark.parametrize(("schedule", "vpp", "overlap"), [("1f1b", 1, False), ("dualpipev", 2, False),
+                                                           ("interleaved-1f1b", 2, True)])
+def test_full_fidelity_lanes_meet_at_each_all_to_all(schedule, vpp, overlap):
+    """At full fidelity the 8 replica lanes of a stage meet at every all-to-all (DualPipe-V's overlapped halves and
+    the EP overlap's merged pairs included); on a symmetric cluster the step and the exposed EP equal the folded
+    run's, where one lane stands for them all."""
     sc = make_scenario(hardware="dgx-h100", nodes=2, model="qwen3-30b-a3b",
                        training={"seq_len": 4096, "global_batch": 32, "micro_batch": 1, "dropout": False},
-                       parallel={"dp": 8, "tp": 1, "pp": 2, "vpp": vpp, "ep": 8, "schedule": schedule})
+                       parallel={"dp": 8, "tp": 1, "pp": 2, "vpp": vpp, "ep": 8, "schedule": schedule,
+                                 "ep_overlap": overlap})
     folded, full = simulate(sc, fidelity="folded"), simulate(sc, fidelity="full")
     assert full.step_time_s == pytest.approx(folded.step_time_s, rel=1e-12)
     assert full.exposed_comm_s["ep"] == pytest.approx(folded.exposed_comm_s["ep"], rel=1e-12)
@@ -103,3 +107,90 @@ def test_folded_carrier_is_the_first_gpus_links():
     assert dict(links) == {("gpu0", "nvsw0"): 7, ("nvsw0", "gpu0"): 7, ("gpu0", "nic0.0"): 8, ("nic0.0", "gpu0"): 8,
                            NIC: 8, ("rail0", "nic0.0"): 8}
     assert rate == pytest.approx(whole.carrier(0)[1], rel=1e-12)
+
+
+def _allgather_setup(folded=False):
+    sc = _qwen_two_nodes(moe_dispatcher="allgather")
+    env = simpy.Environment()
+    net = FluidNetwork(env, LinkCapacity(sc.cluster, {}))
+    return sc, env, net, EPFlows(env, net, build_plan(sc), lanes_per_stage=1, folded=folded)
+
+
+def test_allgather_rings_carrier():
+    """The allgather dispatcher over EP 16 on two nodes: hierarchical rings, each GPU's NVLink port and NIC carry one
+    ring flow each way, so a flow alone moves at the NIC's bandwidth (the slower); folded, the first GPU's 6 links."""
+    sc, env, net, flows = _allgather_setup()
+    links, rate = flows.carrier(0)
+    assert dict(links)[NIC] == 1 and dict(links)[("gpu0", "nvsw0")] == 1
+    assert rate == pytest.approx(sc.cluster.bandwidth(NIC), rel=1e-12)
+    folded = EPFlows(env, net, build_plan(sc), lanes_per_stage=1, folded=True)
+    assert dict(folded.carrier(0)[0]) == {("gpu0", "nvsw0"): 1, ("nvsw0", "gpu0"): 1, ("gpu0", "nic0.0"): 1,
+                                          ("nic0.0", "gpu0"): 1, NIC: 1, ("rail0", "nic0.0"): 1}
+
+
+def test_allgather_shares_the_nic_with_a_dp_flow():
+    """A DP flow of D bytes on GPU 0's NIC beside an allgather dispatch of s seconds (one ring flow there): each gets
+    B/2 while both run, so the DP flow ends at 2D/B and the dispatch D/B late, at s + D/B."""
+    sc, env, net, flows = _allgather_setup()
+    bandwidth = sc.cluster.bandwidth(NIC)
+    seconds, dp_bytes = 1e-3, bandwidth * 100e-6
+    ends = {}
+
+    def ep():
+        yield from flows.run(Lane(index=0, dp=None, rank=0), seconds)
+        ends["ep"] = env.now
+
+    def dp():
+        yield from net.run_phase(Phase(flow_bytes=dp_bytes, latency=0.0, links=((NIC, 1),)))
+        ends["dp"] = env.now
+
+    env.process(ep())
+    env.process(dp())
+    env.run()
+    assert ends["dp"] == pytest.approx(2 * dp_bytes / bandwidth, rel=1e-9)
+    assert ends["ep"] == pytest.approx(seconds + dp_bytes / bandwidth, rel=1e-9)
+
+
+def test_allgather_alone_is_the_plan_and_full_equals_folded():
+    """The allgather dispatcher's rings as flows: one stage alone exposes the plan's EP figures; at full fidelity
+    the replica lanes meet at each dispatch and the step equals the folded run's."""
+    sc = _qwen_two_nodes(moe_dispatcher="allgather")
+    chunk = build_plan(sc).chunks[0]
+    planned = sum(sum(chunk.layer_costs(i)[3:5]) for i in range(chunk.layers)) * sc.microbatches
+    assert simulate(sc).exposed_comm_s["ep"] == pytest.approx(planned, rel=1e-9)
+    sc2 = make_scenario(hardware="dgx-h100", nodes=2, model="qwen3-30b-a3b",
+                        training={"seq_len": 4096, "global_batch": 32, "micro_batch": 1, "dropout": False},
+                        parallel={"dp": 8, "tp": 1, "pp": 2, "ep": 8, "moe_dispatcher": "allgather"})
+    folded, full = simulate(sc2, fidelity="folded"), simulate(sc2, fidelity="full")
+    assert full.step_time_s == pytest.approx(folded.step_time_s, rel=1e-12)
+    assert full.exposed_comm_s["ep"] == pytest.approx(folded.exposed_comm_s["ep"], rel=1e-12)
+
+
+def test_a_merged_pairs_all_to_alls_share_the_link_with_a_dp_flow():
+    """EP overlap (pp 1, 2 micro-batches, one MoE layer, no compute): lone F's dispatch + combine (2 df), the merged
+    pair's four all-to-alls back to back (2 df + 2 db), lone B's (2 db). A DP flow of D bytes on GPU 0's NVLink port
+    (7 all-to-all flows there) starting with the pair gets B/8 while the pair runs: it ends 8D/B after the pair's
+    start instead of D/B, and the pair ends D/B late."""
+    from test_ep_overlap import _chunk, _qwen
+
+    from simtrain.engine.core import Engine
+
+    df = db = 1e-3
+    plan = build_plan(_qwen(m=2, ep_overlap=True))
+    c = _chunk(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, df, db, 1, plan)
+    engine = Engine(replace(plan, chunks=(c,), optimizer_time=(0.0,), expert_grad_bytes=(0.0,)))
+    port = ("gpu0", "nvsw0")
+    bandwidth = plan.scenario.cluster.bandwidth(port)
+    dp_bytes = bandwidth * 50e-6
+    assert dict(engine.ep_flows.carrier(0)[0])[port] == 7
+    ends = {}
+
+    def dp():
+        yield engine.env.timeout(2 * df)          # the pair starts when lone F's all-to-alls end
+        yield from engine.net.run_phase(Phase(flow_bytes=dp_bytes, latency=0.0, links=((port, 1),)))
+        ends["dp"] = engine.env.now
+
+    engine.env.process(dp())
+    timeline = engine.run()
+    assert ends["dp"] == pytest.approx(2 * df + 8 * dp_bytes / bandwidth, rel=1e-9)
+    assert timeline.step_time == pytest.approx(4 * df + 4 * db + dp_bytes / bandwidth, rel=1e-9)

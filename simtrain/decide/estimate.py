@@ -157,7 +157,7 @@ def _zero3_op(c: ChunkPlan, forward: bool, gather: float, scatter: float, slowdo
         rec = c.recompute_layer if c.recomputes(i) else 0.0
         for work in ((c.fwd_layer,) if forward else (rec, c.bwd_layer)):
             t = _slowed(t, work, q, slowdown)      # slower while a collective is in flight
-        t += c.tp_fwd_layer + c.cp_fwd_layer if forward else sum(c.bwd_comm(i)[:2])
+        t += c.tp_fwd(i) + c.cp_fwd_layer if forward else sum(c.bwd_comm(i)[:2])
         if not ahead and i + 1 < c.layers:
             q = done = max(t, q) + gather          # the next layer's weights, after this layer's gradients
         if not forward:
@@ -301,7 +301,7 @@ def estimate(scenario: Scenario, plan: Plan | None = None) -> EstimateResult:
     busiest = max(range(p), key=lambda r: own[r])
     rank_chunks = [chunks[v] for v in plan.layout.stages_of(busiest)]
     recompute = per_chunk * sum(c.layers * c.recompute_layer for c in rank_chunks)
-    tp = per_chunk * sum(c.layers * (c.tp_fwd_layer + c.tp_bwd_layer) for c in rank_chunks)
+    tp = per_chunk * sum(sum(c.tp_totals) for c in rank_chunks)
     pp_comm = 2.0 * sum(send[:p - 1])
     # idle time of the busiest rank while the pipeline fills and drains: (p - 1) t for equal stages
     bubble = max(0.0, max(ends) - own[busiest] - pp_comm) if p > 1 else 0.0

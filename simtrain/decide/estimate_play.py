@@ -36,8 +36,8 @@ def play(plan: Plan, send: dict, scale: float = 1.0, pair_compute_only: bool = F
         # a pair's TP, CP and EP collectives may run under the other half's compute: the bound leaves them out
         hidden = paired and pair_compute_only
         moe = c.layers - c.lead_layers
-        tp_f = c.layers * (c.tp_fwd_layer + c.cp_fwd_layer) + moe * c.ep_fwd_layer if hidden else 0.0
-        tp_b = c.layers * (c.tp_bwd_layer + c.cp_bwd_layer) + moe * c.ep_bwd_layer if hidden else 0.0
+        tp_f = c.tp_totals[0] + c.layers * c.cp_fwd_layer + moe * c.ep_fwd_layer if hidden else 0.0
+        tp_b = c.tp_totals[1] + c.layers * c.cp_bwd_layer + moe * c.ep_bwd_layer if hidden else 0.0
         if kind == "F":
             return (c.forward_time - tp_f) * scale
         if kind == "W":

@@ -208,7 +208,7 @@ class CommMixin:
                 yield ready
                 lane.exposed["dp"] += self.env.now - t0
             yield from self._segment(lane, "compute", "forward", c.fwd_layer, mb, v, layer)
-            yield from self._segment(lane, "tp", "tp_comm", c.tp_fwd_layer, mb, v, layer)
+            yield from self._segment(lane, "tp", "tp_comm", c.tp_fwd(i), mb, v, layer)
             if c.cp_fwd_layer or c.cp_fwd_hidden:
                 yield from self._segment(lane, "cp_hidden", "cp_comm", c.cp_fwd_hidden, mb, v, layer)
                 yield from self._segment(lane, "cp", "cp_comm", c.cp_fwd_layer, mb, v, layer)

@@ -16,8 +16,11 @@ the bytes set by those links' own bottleneck, so that alone it still takes its p
 pipeline sends of the folded lane cover every GPU of the stage, so that GPU meets what every GPU meets, at a few
 links to re-rate instead of thousands (DeepSeek-V3 on 2,048 H100: 6 links, not 400 for one EP group).
 
-Not carried: the allgather dispatcher (rings over the expert tp x ep block; its segments keep their planned time)
-and the EP-overlap pairs (``engine.merged_pair`` plays a planned schedule of both halves).
+The allgather dispatcher's all-gather and reduce-scatter ride the same way: their carrier is the rings' links over
+each expert tp x ep block (every ring stage, each link at its largest count, since the two collectives and a
+hierarchical ring's stages run one after another). Under ``parallel.ep_overlap`` the merged pairs' all-to-alls are
+carried too: ``engine.merged_pair`` plays the pair's two streams live, each all-to-all of the communication stream
+a call of :meth:`EPFlows.run`. With one lane per stage (folded) the flow runs in the caller's process, no meeting.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from __future__ import annotations
 import simpy
 
 from simtrain.engine.lane import Lane, Rendezvous
-from simtrain.plan.collectives import Phase, all_to_all_shape, stage_shape
+from simtrain.plan.collectives import Phase, all_to_all_shape, collective_shape, stage_shape
 from simtrain.plan.deepep import hop_shapes
 
 
@@ -45,23 +48,27 @@ class EPFlows:
     def applies(scenario) -> bool:
         par = scenario.parallel
         return scenario.model.moe is not None and par.ep > 1 and \
-            par.moe_dispatcher in ("alltoall", "deepep", "hybridep")
+            par.moe_dispatcher in ("alltoall", "allgather", "deepep", "hybridep")
 
     def carrier(self, pp_rank: int) -> tuple[tuple, float] | None:
         """(links with their flow counts, bytes/s of each flow alone) of the stage's all-to-all flows."""
         if pp_rank not in self._carriers:
             sc, placement = self.scenario, self.plan.placement
             cluster = sc.cluster
+            counts: dict = {}
             if sc.parallel.moe_dispatcher in ("deepep", "hybridep"):
                 nvl, rdma, _rails = hop_shapes(sc, placement, pp_rank, first_group_only=self.folded)
                 shapes = [s for s in (nvl, rdma) if s is not None]
+            elif sc.parallel.moe_dispatcher == "allgather":
+                shapes = []
+                for link, n in _ring_links(sc, placement, pp_rank, self.folded):
+                    counts[link] = max(counts.get(link, 0), n)
             else:
                 offset = pp_rank * placement.tp * placement.dp
                 layout = (placement.dp, placement.tp, placement.pp, placement.ep, placement.expert_tp)
                 groups = placement.ep_groups(pp_rank)
                 shapes = [stage_shape(cluster, ("ep", "all_to_all_carrier", *layout, self.folded), offset,
                                       lambda: all_to_all_shape(groups[:1] if self.folded else groups, cluster))]
-            counts: dict = {}
             for shape in shapes:
                 if shape is None:
                     continue
@@ -85,6 +92,10 @@ class EPFlows:
         if carrier is None:
             yield self.env.timeout(seconds)
             return
+        links, rate = carrier
+        if self.lanes_per_stage == 1:   # no other lane to meet: the flow runs in the caller's process
+            yield from self.net.run_phase(Phase(flow_bytes=seconds * rate, latency=0.0, links=links))
+            return
         key = (lane.rank, tag, count)
         meeting = self._meetings.get(key)
         if meeting is None:
@@ -92,7 +103,6 @@ class EPFlows:
                                                       done=self.env.event())
         meeting.arrived += 1
         if meeting.arrived == meeting.needed:
-            links, rate = carrier
             self.env.process(self._move(Phase(flow_bytes=seconds * rate, latency=0.0, links=links), meeting.done))
         yield meeting.done
 
@@ -107,3 +117,21 @@ def _around(links: tuple, gpu: str, cluster) -> tuple:
     nics = {b if a == gpu else a for (a, b), _ in links if gpu in (a, b) and cluster._link((a, b))[2] == "pcie"}
     near = {gpu} | nics
     return tuple((link, n) for link, n in links if link[0] in near or link[1] in near)
+
+
+def _ring_links(sc, placement, pp_rank: int, folded: bool) -> list:
+    """(link, flows) of the allgather dispatcher's rings on one stage: the all-gather (dispatch) and the
+    reduce-scatter (combine) over every expert tp x ep block, each ring stage (a hierarchical ring's intra-node and
+    inter-node stages); folded, the first block's links loaded by every block's flows (``collective_shape``'s
+    representative). They run one after another, so the caller keeps each link's largest count."""
+    cluster = sc.cluster
+    blocks = [placement.expert_block(d, pp_rank) for d in range(placement.edp)]
+    out = []
+    for kind in ("all_gather", "reduce_scatter"):
+        key = ("ep", kind, "carrier", placement.dp, placement.tp, placement.pp, placement.ep, placement.expert_tp,
+               folded)
+        shapes = stage_shape(cluster, key, pp_rank * placement.tp * placement.dp,
+                             lambda kind=kind: collective_shape(kind, blocks, cluster, every=not folded))
+        for shape in shapes:
+            out.extend(shape.phase(1.0).links)
+    return out

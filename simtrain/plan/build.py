@@ -31,7 +31,7 @@ from simtrain.plan.offload import with_offload
 from simtrain.plan.offload_optimizer import cpu_adam_bandwidth, host_step
 from simtrain.plan.recompute import dense_share, modules_of, selective_tp_factor
 from simtrain.plan.schedules import Op, StageLayout, rank_schedules, stage_layout
-from simtrain.plan.tp_comm import TP_RECOMPUTE, tp_collectives, tp_time
+from simtrain.plan.tp_comm import TP_RECOMPUTE, moe_tp_fields, tp_collectives, tp_time
 from simtrain.plan.tp_overlap import exposed_tp
 from simtrain.spec.placement import Placement, placement_of
 from simtrain.spec.scenario import Scenario
@@ -74,6 +74,9 @@ class ChunkPlan:
     lead_bwd: float = 0.0
     lead_recompute: float = 0.0
     lead_grad_bytes: float = 0.0
+    lead_tp_fwd: float = 0.0      # s, TP collectives of one leading dense layer forward (a MoE layer runs fewer)
+    lead_tp_bwd: float = 0.0      # s, of its backward (+ a recomputed forward's)
+    lead_tp_bwd_plain: float = 0.0  # s, of its backward without recompute
     # context parallelism: the CP communication of one layer (its attention's compute is in fwd/bwd_layer)
     cp_fwd_layer: float = 0.0     # s, exposed: where KV transfers outlast the blocks' attention, or a2a/all-gathers
     cp_bwd_layer: float = 0.0     # s, exposed, backward (+ a recomputed attention's)
@@ -95,9 +98,22 @@ class ChunkPlan:
 
     def bwd_comm(self, i: int) -> tuple[float, float, float]:
         """(TP, exposed CP, hidden CP) seconds of the backward of the chunk's i-th layer."""
+        lead = i < self.lead_layers
         if self.recomputes(i):
-            return self.tp_bwd_layer, self.cp_bwd_layer, self.cp_bwd_hidden
-        return self.tp_bwd_plain, self.cp_bwd_plain, self.cp_bwd_hidden_plain
+            return self.lead_tp_bwd if lead else self.tp_bwd_layer, self.cp_bwd_layer, self.cp_bwd_hidden
+        return self.lead_tp_bwd_plain if lead else self.tp_bwd_plain, self.cp_bwd_plain, self.cp_bwd_hidden_plain
+
+    def tp_fwd(self, i: int) -> float:
+        """Seconds of the TP collectives of the chunk's i-th layer forward (a leading dense layer's or the others')."""
+        return self.lead_tp_fwd if i < self.lead_layers else self.tp_fwd_layer
+
+    @property
+    def tp_totals(self) -> tuple[float, float]:
+        """(forward, backward with recompute) seconds of the TP collectives of all the chunk's layers, one
+        micro-batch: the leading dense layers' and the others'."""
+        main = self.layers - self.lead_layers
+        return self.lead_layers * self.lead_tp_fwd + main * self.tp_fwd_layer, \
+            self.lead_layers * self.lead_tp_bwd + main * self.tp_bwd_layer
 
     @property
     def grad_bytes_layers(self) -> float:
@@ -130,7 +146,7 @@ class ChunkPlan:
         cp = self.layers * self.cp_fwd_layer
         if self.lead_layers or self.ep_fwd_layer:
             main = self.layers - self.lead_layers
-            return self.embed_fwd + self.lead_layers * (self.lead_fwd + self.tp_fwd_layer) + \
+            return self.embed_fwd + self.lead_layers * (self.lead_fwd + self.lead_tp_fwd) + \
                 main * (self.fwd_layer + self.tp_fwd_layer + self.ep_fwd_layer) + self.head_fwd + cp
         return self.embed_fwd + self.layers * (self.fwd_layer + self.tp_fwd_layer) + self.head_fwd + cp
 
@@ -138,7 +154,7 @@ class ChunkPlan:
     def backward_time(self) -> float:
         if self.lead_layers or self.ep_fwd_layer:
             main = self.layers - self.lead_layers
-            lead = self.lead_layers * (self.lead_recompute + self.lead_bwd + self.tp_bwd_layer)
+            lead = self.lead_layers * (self.lead_recompute + self.lead_bwd + self.lead_tp_bwd)
             per = self.recompute_layer + self.bwd_layer + self.tp_bwd_layer + self.ep_bwd_layer
             return self.head_bwd + lead + main * per + self.embed_bwd + self.metrics_bwd + \
                 self.layers * self.cp_bwd_layer
@@ -370,6 +386,9 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
             if last:
                 fields.update(head_fwd=chunks[-1].head_fwd + mtp_fwd, head_bwd=chunks[-1].head_bwd + mtp_bwd,
                               head_wgrad=chunks[-1].head_wgrad + mtp_wgrad)
+            if m.moe is not None:   # a MoE layer runs its attention's TP pair and its shared experts' (tp_comm)
+                fields.update(moe_tp_fields(tp_cost[rank] / 2.0, m.moe.shared_experts, tr.recompute, modules,
+                                             main_moe=fields["expert_grad_bytes_layer"] > 0))
             chunks[-1] = replace(chunks[-1], **fields)
 
     shards = scenario.dp_cp if par.zero >= 1 else 1

@@ -50,7 +50,7 @@ def forward_parts(c, i: int) -> tuple[float, float, float]:
     forward; a dense layer has no MoE part or all-to-all."""
     fwd, _bwd, _rec, ep_fwd, _ep_bwd, _grads = c.layer_costs(i)
     moe = c.moe_fwd_layer if ep_fwd > 0 else 0.0
-    return fwd - moe + c.tp_fwd_layer + c.cp_fwd_layer, moe, ep_fwd / 2.0
+    return fwd - moe + c.tp_fwd(i) + c.cp_fwd_layer, moe, ep_fwd / 2.0
 
 
 def backward_parts(c, i: int) -> tuple[float, float, float, float, float]:
@@ -135,6 +135,18 @@ class _Streams:
 def merged_pair(cf, cb, slowdown: float = 1.0, scale: float = 1.0) -> Merged:
     """The merged forward of chunk ``cf`` and backward of chunk ``cb`` (module docstring), compute ``slowdown``
     times slower while an all-to-all runs and every compute piece ``scale`` times its nominal seconds (a straggler)."""
+    return pair_program(cf, cb, scale).play(slowdown)
+
+
+def pair_pieces(cf, cb) -> list[tuple[str, str, str, int | None, float, int | None]]:
+    """The merged pair's program, untimed: (stream "comp" or "comm", side, kind, layer, nominal seconds, index of the
+    piece it waits for or None), each stream's pieces in order; the engine plays it with the all-to-alls as flows
+    (``engine.merged_pair``)."""
+    return pair_program(cf, cb).pieces
+
+
+def pair_program(cf, cb, scale: float = 1.0) -> _Streams:
+    """The two streams' programs of a merged pair (``merged_pair``), not yet timed."""
     s = _Streams(scale)
     f_in = s.run("F", "forward", None, cf.embed_fwd) if cf.has_embedding else None
     b_in = s.run("B", "backward", None, cb.head_bwd) if cb.has_head else None
@@ -171,4 +183,4 @@ def merged_pair(cf, cb, slowdown: float = 1.0, scale: float = 1.0) -> Merged:
         s.run("B", "backward", None, cb.embed_bwd, b_in)
     if cb.metrics_bwd > 0:
         s.run("B", "backward", None, cb.metrics_bwd, b_in)
-    return s.play(slowdown)
+    return s

@@ -18,7 +18,7 @@ def forward_segments(c) -> list:
         layer = c.layer_lo + i
         fwd, _bwd, _rec, ep_fwd, _ep_bwd, _grads = c.layer_costs(i)
         segs.append(("compute", "forward", fwd, layer))
-        segs.append(("tp", "tp_comm", c.tp_fwd_layer, layer))
+        segs.append(("tp", "tp_comm", c.tp_fwd(i), layer))
         if c.cp_fwd_hidden > 0:     # KV transfers under the blocks' attention: drawn, not waited for
             segs.append(("cp_hidden", "cp_comm", c.cp_fwd_hidden, layer))
         if c.cp_fwd_layer > 0:

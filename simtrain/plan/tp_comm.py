@@ -52,3 +52,47 @@ def tp_collectives(scenario: Scenario, placement: Placement, nbytes: float, pp_r
 #: all-reduce, or with sequence parallelism the all-gathers before the attention and the MLP; reduce-scatter outputs
 #: are kept), i.e. half of them
 TP_RECOMPUTE = {"full": 2.0, "selective_op": 1.5}
+
+
+def layer_tp_units(is_moe: bool, shared_experts: int, recompute: str, modules: tuple[str, ...]) -> tuple[int, int]:
+    """(forward, backward) TP collective pairs of one layer pass, a pair = one all-gather + one reduce-scatter of
+    b x s x h (with sequence parallelism; one all-reduce without), i.e. ``tp_time / 2``; the backward's count
+    includes a recomputed forward's pairs. For a model with experts (a dense model keeps ``TP_RECOMPUTE`` and
+    ``recompute.selective_tp_factor``, whose recompute counts agree with these).
+
+    A dense layer runs two pairs, its attention's and its MLP's. A MoE layer (NVIDIA/Megatron-LM @d98e8a6) runs the
+    attention's pair and, with shared experts, theirs: ``SharedExpertMLP`` (moe/shared_experts.py) is an ``MLP`` on
+    the attention's TP group (``tp_group=pg_collection.tp``), so its fc1 all-gathers and its fc2 reduce-scatters the
+    sequence-parallel activations as a dense MLP does. The routed experts run no collective on that group: the router
+    and the dispatcher take the GPU's own sequence shard (moe_layer.py ``forward``, which refuses tp > 1 without
+    sequence parallelism in training), the token dispatcher's tensor-parallel group is the expert-TP one
+    (token_dispatcher.py ``self.tp_group = pg_collection.expt_tp``: its all-gather and reduce-scatter are
+    ``build_moe.etp_time``'s, on the EP lane) and the combine returns the same shard. The backward mirrors each pair;
+    full recompute runs the forward's again, selective ``mlp`` a dense layer's MLP pair (Megatron-Core does not set
+    ``recompute_mlp`` on MoE layers), ``moe`` and ``shared_experts`` the shared experts' pair (both re-run
+    ``shared_experts_compute``), ``core_attn``, ``layernorm``, ``moe_act`` and ``mla_up_proj`` none (they lie
+    between the collectives)."""
+    own = 1 + (1 if shared_experts else 0) if is_moe else 2
+    if recompute == "full":
+        return own, 2 * own
+    again = 0
+    if not is_moe and "mlp" in modules:
+        again = 1
+    if is_moe and shared_experts and ("moe" in modules or "shared_experts" in modules):
+        again = 1
+    return own, own + again
+
+
+def moe_tp_fields(pair: float, shared_experts: int, recompute: str, modules: tuple[str, ...],
+                  main_moe: bool) -> dict:
+    """ChunkPlan TP fields of a MoE model's chunk, ``pair`` the seconds of one all-gather + reduce-scatter pair
+    (``tp_comm.layer_tp_units``): its leading dense layers' apart, the others' (MoE layers, or the dense layers of a
+    chunk that has no MoE layer)."""
+    def figures(is_moe: bool) -> tuple[float, float, float]:
+        fwd, bwd = layer_tp_units(is_moe, shared_experts, recompute, modules)
+        plain, _ = layer_tp_units(is_moe, shared_experts, "none", ())
+        return fwd * pair, bwd * pair, plain * pair
+    lead_f, lead_b, lead_p = figures(False)
+    f, b, p = figures(main_moe)
+    return {"tp_fwd_layer": f, "tp_bwd_layer": b, "tp_bwd_plain": p, "lead_tp_fwd": lead_f, "lead_tp_bwd": lead_b,
+            "lead_tp_bwd_plain": lead_p}

@@ -267,6 +267,10 @@ def check_moe_rules(s, raw: dict, fail) -> None:
     if par.tp_comm_overlap:
         fail("parallel.tp_comm_overlap", "true with a mixture of experts is not simulated yet (the overlap is costed "
              "under a dense layer's GEMMs); use false")
+    if par.tp > 1 and not par.sequence_parallel:
+        fail("parallel.sequence_parallel", f"false with tp {par.tp} and a mixture of experts: Megatron-Core refuses "
+             "to train a MoE layer with tensor parallelism but no sequence parallelism (megatron/core/transformer/"
+             "moe/moe_layer.py @d98e8a6, MoELayer.forward); use sequence_parallel: true or tp 1")
     experts = m.moe.experts
     if experts % par.ep:
         fail("parallel.ep", f"{par.ep} does not divide experts={experts} (allowed: {_divisors(experts)})")

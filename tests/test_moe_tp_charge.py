@@ -1,0 +1,66 @@
+"""A MoE layer's tensor-parallel collectives are the ones Megatron-Core runs on the attention's TP group
+(NVIDIA/Megatron-LM @d98e8a6): its attention's all-gather + reduce-scatter pair and, with shared experts, their pair
+(SharedExpertMLP is an MLP on pg_collection.tp); the routed experts' go through the token dispatcher's expert-TP
+group (none at etp 1). Expected times are 2-GPU rings by hand: 1 step of latency + 1/2 x S / B, S = b x s x h x 2."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import hardware_variant, make_scenario
+
+from simtrain.engine.simulation import simulate
+from simtrain.plan.build import build_plan
+
+B = 100e9            # NVLink per direction in the test file
+LATENCY = 1e-6       # GPU -> NVSwitch -> GPU
+SEQ, HIDDEN = 1024, 1024
+# one all-gather + one reduce-scatter of b x s x h BF16 activations over a 2-GPU ring, each alone
+PAIR = 2 * (LATENCY + 0.5 * SEQ * HIDDEN * 2 / B)
+
+
+def _scenario(tmp_path, layers=1, recompute="none", modules=None, **moe):
+    hw = hardware_variant(tmp_path, {"intra_node.bandwidth": "100 GB/s", "intra_node.latency": "1 us"})
+    model = {"layers": layers, "hidden": HIDDEN, "heads": 16, "ffn_hidden": 4096, "vocab": 8,
+             "moe": {"experts": 4, "top_k": 2, "expert_ffn_hidden": 512, **moe}}
+    training = {"seq_len": SEQ, "global_batch": 1, "micro_batch": 1, "dropout": False, "recompute": recompute}
+    if modules:
+        training["recompute_modules"] = modules
+    return make_scenario(hardware=hw, nodes=1, gpus_per_node=2, model=model, training=training,
+                         parallel={"dp": 1, "tp": 2, "pp": 1, "ep": 1, "etp": 1, "sequence_parallel": True})
+
+
+def test_routed_experts_only_attention_pair(tmp_path):
+    """etp 1, no shared experts: the layer's forward and backward each run the attention's AG + RS only."""
+    c = build_plan(_scenario(tmp_path)).chunks[0]
+    assert c.tp_fwd_layer == pytest.approx(PAIR, rel=1e-12)
+    assert c.tp_bwd_layer == pytest.approx(PAIR, rel=1e-12)
+
+
+def test_shared_experts_add_their_pair(tmp_path):
+    """One shared expert: its fc1 all-gathers and its fc2 reduce-scatters the activations, a second pair."""
+    c = build_plan(_scenario(tmp_path, shared_experts=1)).chunks[0]
+    assert c.tp_fwd_layer == pytest.approx(2 * PAIR, rel=1e-12)
+    assert c.tp_bwd_layer == pytest.approx(2 * PAIR, rel=1e-12)
+
+
+def test_leading_dense_layer_keeps_both_pairs(tmp_path):
+    """A leading dense layer (DeepSeek-V3's first three) runs attention's and its MLP's pairs; a run of one dense
+    and one MoE layer, one micro-batch, exposes (2 + 1) pairs forward and as many backward on the TP lane."""
+    sc = _scenario(tmp_path, layers=2, dense_layers=1)
+    c = build_plan(sc).chunks[0]
+    assert (c.lead_layers, c.lead_tp_fwd, c.tp_fwd_layer) == (1, pytest.approx(2 * PAIR), pytest.approx(PAIR))
+    assert simulate(sc).exposed_comm_s["tp"] == pytest.approx(2 * 3 * PAIR, rel=1e-9)
+
+
+def test_full_recompute_runs_the_forward_pairs_again(tmp_path):
+    """Full recompute: the backward runs the recomputed forward's pairs too (1 + 1 without shared experts)."""
+    c = build_plan(_scenario(tmp_path, recompute="full")).chunks[0]
+    assert c.tp_bwd_layer == pytest.approx(2 * PAIR, rel=1e-12)
+
+
+def test_selective_moe_recompute_reruns_the_shared_pair(tmp_path):
+    """Selective recompute of the MoE block re-runs its shared experts (their pair), no other TP collective."""
+    c = build_plan(_scenario(tmp_path, recompute="selective", modules=["moe"], shared_experts=1)).chunks[0]
+    assert c.tp_bwd_layer == pytest.approx(3 * PAIR, rel=1e-12)
+    c = build_plan(_scenario(tmp_path, recompute="selective", modules=["moe"])).chunks[0]
+    assert c.tp_bwd_layer == pytest.approx(PAIR, rel=1e-12)
