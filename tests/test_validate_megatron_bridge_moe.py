@@ -81,11 +81,15 @@ def test_targets_are_the_published_throughput():
 # dense MLP's recompute under FP8 and group-limited routing simulated, three gated DeepSeek-V3 rows joined: H100 EP 64
 # deepep -19.8%, B200 alltoall -36.3%, B200 EP 32 deepep -5.7% (without group-limited routing -13.9% and +5.0%):
 # gated mean 36.0% over 9. The three gated GPT-OSS-120B BF16 rows (bundled as they are, nothing changed for them)
-# joined at -42.0% (H100), -23.3% and -37.0% (B200): gated mean 35.5% over 12. Guards are today's figures rounded up.
+# joined at -42.0% (H100), -23.3% and -37.0% (B200): gated mean 35.5% over 12. Fourth session: the FP8 casts and
+# per-expert padding copies and GPT-OSS's expert bias costed (31.8%), the three hybridep rows bundled (-21.6%, -10.1%,
+# -18.8%), a MoE layer's TP collectives as Megatron runs them and the EP-overlap pairs as flows (Qwen3-235B H100
+# -9.4% and -3.2%): gated mean 25.8% over 15, worst -64.5% (Qwen3-30B-A3B MXFP8 on 8 B200). Guards are today's
+# figures rounded up.
 def test_gated_error_does_not_regress(results):
-    """The gated MoE cases' mean |error| stays at or below 36% and the worst at or below 70%."""
+    """The gated MoE cases' mean |error| stays at or below 26% and the worst at or below 65%."""
     gated = [r for r in results if r.gate]
     assert len(gated) == 15
     s = v.summarize(gated)
-    assert s.mean_abs_error <= 0.36
-    assert s.worst_abs_error <= 0.70
+    assert s.mean_abs_error <= 0.26
+    assert s.worst_abs_error <= 0.65
