@@ -164,7 +164,10 @@ def enumerate_layouts(scenario: Scenario, gpus: int | None = None, fix: dict[str
                 lps = None if m.layers % (pp * vpp) == 0 else "auto"
                 for zero in (z for z in (allowed_zero if dp * (cp or 1) > 1 else (0,)) if ok("zero", z)):
                     for recompute in (r for r in recomputes if ok("recompute", r)):
-                        for sp in (b for b in ((False, True) if tp > 1 else (False,)) if ok("sequence_parallel", b)):
+                        # a mixture of experts with tp > 1 needs sequence parallelism (Megatron-Core refuses it
+                        # without, moe_layer.py; the scenario rules too)
+                        sps = (True,) if tp > 1 and m.moe is not None else (False, True) if tp > 1 else (False,)
+                        for sp in (b for b in sps if ok("sequence_parallel", b)):
                             out.extend({"tp": tp, "pp": pp, "dp": dp, "vpp": vpp, "micro_batch": mb,
                                         "zero": zero, "recompute": recompute, "schedule": schedule,
                                         "sequence_parallel": sp, "precision": precision,

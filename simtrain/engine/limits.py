@@ -28,8 +28,10 @@ def estimate_events(plan: Plan, full: bool, replicas: int | None = None) -> int:
         per_op += 3 * max(c.layers for c in plan.chunks) + 6 * offloaded
     if par.ep_overlap and par.ep > 1:
         # merged pairs played live (engine.merged_pair): per layer 5 compute pieces and 4 all-to-all flows, with the
-        # overlap slowdown re-rating the compute as each starts and ends: about 14 (measured 14 on Qwen3-235B)
-        per_op += 14 * max(c.layers for c in plan.chunks)
+        # overlap slowdown re-rating the compute and the network re-rating the flows as each starts and ends: about
+        # 40 (engine counts per steady-state op and layer: 30.5-44.6 on three Qwen3-235B Megatron-Bridge rows, about
+        # 41 on Qwen3-30B-A3B EP 8 at 8-16 micro-batches; it was 14, 2-3x low, found by review)
+        per_op += 40 * max(c.layers for c in plan.chunks)
     layers_per_lane = max(sum(c.layers for c in plan.chunks) / max(par.pp, 1), 1)
     per_layer = 2 if par.dp > 1 and plan.scenario.simulation.overlap_dp else 0   # each layer's gradients ready
     return int(lanes * ops * per_op + lanes * 64 + lanes * layers_per_lane * per_layer)
