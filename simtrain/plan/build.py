@@ -122,7 +122,8 @@ class ChunkPlan:
 
     def layer_costs(self, i: int) -> tuple[float, float, float, float, float, float]:
         """(forward, backward, recompute, EP forward, EP backward, gradient bytes) of the chunk's i-th layer
-        (counted from the chunk's first); the TP figures are the same for every layer."""
+        (counted from the chunk's first); its TP figures are ``tp_fwd(i)`` and ``bwd_comm(i)`` (leading dense layers
+        differ)."""
         rec = self.recomputes(i)
         if i < self.lead_layers:
             return self.lead_fwd, self.lead_bwd, self.lead_recompute if rec else 0.0, 0.0, 0.0, self.lead_grad_bytes
