@@ -49,12 +49,9 @@ def test_alone_it_takes_the_planned_time():
     assert env.now == pytest.approx(1e-3, rel=1e-12)
 
 
-def test_a_shared_nic_slows_both():
-    """A DP flow of D bytes on GPU 0's NIC beside an all-to-all of s seconds (8 flows there): while both run each
-    gets B/9, so the DP flow ends at 9D/B instead of D/B, and the all-to-all, back at B/8 afterwards, at s + D/B."""
-    sc, env, net, flows = _setup()
-    bandwidth = sc.cluster.bandwidth(NIC)
-    seconds, dp_bytes = 1e-3, bandwidth * 50e-6          # DP alone 50 us; shared 450 us, before the EP ends
+def _race(env, net, flows, seconds: float, dp_bytes: float) -> dict[str, float]:
+    """When lane 0's EP communication of ``seconds`` (alone) and a DP flow of ``dp_bytes`` on GPU 0's NIC, started
+    together, end."""
     ends = {}
 
     def ep():
@@ -68,6 +65,16 @@ def test_a_shared_nic_slows_both():
     env.process(ep())
     env.process(dp())
     env.run()
+    return ends
+
+
+def test_a_shared_nic_slows_both():
+    """A DP flow of D bytes on GPU 0's NIC beside an all-to-all of s seconds (8 flows there): while both run each
+    gets B/9, so the DP flow ends at 9D/B instead of D/B, and the all-to-all, back at B/8 afterwards, at s + D/B."""
+    sc, env, net, flows = _setup()
+    bandwidth = sc.cluster.bandwidth(NIC)
+    seconds, dp_bytes = 1e-3, bandwidth * 50e-6          # DP alone 50 us; shared 450 us, before the EP ends
+    ends = _race(env, net, flows, seconds, dp_bytes)
     assert ends["dp"] == pytest.approx(9 * dp_bytes / bandwidth, rel=1e-9)
     assert ends["ep"] == pytest.approx(seconds + dp_bytes / bandwidth, rel=1e-9)
 
@@ -134,19 +141,7 @@ def test_allgather_shares_the_nic_with_a_dp_flow():
     sc, env, net, flows = _allgather_setup()
     bandwidth = sc.cluster.bandwidth(NIC)
     seconds, dp_bytes = 1e-3, bandwidth * 100e-6
-    ends = {}
-
-    def ep():
-        yield from flows.run(Lane(index=0, dp=None, rank=0), seconds)
-        ends["ep"] = env.now
-
-    def dp():
-        yield from net.run_phase(Phase(flow_bytes=dp_bytes, latency=0.0, links=((NIC, 1),)))
-        ends["dp"] = env.now
-
-    env.process(ep())
-    env.process(dp())
-    env.run()
+    ends = _race(env, net, flows, seconds, dp_bytes)
     assert ends["dp"] == pytest.approx(2 * dp_bytes / bandwidth, rel=1e-9)
     assert ends["ep"] == pytest.approx(seconds + dp_bytes / bandwidth, rel=1e-9)
 
