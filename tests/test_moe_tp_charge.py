@@ -64,3 +64,32 @@ def test_selective_moe_recompute_reruns_the_shared_pair(tmp_path):
     assert c.tp_bwd_layer == pytest.approx(3 * PAIR, rel=1e-12)
     c = build_plan(_scenario(tmp_path, recompute="selective", modules=["moe"])).chunks[0]
     assert c.tp_bwd_layer == pytest.approx(PAIR, rel=1e-12)
+
+
+def _mla(tmp_path, modules=None):
+    """The 1-layer MoE scenario with latent attention (query latent 256, key/value latent 128, RoPE part 64) on a
+    zero-latency 2-GPU ring."""
+    hw = hardware_variant(tmp_path, {"intra_node.bandwidth": "100 GB/s", "intra_node.latency": "0 us"}, name="mla")
+    model = {"layers": 1, "hidden": HIDDEN, "heads": 16, "ffn_hidden": 4096, "vocab": 8,
+             "attention": {"kind": "mla", "q_lora_rank": 256, "kv_lora_rank": 128, "qk_nope_head_dim": 64,
+                           "qk_rope_head_dim": 64, "v_head_dim": 64},
+             "moe": {"experts": 4, "top_k": 2, "expert_ffn_hidden": 512}}
+    training = {"seq_len": SEQ, "global_batch": 1, "micro_batch": 1, "dropout": False,
+                "recompute": "selective" if modules else "none", **({"recompute_modules": modules} if modules else {})}
+    return make_scenario(hardware=hw, nodes=1, gpus_per_node=2, model=model, training=training,
+                         parallel={"dp": 1, "tp": 2, "pp": 1, "ep": 1, "etp": 1, "sequence_parallel": True})
+
+
+def test_latent_attention_gathers_its_latents_not_the_hidden_state(tmp_path):
+    """Multi-head latent attention (Megatron-Core @d98e8a6: duplicated down projections, column-parallel up
+    projections): the forward all-gathers the query and key/value latents and the RoPE key part, (256 + 128 + 64) x
+    s x 2 bytes, and reduce-scatters the output, 1024 x s x 2; on a 2-GPU ring with no latency each moves half its
+    bytes at B. The backward mirrors both; recomputing mla_up_proj re-runs the two latent gathers, (256 + 128) x s
+    x 2."""
+    full = SEQ * HIDDEN * 2
+    gathers = SEQ * (256 + 128 + 64) * 2
+    c = build_plan(_mla(tmp_path)).chunks[0]
+    assert c.tp_fwd_layer == pytest.approx(0.5 * (gathers + full) / B, rel=1e-12)
+    assert c.tp_bwd_layer == pytest.approx(0.5 * (gathers + full) / B, rel=1e-12)
+    r = build_plan(_mla(tmp_path, modules=["mla_up_proj"])).chunks[0]
+    assert r.tp_bwd_layer == pytest.approx(0.5 * (gathers + full + SEQ * (256 + 128) * 2) / B, rel=1e-12)

@@ -31,7 +31,7 @@ from simtrain.plan.offload import with_offload
 from simtrain.plan.offload_optimizer import cpu_adam_bandwidth, host_step
 from simtrain.plan.recompute import dense_share, modules_of, selective_tp_factor
 from simtrain.plan.schedules import Op, StageLayout, rank_schedules, stage_layout
-from simtrain.plan.tp_comm import TP_RECOMPUTE, moe_tp_fields, tp_collectives, tp_time
+from simtrain.plan.tp_comm import TP_RECOMPUTE, mla_tp_units, moe_tp_fields, tp_collectives, tp_time
 from simtrain.plan.tp_overlap import exposed_tp
 from simtrain.spec.placement import Placement, placement_of
 from simtrain.spec.scenario import Scenario
@@ -389,7 +389,8 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
                               head_wgrad=chunks[-1].head_wgrad + mtp_wgrad)
             if m.moe is not None:   # a MoE layer runs its attention's TP pair and its shared experts' (tp_comm)
                 fields.update(moe_tp_fields(tp_cost[rank] / 2.0, m.moe.shared_experts, tr.recompute, modules,
-                                             main_moe=fields["expert_grad_bytes_layer"] > 0))
+                                             main_moe=fields["expert_grad_bytes_layer"] > 0,
+                                             attention=mla_tp_units(m)))
             chunks[-1] = replace(chunks[-1], **fields)
 
     shards = scenario.dp_cp if par.zero >= 1 else 1

@@ -54,7 +54,26 @@ def tp_collectives(scenario: Scenario, placement: Placement, nbytes: float, pp_r
 TP_RECOMPUTE = {"full": 2.0, "selective_op": 1.5}
 
 
-def layer_tp_units(is_moe: bool, shared_experts: int, recompute: str, modules: tuple[str, ...]) -> tuple[int, int]:
+def mla_tp_units(model) -> tuple[float, float]:
+    """(the attention's TP pair, the part ``mla_up_proj`` recompute re-runs), in pair units, of a model's attention:
+    (1, 0) for multi-head attention. Multi-head latent attention (NVIDIA/Megatron-LM @d98e8a6,
+    transformer/multi_latent_attention.py with the TE spec of models/gpt/gpt_layer_specs.py) projects the GPU's
+    sequence shard down with duplicated ``TELinear`` layers (no collective: the latents stay [s/TP, b, r]); the
+    column-parallel up projections all-gather the query and key/value latents (q_lora_rank + kv_lora_rank wide) and
+    the RoPE key part is gathered on its own (qk_rope_head_dim); the output projection reduce-scatters b x s x h as
+    in any layer. With ring times in proportion to bytes, the pair is (1 + f) / 2 of a b x s x h pair, f =
+    (q_lora_rank + kv_lora_rank + qk_rope_head_dim) / h (DeepSeek-V3: (1536 + 512 + 64) / 7168 = 0.295); the
+    recompute of ``qkv_up_proj_and_rope_apply`` re-runs the two latent gathers, (q_lora_rank + kv_lora_rank) / (2 h).
+    The two extra gathers' latencies are not counted."""
+    a = model.attention
+    if a.kind != "mla":
+        return 1.0, 0.0
+    latents = (a.q_lora_rank or model.hidden) + a.kv_lora_rank
+    return (1.0 + (latents + a.qk_rope_head_dim) / model.hidden) / 2.0, latents / (2.0 * model.hidden)
+
+
+def layer_tp_units(is_moe: bool, shared_experts: int, recompute: str, modules: tuple[str, ...],
+                   attention: tuple[float, float] = (1.0, 0.0)) -> tuple[float, float]:
     """(forward, backward) TP collective pairs of one layer pass, a pair = one all-gather + one reduce-scatter of
     b x s x h (with sequence parallelism; one all-reduce without), i.e. ``tp_time / 2``; the backward's count
     includes a recomputed forward's pairs. For a model with experts (a dense model keeps ``TP_RECOMPUTE`` and
@@ -71,26 +90,30 @@ def layer_tp_units(is_moe: bool, shared_experts: int, recompute: str, modules: t
     full recompute runs the forward's again, selective ``mlp`` a dense layer's MLP pair (Megatron-Core does not set
     ``recompute_mlp`` on MoE layers), ``moe`` and ``shared_experts`` the shared experts' pair (both re-run
     ``shared_experts_compute``), ``core_attn``, ``layernorm``, ``moe_act`` and ``mla_up_proj`` none (they lie
-    between the collectives)."""
-    own = 1 + (1 if shared_experts else 0) if is_moe else 2
+    between the collectives, except that under multi-head latent attention ``mla_up_proj`` re-runs the latent
+    gathers). ``attention``: the attention's pair and what ``mla_up_proj`` re-runs, from :func:`mla_tp_units`."""
+    attn, up_proj = attention
+    own = attn + (1 if not is_moe or shared_experts else 0)
     if recompute == "full":
         return own, 2 * own
-    again = 0
+    again = 0.0
     if not is_moe and "mlp" in modules:
         again = 1
     if is_moe and shared_experts and ("moe" in modules or "shared_experts" in modules):
         again = 1
+    if "mla_up_proj" in modules:
+        again += up_proj
     return own, own + again
 
 
 def moe_tp_fields(pair: float, shared_experts: int, recompute: str, modules: tuple[str, ...],
-                  main_moe: bool) -> dict:
+                  main_moe: bool, attention: tuple[float, float] = (1.0, 0.0)) -> dict:
     """ChunkPlan TP fields of a MoE model's chunk, ``pair`` the seconds of one all-gather + reduce-scatter pair
     (``tp_comm.layer_tp_units``): its leading dense layers' apart, the others' (MoE layers, or the dense layers of a
     chunk that has no MoE layer)."""
     def figures(is_moe: bool) -> tuple[float, float, float]:
-        fwd, bwd = layer_tp_units(is_moe, shared_experts, recompute, modules)
-        plain, _ = layer_tp_units(is_moe, shared_experts, "none", ())
+        fwd, bwd = layer_tp_units(is_moe, shared_experts, recompute, modules, attention)
+        plain, _ = layer_tp_units(is_moe, shared_experts, "none", (), attention)
         return fwd * pair, bwd * pair, plain * pair
     lead_f, lead_b, lead_p = figures(False)
     f, b, p = figures(main_moe)
