@@ -105,3 +105,22 @@ def test_refusals(hardware, nodes, experts, parallel, field, says):
     with pytest.raises(InputError) as exc:
         _published_config(hardware, nodes, experts, **parallel)
     assert exc.value.field == field and says in exc.value.message
+
+
+def test_the_search_lists_only_the_ep_hybridep_can_run():
+    """Rule: the search does not list hybridep layouts the scope rules refuse whatever the placement (found by
+    review: 72% of a small search's layouts were screened only to be refused). On two DGX H100 nodes (8-GPU
+    domains) an EP group of 8 or fewer GPUs lies in one domain or in parts under 8, both refused, so only ep 1 and
+    16 are listed; every listed layout passes the hybridep rules."""
+    from simtrain.decide.search import enumerate_layouts, screen
+    from simtrain.decide.sweep import ScenarioPayload
+
+    sc = make_scenario(hardware="dgx-h100", nodes=2,
+                       model={"layers": 2, "hidden": 256, "heads": 4, "ffn_hidden": 512, "vocab": 128,
+                              "moe": {"experts": 32, "top_k": 2, "expert_ffn_hidden": 128}},
+                       training={"seq_len": 256, "global_batch": 16, "micro_batch": 1, "dropout": False},
+                       parallel={"dp": 16, "ep": 16, "moe_dispatcher": "hybridep"})
+    layouts = enumerate_layouts(sc, fix={"parallel.pp": 1, "parallel.zero": 1, "training.precision": "bf16"})
+    assert {x["ep"] for x in layouts} == {1, 16}
+    rows = screen(ScenarioPayload.of(sc), {}, layouts)
+    assert not [r["error"] for r in rows if "hybridep" in r.get("error", "")]

@@ -134,6 +134,7 @@ def enumerate_layouts(scenario: Scenario, gpus: int | None = None, fix: dict[str
     partial = not varied and tr.recompute_layers is None and tr.recompute_modules is None
     extra_modules = () if varied or tr.recompute_layers is not None else \
         tuple(x for x in DENSE_MODULES if x not in (tr.recompute_modules or ()))
+    hybridep_ep = _hybridep_ep(hw.gpu.name, domain) if par.moe_dispatcher == "hybridep" else None
     cps = [c for c in _divisors(total) if tr.seq_len % (2 * c) == 0 and tr.seq_len // c >= CP_MIN_TOKENS]
     cps = cps if len(cps) > 1 else [None]     # None: the layouts carry no cp key (short sequences)
     out = []
@@ -174,7 +175,8 @@ def enumerate_layouts(scenario: Scenario, gpus: int | None = None, fix: dict[str
                                         **({"cp": cp} if cp else {}), **experts,
                                         "layers_per_stage": lps}
                                        for precision in precisions if ok("precision", precision)
-                                       for experts in _expert_layouts(m, tp, dp * (cp or 1), par.moe_dispatcher)
+                                       for experts in _expert_layouts(m, tp, dp * (cp or 1), par.moe_dispatcher,
+                                                                      hybridep_ep)
                                        for experts in _with_overlap(experts, tr, par, m, pp, schedule, zero, recompute)
                                        for experts in _with_offload(experts, offload, pp, zero, recompute)
                                        for experts in _with_host_adam(experts, host_adam, zero)
@@ -238,17 +240,40 @@ def _with_overlap(experts: dict, tr, par, model, pp: int, schedule: str, zero: i
     return out
 
 
-def _expert_layouts(model, tp: int, dp: int, dispatcher: str = "alltoall") -> list[dict[str, int]]:
+def _expert_layouts(model, tp: int, dp: int, dispatcher: str = "alltoall", hybridep_ep=None) -> list[dict[str, int]]:
     """The (ep, etp) pairs of a mixture of experts on a stage of tp x dp GPUs: ep divides the experts, etp divides
     tp and the expert width, etp x ep divides tp x dp (Megatron-Core's folding); etp 1 only with the deepep and
-    hybridep dispatchers (the scenario rules refuse expert TP with them). [{}] for a dense model, whose layouts carry
-    no expert keys."""
+    hybridep dispatchers (the scenario rules refuse expert TP with them), and with hybridep only the ep that
+    ``hybridep_ep`` (:func:`_hybridep_ep`) does not rule out. [{}] for a dense model, whose layouts carry no expert
+    keys."""
     moe = model.moe
     if moe is None:
         return [{}]
     etps = [1] if dispatcher in ("deepep", "hybridep") else _divisors(tp)
     return [{"ep": ep, "etp": etp} for etp in etps if moe.expert_ffn_hidden % etp == 0
-            for ep in _divisors(moe.experts) if (tp * dp) % (etp * ep) == 0]
+            for ep in _divisors(moe.experts) if (tp * dp) % (etp * ep) == 0
+            and (dispatcher != "hybridep" or hybridep_ep is None or hybridep_ep(ep))]
+
+
+def _hybridep_ep(gpu: str, domain: int):
+    """Whether an ep is worth screening under the hybridep dispatcher: False only where the scenario rules
+    (spec.scenario_rules_moe.check_hybridep_scope) refuse every placement of ep consecutive GPUs. On B200 a group
+    must stay in one NVLink domain (ep <= domain). On Hopper a group of 8 or fewer GPUs lies in one domain or in
+    parts of fewer than 8 (both refused), and one of more than 64 spans more than 8 domains or parts other than 8;
+    ep 1 moves nothing and is always kept."""
+    from simtrain.spec.scenario_rules_moe import (
+        HYBRIDEP_MAX_DOMAINS,
+        HYBRIDEP_NVLINK_GPUS,
+        HYBRIDEP_RANKS_PER_DOMAIN,
+        HYBRIDEP_RDMA_GPUS,
+    )
+
+    if gpu.startswith(HYBRIDEP_NVLINK_GPUS):
+        return lambda ep: ep == 1 or ep <= domain
+    if gpu.startswith(HYBRIDEP_RDMA_GPUS):
+        most = HYBRIDEP_RANKS_PER_DOMAIN * HYBRIDEP_MAX_DOMAINS
+        return lambda ep: ep == 1 or HYBRIDEP_RANKS_PER_DOMAIN < ep <= most
+    return None
 
 
 def _with_offload(layout: dict, offload: bool, pp: int, zero: int, recompute: str) -> list[dict]:
