@@ -7,17 +7,16 @@ from __future__ import annotations
 from typing import Any
 
 from simtrain.decide.search_result import LAYOUT_KEYS
+from simtrain.plan.recompute import MODULE_ORDER
 from simtrain.plan.schedules import SPLIT_BACKWARD
 from simtrain.spec.errors import InputError, SimulationLimitError
 from simtrain.spec.scenario import Scenario
+from simtrain.spec.scenario_rules_long import model_has_module
 from simtrain.spec.units import as_whole
 
 RECOMPUTE = ("none", "selective", "selective_op", "full")
 #: a layout's keys that mark a variant resolved when it is screened (decide.search): not layout fields ``fix`` sees
 VARIANTS = ("offload", "partial", "modules")
-#: the modules a searched selective recompute may add to the scenario's on a dense model (Megatron's
-#: --recompute-modules; plan.advice.cheapest_recompute_modules tries them cheapest first)
-DENSE_MODULES = ("layernorm", "mlp")
 #: context parallelism is enumerated where every CP rank still holds at least this many tokens of a sequence (Llama 3's
 #: long-context stage: 131,072 tokens over cp 16, Dubey et al. 2024 Table 4); shorter sequences search cp 1 only
 CP_MIN_TOKENS = 8192
@@ -132,8 +131,9 @@ def enumerate_layouts(scenario: Scenario, gpus: int | None = None, fix: dict[str
     # (a scenario's own recompute_modules hold only for selective layouts and its recompute_layers for full ones, the
     # rules refusing the others: no variant of a mode its own settings rule out)
     partial = not varied and tr.recompute_layers is None and tr.recompute_modules is None
+    # (the modules selective recompute may add: the model's, cheapest first, plan.advice.cheapest_recompute_modules)
     extra_modules = () if varied or tr.recompute_layers is not None else \
-        tuple(x for x in DENSE_MODULES if x not in (tr.recompute_modules or ()))
+        tuple(x for x in MODULE_ORDER if model_has_module(m, x) and x not in (tr.recompute_modules or ()))
     hybridep_ep = _hybridep_ep(hw.gpu.name, domain) if par.moe_dispatcher == "hybridep" else None
     cps = [c for c in _divisors(total) if tr.seq_len % (2 * c) == 0 and tr.seq_len // c >= CP_MIN_TOKENS]
     cps = cps if len(cps) > 1 else [None]     # None: the layouts carry no cp key (short sequences)
@@ -289,7 +289,7 @@ def _with_recompute(layout: dict, recompute: str, partial: bool, modules: bool) 
     """The layout, and where recompute granularity can make it fit at less cost: under full recompute with an even
     split of at least two layers per (virtual) stage, the same recomputing only the fewest layers per stage that
     fit (``partial``; Megatron's --recompute-method block); under selective recompute, the same adding the cheapest
-    modules that fit (``modules``; :data:`DENSE_MODULES`). Both are found when the layout is screened
+    modules that fit (``modules``; ``plan.recompute.MODULE_ORDER``). Both are found when the layout is screened
     (``recompute_layers`` or ``recompute_modules`` in its row)."""
     if recompute == "full" and partial:
         return [layout, {**layout, "partial": True}]

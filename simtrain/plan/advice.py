@@ -78,8 +78,7 @@ def fewest_recompute_layers(scenario: Scenario, report: MemoryReport,
     not, where the scenario offloads activations (the two are not weighed together here), or where the model's layers
     differ (the scenario rules refuse partial recompute there)."""
     tr = scenario.training
-    within = report.fits if limit is None else report.peak_max <= limit
-    limit = report.capacity if limit is None else limit
+    within, limit = _within(report, limit)
     if within or tr.activation_offload_layers or not scenario.layers_per_stage or scenario.model.layers_differ:
         return None
     most = min(scenario.layers_per_stage)     # recompute_layers may not pass a stage's layers (scenario rules)
@@ -89,8 +88,7 @@ def fewest_recompute_layers(scenario: Scenario, report: MemoryReport,
 
     def peak(n: int) -> float:
         t = tr.model_copy(update={"recompute": "full", "recompute_layers": n, "recompute_modules": None})
-        moved = replace(scenario, training=t)
-        return max(stage_memory(moved, r).total for r in range(scenario.parallel.pp))
+        return _peak(replace(scenario, training=t))
 
     if peak(most) > limit:
         return None
@@ -99,6 +97,19 @@ def fewest_recompute_layers(scenario: Scenario, report: MemoryReport,
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if peak(mid) <= limit else (mid + 1, hi)
     return lo, peak(lo)
+
+
+def _within(report: MemoryReport, limit: float | None) -> tuple[bool, float]:
+    """Whether the ledger is within ``limit`` bytes already (default: the GPU's memory, where it also fits the host),
+    and the limit in bytes."""
+    if limit is None:
+        return report.fits, report.capacity
+    return report.peak_max <= limit, limit
+
+
+def _peak(scenario: Scenario) -> float:
+    """The ledger's peak over the stages of ``scenario``."""
+    return max(stage_memory(scenario, r).total for r in range(scenario.parallel.pp))
 
 
 def cheapest_recompute_modules(scenario: Scenario, report: MemoryReport,
@@ -113,8 +124,7 @@ def cheapest_recompute_modules(scenario: Scenario, report: MemoryReport,
     from simtrain.spec.scenario_rules_long import model_has_module
 
     tr = scenario.training
-    within = report.fits if limit is None else report.peak_max <= limit
-    limit = report.capacity if limit is None else limit
+    within, limit = _within(report, limit)
     if within or tr.recompute not in ("none", "selective") or tr.activation_offload_layers:
         return None
     base = list(tr.recompute_modules or DEFAULT_MODULES)
@@ -126,7 +136,7 @@ def cheapest_recompute_modules(scenario: Scenario, report: MemoryReport,
                                                            "training.recompute_modules": modules}))
         except InputError:      # a module this model lacks
             continue
-        peak = max(stage_memory(moved, r).total for r in range(moved.parallel.pp))
+        peak = _peak(moved)
         if peak <= limit:
             return modules, peak
     return None
