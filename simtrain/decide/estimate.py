@@ -208,10 +208,12 @@ def estimate(scenario: Scenario, plan: Plan | None = None) -> EstimateResult:
         f_lb.append((c.forward_time - hidden_ep * c.ep_fwd_layer) * slow_lb)
         b_lb.append((c.backward_time - hidden_ep * c.ep_bwd_layer) * slow_lb)
         if zero >= 3:
-            g = _dp_time(plan, "all_gather", c.zero3_layer_bytes, c.rank, full) if c.layers else 0.0
+            g = _dp_time(plan, "all_gather", c.zero3_layer_bytes, c.rank, full) \
+                + c.gather_prep_per_byte * c.zero3_layer_bytes if c.layers else 0.0   # FSDP2's copy-in
             r = _dp_time(plan, "reduce_scatter", c.grad_bytes_layer, c.rank, full) \
                 + c.grad_prep_per_byte * c.grad_bytes_layer   # FSDP's cast and pre-divide (zero_impl fsdp1)
-            edge = _dp_time(plan, "all_gather", c.zero3_edge_bytes, c.rank, full)   # embedding / output layer
+            edge = _dp_time(plan, "all_gather", c.zero3_edge_bytes, c.rank, full) \
+                + c.gather_prep_per_byte * c.zero3_edge_bytes   # embedding / output layer
             f_lb[-1] += g + edge
             b_lb[-1] += g + edge
             (tf, wf), (tb, wb) = (_zero3_op(c, True, g, r, slow[c.rank]),

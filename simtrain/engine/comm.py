@@ -180,7 +180,7 @@ class CommMixin:
         """ZeRO-3: the embedding / output-layer weights are gathered like a layer's (in the weights' dtype)."""
         if c.zero3_edge_bytes <= 0:
             return
-        phases = self._dp_phases("all_gather", c.zero3_edge_bytes, lane.rank)
+        phases = _gather_prep(c, c.zero3_edge_bytes) + self._dp_phases("all_gather", c.zero3_edge_bytes, lane.rank)
         self._buffer(lane, c.zero3_edge_bytes)     # held until the op ends (released by _release_edge)
         done = self._collective(lane, "dp", "zero3_all_gather", phases, c.zero3_edge_bytes, mb, c.vstage)
         t0 = self.env.now
@@ -193,7 +193,7 @@ class CommMixin:
 
     def _zero3_forward(self, lane: Lane, c: ChunkPlan, mb: int):
         v = c.vstage
-        gather = self._dp_phases("all_gather", c.zero3_layer_bytes, lane.rank)
+        gather = _gather_prep(c, c.zero3_layer_bytes) + self._dp_phases("all_gather", c.zero3_layer_bytes, lane.rank)
         yield from self._gather_edge(lane, c, mb)
         if c.has_embedding:
             yield from self._segment(lane, "compute", "forward", c.embed_fwd, mb, v, None)
@@ -219,7 +219,7 @@ class CommMixin:
 
     def _zero3_backward(self, lane: Lane, c: ChunkPlan, mb: int):
         v = c.vstage
-        gather = self._dp_phases("all_gather", c.zero3_layer_bytes, lane.rank)
+        gather = _gather_prep(c, c.zero3_layer_bytes) + self._dp_phases("all_gather", c.zero3_layer_bytes, lane.rank)
         scatter = _prep(c, c.grad_bytes_layer) + self._dp_phases("reduce_scatter", c.grad_bytes_layer, lane.rank)
         yield from self._gather_edge(lane, c, mb)
         if c.has_head:
@@ -262,6 +262,13 @@ def _prep(c: ChunkPlan, nbytes: float) -> list:
     """The gradient handling ahead of a reduce-scatter on the DP stream (``parallel.zero_impl: fsdp1``: FSDP's cast
     and pre-divide on its post-backward stream), as a phase that moves no network bytes."""
     t = c.grad_prep_per_byte * nbytes
+    return [Phase(flow_bytes=0.0, latency=t, links=())] if t > 0 else []
+
+
+def _gather_prep(c: ChunkPlan, nbytes: float) -> list:
+    """The copy-in ahead of a ZeRO-3 all-gather on its stream (``parallel.zero_impl: fsdp2``: FSDP2's cast and copy
+    of the local shard into the all-gather input), as a phase that moves no network bytes."""
+    t = c.gather_prep_per_byte * nbytes
     return [Phase(flow_bytes=0.0, latency=t, links=())] if t > 0 else []
 
 

@@ -18,6 +18,7 @@ from simtrain.plan.build_moe import chunk_fields, layer_figures, varied_layers
 from simtrain.plan.collectives import Phase, collective_shape, p2p_phase, stage_shape
 from simtrain.plan.context import CPFigures, cp_figures
 from simtrain.plan.flops import model_flops_per_step
+from simtrain.plan.fsdp import fsdp_costs
 from simtrain.plan.layer_floor import dense_layer_cost, layer_shapes, step_device
 from simtrain.plan.memory import (
     StageMemory,
@@ -64,6 +65,7 @@ class ChunkPlan:
     zero3_edge_bytes: float = 0.0  # full embedding / output-layer weights held by this chunk (ZeRO-3 gathers)
     metrics_bwd: float = 0.0  # s, training metrics over the logits after the chunk's backward (output-layer chunk)
     grad_prep_per_byte: float = 0.0  # s per gradient byte spent before its reduce-scatter (zero_impl fsdp1)
+    gather_prep_per_byte: float = 0.0  # s per gathered weight byte spent before its all-gather (zero_impl fsdp2)
     # mixture of experts: the per-layer fields above describe the chunk's MoE layers; its first ``lead_layers``
     # layers are dense ones (DeepSeek-V3's first three), described by the lead_* fields
     ep_fwd_layer: float = 0.0     # s, EP dispatch + combine all-to-alls of one MoE layer forward (critical path)
@@ -312,15 +314,12 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
             tp_bwd_cost.append(bwd + (tp_factors[r] - 1.0) * fwd)
 
     per_layer_local = layer_params_per_rank(m, par.tp)
-    # PyTorch FSDP's flat-parameter gradient handling (parallel.zero_impl: fsdp1), ZeRO-2/3 over 2+ ranks
+    # PyTorch FSDP's copies around its collectives (parallel.zero_impl), ZeRO-2/3 over 2+ ranks (plan.fsdp)
     fsdp1 = par.zero_impl == "fsdp1" and par.zero >= 2 and par.dp > 1
-    cat_pp, prep_pp = costs.fsdp1_grad_bytes(state.weights, state.grads) if fsdp1 else (0.0, 0.0)
-    unit_overhead = costs.FSDP1_UNIT_OVERHEAD if fsdp1 else 0.0   # per layer (FSDP unit) and micro-batch
-    # per gradient byte; the two kernels' launch gaps (cast, pre-divide) are below a microsecond per unit and left out
-    prep_per_byte = dev.memory_time(prep_pp / state.grads, kernels=0)
-
-    def cat_time(n_params: float) -> float:
-        return dev.memory_time(n_params * cat_pp, kernels=1) if cat_pp and n_params else 0.0
+    fsdp = fsdp_costs(par.zero_impl, par.zero, par.dp, state.weights, state.grads, tr.precision != "fp32", dev)
+    unit_overhead = fsdp.unit_overhead   # per layer (FSDP unit) and micro-batch
+    layer_fwd_extra = fsdp.forward(dev, per_layer_local) + unit_overhead / 3.0
+    layer_bwd_extra = fsdp.backward(dev, per_layer_local) + 2.0 * unit_overhead / 3.0
     vstages = scenario.virtual_stages
     varied = varied_layers(scenario)
     figures = [layer_figures(scenario, dev, placement, shape, r) for r in range(par.pp)] if varied else []
@@ -359,27 +358,28 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
         cf = cpf[rank]
         chunks.append(ChunkPlan(
             vstage=v, rank=rank, chunk=chunk, layer_lo=lo, layers=n_layers, has_embedding=first, has_head=last,
-            fwd_layer=lc.forward + cf.forward + unit_overhead / 3.0,
-            bwd_layer=lc.backward + cf.backward + cat_time(per_layer_local) + 2.0 * unit_overhead / 3.0,
+            fwd_layer=lc.forward + cf.forward + layer_fwd_extra,
+            bwd_layer=lc.backward + cf.backward + layer_bwd_extra,
             recompute_layer=lc.recompute + cf.recompute,
             cp_fwd_layer=cf.fwd_exposed, cp_bwd_layer=cf.bwd_exposed, cp_fwd_hidden=cf.fwd_hidden,
             cp_bwd_hidden=cf.bwd_hidden, recompute_count=tr.recompute_layers if partial else -1,
             tp_bwd_plain=tp_bwd_plain[rank], cp_bwd_plain=cpf_plain[rank].bwd_exposed,
             cp_bwd_hidden_plain=cpf_plain[rank].bwd_hidden,
             tp_fwd_layer=tp_fwd, tp_bwd_layer=tp_bwd,
-            embed_fwd=edge.embed_forward if first else 0.0,
-            embed_bwd=edge.embed_backward + cat_time(n_edge) if first else 0.0,
-            head_fwd=edge.head_forward if last else 0.0,
-            head_bwd=edge.head_backward + (cat_time(n_edge) if not first else 0.0) if last else 0.0,
+            embed_fwd=edge.embed_forward + fsdp.forward(dev, n_edge) if first else 0.0,
+            embed_bwd=edge.embed_backward + fsdp.backward(dev, n_edge) if first else 0.0,
+            head_fwd=edge.head_forward + (fsdp.forward(dev, n_edge) if not first else 0.0) if last else 0.0,
+            head_bwd=edge.head_backward + (fsdp.backward(dev, n_edge) if not first else 0.0) if last else 0.0,
             act_bytes=act, grad_bytes_layer=per_layer_local * state.grads, grad_bytes_edge=edge_grad,
             zero3_layer_bytes=per_layer_local * state.weights, zero3_edge_bytes=n_edge * state.weights,
-            metrics_bwd=metrics if last else 0.0, grad_prep_per_byte=prep_per_byte,
+            metrics_bwd=metrics if last else 0.0, grad_prep_per_byte=fsdp.grad_prep_per_byte,
+            gather_prep_per_byte=fsdp.gather_prep_per_byte,
             wgrad_layer=lc.backward_weight, embed_wgrad=edge.embed_backward_weight if first else 0.0,
             head_wgrad=edge.head_backward_weight if last else 0.0, act_w_bytes=act * w_fraction))
         if varied:
             fields = chunk_fields(figures[rank], lo, n_layers)
-            fields["fwd_layer"] += unit_overhead / 3.0 + cf.forward
-            fields["bwd_layer"] += cat_time(per_layer_local) + 2.0 * unit_overhead / 3.0 + cf.backward
+            fields["fwd_layer"] += layer_fwd_extra + cf.forward
+            fields["bwd_layer"] += layer_bwd_extra + cf.backward
             fields["recompute_layer"] += cf.recompute
             if fields["lead_layers"]:
                 fields.update(lead_fwd=fields["lead_fwd"] + cf.forward, lead_bwd=fields["lead_bwd"] + cf.backward,

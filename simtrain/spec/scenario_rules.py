@@ -314,7 +314,7 @@ def check_moe_rules(s, raw: dict, fail) -> None:
         fail("training.recompute", "'selective_op' (torchtitan's op-level policy) is not simulated for "
              "mixture-of-experts layers (allowed: none, selective, full)")
     if par.zero_impl != "generic":
-        fail("parallel.zero_impl", f"'{par.zero_impl}' (PyTorch FSDP1) is not simulated for mixture-of-experts models "
+        fail("parallel.zero_impl", f"'{par.zero_impl}' (PyTorch FSDP) is not simulated for mixture-of-experts models "
              "(allowed: generic)")
 
 

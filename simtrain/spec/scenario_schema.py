@@ -111,13 +111,15 @@ class Parallel(Closed):
                            "post = once this layer's "
                            "gradients are computed (FSDP BACKWARD_POST with a CPU that does not run ahead), none = "
                            "when the next layer starts")
-    zero_impl: Literal["generic", "fsdp1"] = Field(
-        "generic", description="ZeRO-2/3 only: how gradients reach the reduce-scatter. generic = the layers' gradients "
-                               "are its input (Megatron-LM's contiguous gradient buffer); fsdp1 = PyTorch "
+    zero_impl: Literal["generic", "fsdp1", "fsdp2"] = Field(
+        "generic", description="ZeRO-2/3 only: how gradients reach the reduce-scatter and gathered weights the layers. "
+                               "generic = in place (Megatron-LM's contiguous buffers); fsdp1 = PyTorch "
                                "FullyShardedDataParallel's flat parameters: each unit's gradient is concatenated "
                                "into the flat gradient, cast to the reduce dtype and pre-divided before its "
-                               "reduce-scatter, and each unit costs FSDP1's fixed 1.875 ms per micro-batch "
-                               "(docs/model.md section 2.12)")
+                               "reduce-scatter, and each unit costs FSDP1's fixed 1.875 ms per micro-batch; "
+                               "fsdp2 = PyTorch fully_shard's per-parameter sharding: each all-gather copies the "
+                               "shard in and the gathered weights out to the parameters, each reduce-scatter copies "
+                               "the gradients in (docs/model.md section 2.12)")
     sequence_parallel: bool = False
     tp_comm_overlap: bool = Field(
         False, description="Transformer Engine userbuffers (Megatron-Core tp_comm_overlap): with sequence "
