@@ -45,11 +45,13 @@ TABLE_2502 = {
 }
 ALL = TABLE | TABLE_2502
 # gated: every setting stated by the table and the release's scripts. Not gated: the Nemotron rows (squared-ReLU,
-# LayerNorm1p and half-width RoPE are not simtrain features) and the B200 Mixtral-8x7B row (unfused MoE permutation
-# and per-layer CUDA graphs, which simtrain does not tell apart)
+# LayerNorm1p and half-width RoPE are not simtrain features), the B200 Mixtral-8x7B row (unfused MoE permutation and
+# per-layer CUDA graphs, which simtrain does not tell apart) and the B200 405B row (Megatron-Bridge's gated 25.11 row
+# is the same simtrain scenario)
 UNGATED = {"nemo_2407_h100_nemotron_8b_fp8_64gpu", "nemo_2407_h100_nemotron_22b_fp8_64gpu",
            "nemo_2407_h100_nemotron4_340b_fp8_128gpu", "nemo_2502_b200_nemotron4_15b_fp8_64gpu",
-           "nemo_2502_b200_nemotron4_340b_fp8_128gpu", "nemo_2502_b200_mixtral_8x7b_fp8_64gpu"}
+           "nemo_2502_b200_nemotron4_340b_fp8_128gpu", "nemo_2502_b200_mixtral_8x7b_fp8_64gpu",
+           "nemo_2502_b200_llama31_405b_fp8_128gpu"}
 
 
 @pytest.fixture(scope="module")
@@ -62,12 +64,22 @@ def results():
     return v.validate(CASES)
 
 
-def test_every_readable_pretraining_row_is_a_case_and_thirteen_are_gated(cases):
+def test_every_readable_pretraining_row_is_a_case_and_twelve_are_gated(cases):
     """19 cases: 24.07's 12 rows but the 512-GPU GPT3-175B (the 25.02 H100 row repeats its layout) and 25.02's 8
-    readable H100/B200 rows; 13 gated, the 6 listed ungated."""
+    readable H100/B200 rows; 12 gated, the 7 listed ungated."""
     assert set(cases) == set(ALL) and len(cases) == 19
     assert {i for i, c in cases.items() if not c["gate"]} == UNGATED
-    assert sum(c["gate"] for c in cases.values()) == 13
+    assert sum(c["gate"] for c in cases.values()) == 12
+
+
+def test_no_gated_case_repeats_a_bundled_gated_scenario(cases):
+    """A gated case's scenario is not the scenario of a gated case in another bundled file (one configuration, one
+    case): the B200 405B row, Megatron-Bridge's 25.11 scenario, is therefore ungated."""
+    others = [c["scenario"] for name, path in case_files.dev_case_files().items() if name != CASES.stem
+              for c in case_files.load_cases(path)[0] if c.get("gate")]
+    for case_id, case in cases.items():
+        assert (case["scenario"] in others) is (case_id == "nemo_2502_b200_llama31_405b_fp8_128gpu"), case_id
+        assert not (case["gate"] and case["scenario"] in others), case_id
 
 
 def test_the_repeated_175b_layout_is_one_case(cases):
