@@ -319,7 +319,11 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
     fsdp = fsdp_costs(par.zero_impl, par.zero, par.dp, state.weights, state.grads, tr.precision != "fp32", dev)
     unit_overhead = fsdp.unit_overhead   # per layer (FSDP unit) and micro-batch
     layer_fwd_extra = fsdp.forward(dev, per_layer_local) + unit_overhead / 3.0
-    layer_bwd_extra = fsdp.backward(dev, per_layer_local) + 2.0 * unit_overhead / 3.0
+    acc_pp = costs.grad_accumulation_bytes(state.weights, state.grads) if tr.grad_accumulation == "unfused" else 0.0
+
+    def accumulate(n_params: float) -> float:   # one add kernel per unit's parameters (launch gaps: one per unit)
+        return dev.memory_time(n_params * acc_pp, kernels=1) if acc_pp and n_params else 0.0
+    layer_bwd_extra = fsdp.backward(dev, per_layer_local) + 2.0 * unit_overhead / 3.0 + accumulate(per_layer_local)
     vstages = scenario.virtual_stages
     varied = varied_layers(scenario)
     figures = [layer_figures(scenario, dev, placement, shape, r) for r in range(par.pp)] if varied else []
@@ -367,9 +371,10 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
             cp_bwd_hidden_plain=cpf_plain[rank].bwd_hidden,
             tp_fwd_layer=tp_fwd, tp_bwd_layer=tp_bwd,
             embed_fwd=edge.embed_forward + fsdp.forward(dev, n_edge) if first else 0.0,
-            embed_bwd=edge.embed_backward + fsdp.backward(dev, n_edge) if first else 0.0,
+            embed_bwd=edge.embed_backward + fsdp.backward(dev, n_edge) + accumulate(n_edge) if first else 0.0,
             head_fwd=edge.head_forward + (fsdp.forward(dev, n_edge) if not first else 0.0) if last else 0.0,
-            head_bwd=edge.head_backward + (fsdp.backward(dev, n_edge) if not first else 0.0) if last else 0.0,
+            head_bwd=edge.head_backward + (fsdp.backward(dev, n_edge) + accumulate(n_edge) if not first else 0.0)
+            if last else 0.0,
             act_bytes=act, grad_bytes_layer=per_layer_local * state.grads, grad_bytes_edge=edge_grad,
             zero3_layer_bytes=per_layer_local * state.weights, zero3_edge_bytes=n_edge * state.weights,
             metrics_bwd=metrics if last else 0.0, grad_prep_per_byte=fsdp.grad_prep_per_byte,

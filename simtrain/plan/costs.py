@@ -285,6 +285,16 @@ def train_metrics_time(tokens: int, vocab: int, tp: int, dev: Device, metrics: i
     return metrics * dev.memory_time(tokens * (vocab / tp) * fwd_bytes(dev.element_bytes), kernels=fwd_kernels)
 
 
+def grad_accumulation_bytes(weight_bytes: float, grad_bytes: float) -> float:
+    """Bytes per parameter and micro-batch of an unfused gradient accumulation (``training.grad_accumulation:
+    unfused``): the micro-batch's gradient, in the weights' dtype, is added into a separate buffer of the gradient
+    dtype: read w, read g, write g. nanotron's FP32GradientAccumulator does this after every micro-batch's backward,
+    ``fp32_grad.add_(half_param.grad)`` per parameter (huggingface/nanotron src/nanotron/optim/gradient_accumulator.py
+    @069c21c, ``backward`` and ``_accumulate_grad``; on the step that synchronises, its DDP hook
+    ``fp32_accum_hook`` does the same add per bucket)."""
+    return weight_bytes + 2.0 * grad_bytes
+
+
 def fsdp1_grad_bytes(weight_bytes: float, grad_bytes: float) -> tuple[float, float]:
     """Bytes per parameter PyTorch FSDP (flat parameters) moves through HBM to hand a unit's gradient to its
     reduce-scatter: (on the compute stream, on the post-backward stream ahead of the collective).

@@ -313,6 +313,9 @@ def check_moe_rules(s, raw: dict, fail) -> None:
     if tr.recompute == "selective_op":
         fail("training.recompute", "'selective_op' (torchtitan's op-level policy) is not simulated for "
              "mixture-of-experts layers (allowed: none, selective, full)")
+    if tr.grad_accumulation != "fused":
+        fail("training.grad_accumulation", f"'{tr.grad_accumulation}' is not simulated for mixture-of-experts models "
+             "(allowed: fused)")
     if par.zero_impl != "generic":
         fail("parallel.zero_impl", f"'{par.zero_impl}' (PyTorch FSDP) is not simulated for mixture-of-experts models "
              "(allowed: generic)")

@@ -48,6 +48,11 @@ class Training(Closed):
         "fused", description="how the Adam step runs: fused = one pass over the state (apex FusedAdam, Megatron-LM, "
                              "torch fused=True); unfused = PyTorch's element-wise kernels, one pass per operation "
                              "(torch AdamW single-tensor or foreach, Composer's DecoupledAdamW)")
+    grad_accumulation: Literal["fused", "unfused"] = Field(
+        "fused", description="how each micro-batch's gradients join the gradient buffer: fused = the weight-gradient "
+                             "GEMM accumulates into it (Megatron-LM's gradient_accumulation_fusion); unfused = after "
+                             "each micro-batch's backward a separate add per parameter reads its gradient and "
+                             "reads and writes the buffer in grad_dtype (nanotron's FP32GradientAccumulator)")
     recompute: Literal["none", "selective", "selective_op", "full"] = Field(
         "none", description="activation recompute: selective = Megatron-LM's (the attention core), "
                             "selective_op = torchtitan's op-level policy (matmul and attention outputs kept, "
