@@ -53,6 +53,17 @@ def test_moe_and_dense_errors_stay_apart():
     assert band(1.0, "H100", stack_of(3, moe=True), rows[:3]) is None
 
 
+def test_unfused_accumulation_is_a_stack_of_its_own():
+    """A separate gradient-accumulation pass (training.grad_accumulation unfused, nanotron's) names its own stack:
+    a fused-accumulation DDP scenario's band ignores those cases (-0.3 x 3) and uses the others' -0.1, 0.0, +0.1."""
+    unfused = stack_of(1, grad_accumulation="unfused")
+    assert unfused == "DDP/ZeRO-1/2, unfused accumulation" and stack_of(1, grad_accumulation="fused") == stack_of(1)
+    rows = _rows([-0.1, 0.0, 0.1], stack="DDP/ZeRO-1/2") + _rows([-0.3] * 3, stack=unfused)
+    fused_band, unfused_band = band(1.0, "H100", stack_of(1), rows), band(1.0, "H100", unfused, rows)
+    assert (fused_band.low_s, fused_band.high_s) == pytest.approx((1 / 1.1, 1 / 0.9))
+    assert (unfused_band.low_s, unfused_band.high_s) == pytest.approx((1 / 0.7, 1 / 0.7))
+
+
 def test_names_of_gpu_and_stack():
     """The GPU family is the name's first part; ZeRO-3 is the FSDP stack, the others Megatron-style."""
     assert gpu_family("H200-SXM-141GB") == "H200"
