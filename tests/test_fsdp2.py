@@ -46,15 +46,37 @@ def test_fsdp2_zero3_copies_per_layer(tmp_path):
     assert f.embed_bwd - g.embed_bwd == pytest.approx(10 * n_e / B, rel=1e-9)
 
 
-def test_fsdp2_zero2_has_no_gather_copies(tmp_path):
-    """FSDP2 without resharding (ZeRO-2 here) gathers no weights, so only the reduce-scatter copy-in remains:
-    bf16 gradients reduced in bf16, read 2 + write 2 B per parameter, on the backward; nothing on the forward."""
-    generic, fsdp2 = _pair(tmp_path, 2)
-    n = layer_params_per_rank(generic.model, 1)
-    g, f = build_plan(generic).chunks[0], build_plan(fsdp2).chunks[0]
-    assert f.fwd_layer == g.fwd_layer
-    assert f.bwd_layer - g.bwd_layer == pytest.approx(4 * n / B, rel=1e-9)
-    assert f.gather_prep_per_byte == 0.0 and f.grad_prep_per_byte == 0.0   # NCCL AVG: no division kernel
+def test_fsdp2_with_zero2_is_refused(tmp_path):
+    """FSDP2 without resharding after the forward still reshards after each backward and gathers before every
+    micro-batch's forward (PyTorch FSDPParamGroup.post_backward), which simtrain's ZeRO-2 does not play: refused,
+    naming the field and what is allowed."""
+    from simtrain.spec.errors import InputError
+
+    with pytest.raises(InputError, match=r"parallel\.zero_impl: 'fsdp2' with zero 2 is not simulated.*allowed"):
+        _pair(tmp_path, 2)
+
+
+def test_fsdp2_shards_over_dp_times_cp(tmp_path):
+    """ZeRO shards over dp x cp ranks: with dp 2 and cp 2 each copy-in covers a quarter of the layer's n parameters,
+    10 (n/4) / B for its 2n gathered bytes, half the dp 2 cp 1 figure."""
+    hw = hardware_variant(tmp_path, {"gpu.memory_bandwidth": "1 TB/s"}, name="hbm1")
+    base = dict(hardware=hw, model=gpt_model(layers=2), training={"seq_len": 512, "global_batch": 16,
+                "micro_batch": 2, "grad_dtype": "fp32"})
+    s = make_scenario(**base, gpus_per_node=4, parallel={"dp": 2, "cp": 2, "zero": 3, "zero_impl": "fsdp2"})
+    n = layer_params_per_rank(s.model, 1)
+    c = build_plan(s).chunks[0]
+    assert c.gather_prep_per_byte * c.zero3_layer_bytes == pytest.approx(10 * (n / 4) / B, rel=1e-9)
+
+
+def test_fsdp2_fp16_gradients_are_divided_before_the_reduce_scatter(tmp_path):
+    """fp16 gradients: FSDP2 pre-divides the reduce-scatter input in place against overflow (read 2 + write 2 B
+    per parameter, 2 / B per gradient byte, on the reduce-scatter's stream); bf16 ones are averaged by NCCL."""
+    hw = hardware_variant(tmp_path, {"gpu.memory_bandwidth": "1 TB/s"}, name="hbm1")
+    base = dict(hardware=hw, model=gpt_model(layers=2), parallel={"dp": 2, "zero": 3, "zero_impl": "fsdp2"})
+    fp16 = make_scenario(**base, training={"seq_len": 512, "global_batch": 16, "micro_batch": 2, "precision": "fp16"})
+    bf16 = make_scenario(**base, training={"seq_len": 512, "global_batch": 16, "micro_batch": 2})
+    assert build_plan(fp16).chunks[0].grad_prep_per_byte == pytest.approx(2 / B, rel=1e-12)
+    assert build_plan(bf16).chunks[0].grad_prep_per_byte == 0.0
 
 
 def test_fsdp2_step_pays_the_compute_copies_and_at_most_every_copy_in(tmp_path):

@@ -315,8 +315,10 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
 
     per_layer_local = layer_params_per_rank(m, par.tp)
     # PyTorch FSDP's copies around its collectives (parallel.zero_impl), ZeRO-2/3 over 2+ ranks (plan.fsdp)
-    fsdp1 = par.zero_impl == "fsdp1" and par.zero >= 2 and par.dp > 1
-    fsdp = fsdp_costs(par.zero_impl, par.zero, par.dp, state.weights, state.grads, tr.precision != "fp32", dev)
+    fsdp1 = par.zero_impl == "fsdp1" and par.zero >= 2 and scenario.dp_cp > 1
+    fp16_reduce = tr.grad_dtype == "fp16" or (tr.grad_dtype == "auto" and tr.precision == "fp16")
+    fsdp = fsdp_costs(par.zero_impl, par.zero, scenario.dp_cp, state.weights, state.grads, tr.precision != "fp32", dev,
+                      fp16_reduce=fp16_reduce)
     unit_overhead = fsdp.unit_overhead   # per layer (FSDP unit) and micro-batch
     layer_fwd_extra = fsdp.forward(dev, per_layer_local) + unit_overhead / 3.0
     acc_pp = costs.grad_accumulation_bytes(state.weights, state.grads) if tr.grad_accumulation == "unfused" else 0.0

@@ -74,9 +74,11 @@ class FsdpCosts:
 
 
 def fsdp_costs(impl: str, zero: int, shards: int, weight_bytes: float, grad_bytes: float, mixed: bool,
-               dev) -> FsdpCosts:
-    """The costs of ``parallel.zero_impl`` ``impl`` for ZeRO ``zero`` sharded over ``shards`` ranks (none below
-    ZeRO-2 or on one rank, where FSDP shards nothing)."""
+               dev, fp16_reduce: bool = False) -> FsdpCosts:
+    """The costs of ``parallel.zero_impl`` ``impl`` for ZeRO ``zero`` sharded over ``shards`` ranks (dp x cp; none
+    below ZeRO-2 or on one rank, where FSDP shards nothing). FSDP2 divides an fp16 gradient in place before its
+    reduce-scatter (``_get_gradient_divide_factors``: a pre-divide factor against overflow; NCCL's AVG otherwise):
+    read g, write g ahead of the collective; the post-divide of the shard is 1/shards of that and left out."""
     if impl == "generic" or zero < 2 or shards <= 1:
         return FsdpCosts()
     if impl == "fsdp1":
@@ -85,8 +87,9 @@ def fsdp_costs(impl: str, zero: int, shards: int, weight_bytes: float, grad_byte
         return FsdpCosts(backward_bytes=cat, backward_kernels=1, unit_overhead=costs.FSDP1_UNIT_OVERHEAD,
                          grad_prep_per_byte=dev.memory_time(prep / grad_bytes, kernels=0))
     copy_in, copy_out, rs_in = fsdp2_copy_bytes(weight_bytes, grad_bytes, mixed)
-    gathers = zero >= 3          # ZeRO-2 keeps the weights: no all-gather, no copy-out
+    gathers = zero >= 3          # fsdp2 with ZeRO-2 is refused (spec.scenario_rules); kept general here
     return FsdpCosts(forward_bytes=copy_out if gathers else 0.0, forward_kernels=1 if gathers else 0,
                      backward_bytes=rs_in + (copy_out if gathers else 0.0), backward_kernels=2 if gathers else 1,
                      gather_prep_per_byte=dev.memory_time(copy_in / shards / weight_bytes, kernels=0)
-                     if gathers else 0.0)
+                     if gathers else 0.0,
+                     grad_prep_per_byte=dev.memory_time(2.0, kernels=0) if fp16_reduce else 0.0)

@@ -228,9 +228,14 @@ def check_rules(s, raw: dict) -> list[str]:
     if par.sequence_parallel and par.tp == 1:
         warnings.append("parallel.sequence_parallel has no effect with tp 1 (it splits the TP group's "
                         "layer norms and dropouts over the sequence)")
-    if par.zero_impl != "generic" and (par.zero < 2 or par.dp == 1):
-        warnings.append(f"parallel.zero_impl: {par.zero_impl} has no effect with zero {par.zero} and dp {par.dp} "
-                        "(it describes how ZeRO-2/3 hand gradients to their reduce-scatter)")
+    if par.zero_impl == "fsdp2" and par.zero == 2:
+        fail("parallel.zero_impl", "'fsdp2' with zero 2 is not simulated: FSDP2 without resharding after the forward "
+             "still reshards after each backward and gathers again before every micro-batch's forward (PyTorch "
+             "FSDPParamGroup.post_backward), which ZeRO-2 here does not play (allowed with zero 2: generic, fsdp1; "
+             "or use zero 3)")
+    if par.zero_impl != "generic" and (par.zero < 2 or s.dp_cp == 1):
+        warnings.append(f"parallel.zero_impl: {par.zero_impl} has no effect with zero {par.zero} over dp x cp = "
+                        f"{s.dp_cp} rank(s) (it describes how ZeRO-2/3 copy around their gathers and reduce-scatters)")
     if tr.recompute == "selective" and tr.attention_kernel != "none":
         warnings.append(f"training.recompute: selective recomputes the attention scores, softmax and dropout "
                         f"(Korthikanti et al. 2022, Sec. 4.2), which {tr.attention_kernel} attention never stores: it "

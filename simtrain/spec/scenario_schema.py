@@ -124,7 +124,7 @@ class Parallel(Closed):
                                "reduce-scatter, and each unit costs FSDP1's fixed 1.875 ms per micro-batch; "
                                "fsdp2 = PyTorch fully_shard's per-parameter sharding: each all-gather copies the "
                                "shard in and the gathered weights out to the parameters, each reduce-scatter copies "
-                               "the gradients in (docs/model.md section 2.12)")
+                               "the gradients in; zero 3 only (docs/model.md sections 2.12, 2.12b)")
     sequence_parallel: bool = False
     tp_comm_overlap: bool = Field(
         False, description="Transformer Engine userbuffers (Megatron-Core tp_comm_overlap): with sequence "
