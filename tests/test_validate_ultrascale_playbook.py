@@ -21,6 +21,13 @@ MODELS = {"1B": (16, 2048, 32, 8192), "3B": (28, 3072, 32, 8192), "8B": (32, 409
 # then the best configuration per model and node count above one node (docs/benchmark_summary.svg)
 POINTS = [
     ("1B", 1, 1, 32, 8, 1, 1, 0, 39_273),
+    # the six PP-1 points with MBS > 1 (added after review: the figure's hover texts, read by hand)
+    ("1B", 1, 2, 16, 8, 1, 1, 0, 40_150),
+    ("1B", 1, 8, 8, 4, 1, 2, 0, 37_628),
+    ("1B", 1, 16, 8, 2, 1, 4, 0, 33_597),
+    ("3B", 1, 2, 16, 8, 1, 1, 1, 15_997),
+    ("3B", 1, 2, 32, 4, 1, 2, 1, 14_532),
+    ("3B", 1, 8, 16, 2, 1, 4, 0, 13_367),
     ("1B", 1, 1, 32, 8, 1, 1, 1, 39_006),
     ("1B", 1, 1, 64, 4, 1, 2, 0, 29_274),
     ("1B", 1, 1, 64, 4, 1, 2, 1, 27_877),
@@ -118,12 +125,12 @@ def results():
 
 
 def test_the_points_are_the_cases(cases):
-    """80 cases, one per point listed here; 21 gated: the 1-node runs with TP 1 (no EFA, no TP overlap to express)."""
+    """86 cases, one per point listed here; 23 gated: the 1-node runs with TP 1 (no EFA, no TP overlap to express)."""
     assert set(cases) == {_id(m, n, mbs, dp, pp, tp, z) for m, n, mbs, _, dp, pp, tp, z, _ in POINTS}
-    assert len(cases) == 80
+    assert len(cases) == 86
     gated = {cid for cid, c in cases.items() if c["gate"]}
     assert gated == {_id(m, n, mbs, dp, pp, tp, z) for m, n, mbs, _, dp, pp, tp, z, _ in POINTS if n == 1 and tp == 1}
-    assert len(gated) == 21
+    assert len(gated) == 23
     assert all(cases[cid]["assumed"] == [] for cid in gated)
     assert all(c["assumed"] for cid, c in cases.items() if cid not in gated)
 
@@ -169,15 +176,15 @@ def test_targets_are_the_measured_throughput(cases):
 
 def test_every_case_simulates(results):
     """No case is refused: each prediction runs and gives a positive step time."""
-    assert len(results) == 80
+    assert len(results) == 86
     assert all(r.failure is None and r.predicted_step_time_s > 0 for r in results), \
         [(r.id, r.failure) for r in results if r.failure]
 
 
 def test_the_file_is_its_own_source(results):
-    """The per-source summary groups the 80 cases under the playbook's figure, apart from every other bundled source."""
+    """The per-source summary groups the 86 cases under the playbook's figure, apart from every other bundled source."""
     groups = v.by_group(results, lambda r: v.source_name(r.source))
-    assert list(groups) == [SOURCE] and groups[SOURCE].cases == 80
+    assert list(groups) == [SOURCE] and groups[SOURCE].cases == 86
     others = set()
     for name, path in case_files.dev_case_files().items():
         if name != "ultrascale_playbook":
