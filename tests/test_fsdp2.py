@@ -91,19 +91,3 @@ def test_fsdp2_step_pays_the_compute_copies_and_at_most_every_copy_in(tmp_path):
     assert compute * (1 - 1e-9) <= delta <= (compute + copy_in) * (1 + 1e-9)
     assert delta > compute * 1.05   # the first gather of each micro-batch cannot hide its copy-in
 
-
-def test_unfused_gradient_accumulation_adds_each_micro_batch(tmp_path):
-    """training.grad_accumulation unfused (nanotron's FP32GradientAccumulator: fp32_grad.add_(half_param.grad) after
-    each micro-batch's backward): read 2 + read 4 + write 4 = 10 B per parameter with bf16 weights and fp32
-    gradients, on the backward of every layer and of the embedding/output unit; the forward is unchanged. DDP (ZeRO-0)
-    over 2 ranks, HBM at 1 TB/s."""
-    hw = hardware_variant(tmp_path, {"gpu.memory_bandwidth": "1 TB/s"}, name="hbm1")
-    base = dict(hardware=hw, model=gpt_model(layers=2), parallel={"dp": 2})
-    train = {"seq_len": 512, "global_batch": 16, "micro_batch": 2, "grad_dtype": "fp32"}
-    fused = make_scenario(**base, training=train)
-    unfused = make_scenario(**base, training={**train, "grad_accumulation": "unfused"})
-    n, n_e = layer_params_per_rank(fused.model, 1), edge_params(fused.model, 1, 1, first=True, last=True)
-    a, b = build_plan(fused).chunks[0], build_plan(unfused).chunks[0]
-    assert b.fwd_layer == a.fwd_layer
-    assert b.bwd_layer - a.bwd_layer == pytest.approx(10 * n / B, rel=1e-9)
-    assert b.embed_bwd - a.embed_bwd == pytest.approx(10 * n_e / B, rel=1e-9)

@@ -321,7 +321,7 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
                       fp16_reduce=fp16_reduce)
     unit_overhead = fsdp.unit_overhead   # per layer (FSDP unit) and micro-batch
     layer_fwd_extra = fsdp.forward(dev, per_layer_local) + unit_overhead / 3.0
-    acc_pp = costs.grad_accumulation_bytes(state.weights, state.grads) if tr.grad_accumulation == "unfused" else 0.0
+    acc_pp = costs.grad_accumulation_bytes(tr.grad_accumulation, state.weights, state.grads, mb)
 
     def accumulate(n_params: float) -> float:   # one add kernel per unit's parameters (launch gaps: one per unit)
         return dev.memory_time(n_params * acc_pp, kernels=1) if acc_pp and n_params else 0.0

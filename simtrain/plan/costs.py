@@ -285,14 +285,26 @@ def train_metrics_time(tokens: int, vocab: int, tp: int, dev: Device, metrics: i
     return metrics * dev.memory_time(tokens * (vocab / tp) * fwd_bytes(dev.element_bytes), kernels=fwd_kernels)
 
 
-def grad_accumulation_bytes(weight_bytes: float, grad_bytes: float) -> float:
-    """Bytes per parameter and micro-batch of an unfused gradient accumulation (``training.grad_accumulation:
-    unfused``): the micro-batch's gradient, in the weights' dtype, is added into a separate buffer of the gradient
-    dtype: read w, read g, write g. nanotron's FP32GradientAccumulator does this after every micro-batch's backward,
-    ``fp32_grad.add_(half_param.grad)`` per parameter (huggingface/nanotron src/nanotron/optim/gradient_accumulator.py
-    @069c21c, ``backward`` and ``_accumulate_grad``; on the step that synchronises, its DDP hook
-    ``fp32_accum_hook`` does the same add per bucket)."""
-    return weight_bytes + 2.0 * grad_bytes
+def grad_accumulation_bytes(mode: str, weight_bytes: float, grad_bytes: float, microbatches: int) -> float:
+    """Bytes per parameter and micro-batch (on average over the step's ``microbatches``) that accumulating the
+    micro-batches' gradients moves outside the weight-gradient GEMMs (``training.grad_accumulation``):
+
+    - ``fused``: none (Megatron-LM's gradient_accumulation_fusion: the GEMM accumulates into the buffer).
+    - ``unfused``: every micro-batch's gradient, in the weights' dtype, is added into a separate buffer of the
+      gradient dtype: read w, read g, write g. nanotron's FP32GradientAccumulator does this after every
+      micro-batch's backward, ``fp32_grad.add_(half_param.grad)`` per parameter
+      (huggingface/nanotron src/nanotron/optim/gradient_accumulator.py @069c21c, ``backward`` and
+      ``_accumulate_grad``; on the step that synchronises, its DDP hook ``fp32_accum_hook`` does the same add).
+    - ``autograd``: PyTorch's own accumulation into ``.grad`` (in the weights' dtype): the first micro-batch's
+      gradient is stolen, each later one added in place, ``variable_grad += new_grad``: read w twice, write w, on
+      m - 1 of m micro-batches (pytorch/pytorch torch/csrc/autograd/functions/accumulate_grad.h, AccumulateGrad).
+      Averaged over the step, since a plan's backward costs the same for every micro-batch.
+    """
+    if mode == "unfused":
+        return weight_bytes + 2.0 * grad_bytes
+    if mode == "autograd":
+        return 3.0 * weight_bytes * (microbatches - 1) / microbatches
+    return 0.0
 
 
 def fsdp1_grad_bytes(weight_bytes: float, grad_bytes: float) -> tuple[float, float]:

@@ -48,11 +48,13 @@ class Training(Closed):
         "fused", description="how the Adam step runs: fused = one pass over the state (apex FusedAdam, Megatron-LM, "
                              "torch fused=True); unfused = PyTorch's element-wise kernels, one pass per operation "
                              "(torch AdamW single-tensor or foreach, Composer's DecoupledAdamW)")
-    grad_accumulation: Literal["fused", "unfused"] = Field(
+    grad_accumulation: Literal["fused", "unfused", "autograd"] = Field(
         "fused", description="how each micro-batch's gradients join the gradient buffer: fused = the weight-gradient "
                              "GEMM accumulates into it (Megatron-LM's gradient_accumulation_fusion); unfused = after "
                              "each micro-batch's backward a separate add per parameter reads its gradient and "
-                             "reads and writes the buffer in grad_dtype (nanotron's FP32GradientAccumulator)")
+                             "reads and writes the buffer in grad_dtype (nanotron's FP32GradientAccumulator); "
+                             "autograd = PyTorch's accumulation into .grad, an in-place add per parameter from the "
+                             "second micro-batch on (docs/model.md section 2.12c)")
     recompute: Literal["none", "selective", "selective_op", "full"] = Field(
         "none", description="activation recompute: selective = Megatron-LM's (the attention core), "
                             "selective_op = torchtitan's op-level policy (matmul and attention outputs kept, "
