@@ -18,7 +18,7 @@ SOURCE = "MLCommons MLPerf Training results"
 # gradient_accumulation_steps; the step time of each run from the mllog block_start/block_stop time_ms and their
 # epoch_count / samples_count / step (v3.1 and later) or train_step_timing (v3.0).
 H, B = "dgx-h100", "dgx-b200"
-CW, AZ = "coreweave-hgx-h100", "azure-nd-h100-v5"      # other submitters' systems (their systems/*.json)
+CW, AZ, NB = "coreweave-hgx-h100", "azure-nd-h100-v5", "nebius-h200"   # other submitters' systems
 RUNS = {
     #                             hardware nodes MINIBS tp pp cp mbs vpp gbs ga  per-run step time (s)
     "mlperf_v30_h100_gpt3_175b_512gpu": (H, 64, 128, 4, 8, 1, 1, 12, 2048, 128, (12.0873, 12.0744, 12.0830)),
@@ -41,6 +41,8 @@ RUNS = {
     "mlperf_v50_h100_llama31_405b_2432gpu": (H, 304, 64, 8, 8, 2, 1, 8, 1216, 64, (12.7302, 12.9138, 13.0684)),
     "mlperf_v50_h100_llama31_405b_2560gpu": (H, 320, 56, 8, 8, 2, 1, 8, 1120, 56, (11.3485, 11.2257, 11.4438)),
     "mlperf_v50_h100_llama31_405b_8192gpu": (H, 1024, 24, 8, 8, 2, 1, 8, 1536, 24, (5.2461, 5.2421, 5.2596)),
+    "mlperf_v51_nebius_h200_llama31_405b_512gpu": (NB, 64, 144, 4, 8, 2, 1, 8, 1152, 144, (50.0879, 50.0678, 50.0103)),
+    "mlperf_v51_nebius_h200_llama31_405b_1024gpu": (NB, 128, 72, 4, 8, 2, 1, 8, 1152, 72, (25.4193, 25.3574, 25.3750)),
     "mlperf_v51_b200_llama31_8b_8gpu": (B, 1, 2, 1, 1, 1, 2, 1, 16, 1, (0.5445, 0.5446, 0.5459, 0.5460, 0.5444,
                                                                         0.5459, 0.5443, 0.5460, 0.5491, 0.5440)),
     "mlperf_v51_b200_llama31_8b_16gpu": (B, 2, 2, 1, 1, 1, 2, 1, 32, 1, (0.5723, 0.5740, 0.5763, 0.5772, 0.5777,
@@ -76,7 +78,7 @@ def results():
 
 
 def test_the_cases_and_the_gated_ones():
-    """28 cases, 14 of them gated, each citing its round's results and its config."""
+    """30 cases, 14 of them gated, each citing its round's results and its config."""
     cases = _cases()
     assert set(cases) == set(RUNS)
     assert {i for i, c in cases.items() if c["gate"]} == GATED and len(GATED) == 14
@@ -139,6 +141,7 @@ def test_groups_as_one_source_of_its_own(results):
 SYSTEMS = {
     "coreweave-hgx-h100": (8, 8, 400, 1.0, "dgx-h100"),   # "Compute: 8x ConnectX-7 InfiniBand NDR 400Gb/Sec", "1.0 TB"
     "azure-nd-h100-v5": (8, 8, 400, 1.8, "dgx-h100"),     # "8x NVIDIA Quantum-2 CX7 InfiniBand (400Gb/s)", "1.8 TB"
+    "nebius-h200": (8, 8, 400, 1.6, "hgx-h200"),          # "8x ConnectX-7 IB NDR 400Gb/s + ...", "1.6 TB"
 }
 
 
