@@ -18,6 +18,7 @@ SOURCE = "MLCommons MLPerf Training results"
 # gradient_accumulation_steps; the step time of each run from the mllog block_start/block_stop time_ms and their
 # epoch_count / samples_count / step (v3.1 and later) or train_step_timing (v3.0).
 H, B = "dgx-h100", "dgx-b200"
+CW, AZ, NB = "coreweave-hgx-h100", "azure-nd-h100-v5", "nebius-h200"   # other submitters' systems
 RUNS = {
     #                             hardware nodes MINIBS tp pp cp mbs vpp gbs ga  per-run step time (s)
     "mlperf_v30_h100_gpt3_175b_512gpu": (H, 64, 128, 4, 8, 1, 1, 12, 2048, 128, (12.0873, 12.0744, 12.0830)),
@@ -27,6 +28,10 @@ RUNS = {
     "mlperf_v31_h100_gpt3_175b_8192gpu": (H, 1024, 16, 4, 8, 1, 1, 12, 4096, 16, (1.6441, 1.6425, 1.6431)),
     "mlperf_v31_h100_gpt3_175b_10240gpu": (H, 1280, 8, 4, 8, 1, 1, 12, 2560, 8, (0.9500, 0.9487, 0.9491)),
     "mlperf_v31_h100_gpt3_175b_10752gpu": (H, 1344, 8, 4, 8, 1, 1, 12, 2688, 8, (0.9553, 0.9544, 0.9547)),
+    "mlperf_v30_coreweave_h100_gpt3_175b_768gpu": (CW, 96, 128, 4, 8, 1, 1, 12, 3072, 128, (12.3279, 12.2780, 12.3351)),
+    "mlperf_v30_coreweave_h100_gpt3_175b_1536gpu": (CW, 192, 64, 4, 8, 1, 1, 12, 3072, 64, (6.3186, 6.3493, 6.3308)),
+    "mlperf_v30_coreweave_h100_gpt3_175b_3584gpu": (CW, 448, 24, 4, 8, 1, 1, 12, 2688, 24, (2.5890, 2.5951, 2.5957)),
+    "mlperf_v31_azure_h100_gpt3_175b_10752gpu": (AZ, 1344, 8, 4, 8, 1, 1, 12, 2688, 8, (0.9811, 0.9804, 0.9856)),
     "mlperf_v41_h100_gpt3_175b_256gpu": (H, 32, 256, 4, 8, 1, 2, 6, 2048, 128, (18.4073, 18.4075, 18.4598)),
     "mlperf_v41_h100_gpt3_175b_512gpu": (H, 64, 128, 4, 8, 1, 2, 6, 2048, 64, (9.5360, 9.7011, 9.5406)),
     "mlperf_v40_h100_gpt3_175b_10752gpu": (H, 1344, 6, 4, 6, 1, 1, 8, 2688, 6, (0.9207, 0.9204, 0.9208)),
@@ -36,6 +41,8 @@ RUNS = {
     "mlperf_v50_h100_llama31_405b_2432gpu": (H, 304, 64, 8, 8, 2, 1, 8, 1216, 64, (12.7302, 12.9138, 13.0684)),
     "mlperf_v50_h100_llama31_405b_2560gpu": (H, 320, 56, 8, 8, 2, 1, 8, 1120, 56, (11.3485, 11.2257, 11.4438)),
     "mlperf_v50_h100_llama31_405b_8192gpu": (H, 1024, 24, 8, 8, 2, 1, 8, 1536, 24, (5.2461, 5.2421, 5.2596)),
+    "mlperf_v51_nebius_h200_llama31_405b_512gpu": (NB, 64, 144, 4, 8, 2, 1, 8, 1152, 144, (50.0879, 50.0678, 50.0103)),
+    "mlperf_v51_nebius_h200_llama31_405b_1024gpu": (NB, 128, 72, 4, 8, 2, 1, 8, 1152, 72, (25.4193, 25.3574, 25.3750)),
     "mlperf_v51_b200_llama31_8b_8gpu": (B, 1, 2, 1, 1, 1, 2, 1, 16, 1, (0.5445, 0.5446, 0.5459, 0.5460, 0.5444,
                                                                         0.5459, 0.5443, 0.5460, 0.5491, 0.5440)),
     "mlperf_v51_b200_llama31_8b_16gpu": (B, 2, 2, 1, 1, 1, 2, 1, 32, 1, (0.5723, 0.5740, 0.5763, 0.5772, 0.5777,
@@ -71,10 +78,10 @@ def results():
 
 
 def test_the_cases_and_the_gated_ones():
-    """24 cases, ten of them gated, each citing its round's results and its config."""
+    """30 cases, 14 of them gated, each citing its round's results and its config."""
     cases = _cases()
     assert set(cases) == set(RUNS)
-    assert {i for i, c in cases.items() if c["gate"]} == GATED and len(GATED) == 10
+    assert {i for i, c in cases.items() if c["gate"]} == GATED and len(GATED) == 14
     for case_id, case in cases.items():
         assert isinstance(case["assumed"], list) and case["target_from"].strip(), case_id
         version = case_id.split("_")[1]                                   # v30 -> v3.0
@@ -127,3 +134,31 @@ def test_groups_as_one_source_of_its_own(results):
             others |= {v.source_name(str(c.get("source", ""))) for c in case_files.load_cases(path)[0]}
     assert SOURCE not in others
     assert CASES.stem in case_files.dev_case_files()
+
+
+# Other submitters' systems, copied by hand from their systems/*.json: (file, GPUs and NICs per node, NIC Gb/s,
+# host memory TB, the dgx file whose GPU blocks they share)
+SYSTEMS = {
+    "coreweave-hgx-h100": (8, 8, 400, 1.0, "dgx-h100"),   # "Compute: 8x ConnectX-7 InfiniBand NDR 400Gb/Sec", "1.0 TB"
+    "azure-nd-h100-v5": (8, 8, 400, 1.8, "dgx-h100"),     # "8x NVIDIA Quantum-2 CX7 InfiniBand (400Gb/s)", "1.8 TB"
+    "nebius-h200": (8, 8, 400, 1.6, "hgx-h200"),          # "8x ConnectX-7 IB NDR 400Gb/s + ...", "1.6 TB"
+}
+
+
+@pytest.mark.parametrize("name", sorted(SYSTEMS))
+def test_system_files_change_only_the_system(name):
+    """A submitter's system file keeps its GPU's blocks (same GPU as the DGX file) and states its own NICs and host."""
+    import yaml
+
+    from simtrain.spec.hardware import load_hardware
+    repo = CASES.parents[2]
+    gpus, nics, gbps, host_tb, base = SYSTEMS[name]
+    own, ref = (yaml.safe_load((repo / "hardware" / f"{n}.yaml").read_text()) for n in (name, base))
+    for block in ("gpu", "intra_node", "compute", "memory_overheads"):
+        assert own[block] == ref[block], (name, block)
+    spec = load_hardware(str(repo / "hardware" / f"{name}.yaml"), base_dir=repo, file="t.yaml")[0]
+    assert (spec.gpus_per_node, spec.inter_node.nics_per_node) == (gpus, nics)
+    assert spec.inter_node.nic_bandwidth == pytest.approx(gbps * 1e9 / 8)
+    assert spec.host_memory == pytest.approx(host_tb * 1e12)
+    assert "json" in own["inter_node"]["nic_bandwidth"]["source"]
+    assert {c["scenario"]["hardware"] for c in _cases().values()} >= {name}
