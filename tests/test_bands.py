@@ -58,6 +58,7 @@ def test_unfused_accumulation_is_a_stack_of_its_own():
     a fused-accumulation DDP scenario's band ignores those cases (-0.3 x 3) and uses the others' -0.1, 0.0, +0.1."""
     unfused = stack_of(1, grad_accumulation="unfused")
     assert unfused == "DDP/ZeRO-1/2, unfused accumulation" and stack_of(1, grad_accumulation="fused") == stack_of(1)
+    assert stack_of(0, grad_accumulation="autograd") == "DDP/ZeRO-1/2, autograd accumulation"
     rows = _rows([-0.1, 0.0, 0.1], stack="DDP/ZeRO-1/2") + _rows([-0.3] * 3, stack=unfused)
     fused_band, unfused_band = band(1.0, "H100", stack_of(1), rows), band(1.0, "H100", unfused, rows)
     assert (fused_band.low_s, fused_band.high_s) == pytest.approx((1 / 1.1, 1 / 0.9))

@@ -47,3 +47,28 @@ def test_autograd_accumulation_adds_from_the_second_micro_batch(tmp_path):
     one = {**train, "global_batch": 4}
     assert build_plan(make_scenario(**base, training={**one, "grad_accumulation": "autograd"})).chunks[0].bwd_layer \
         == build_plan(make_scenario(**base, training=one)).chunks[0].bwd_layer
+
+
+def test_a_split_backward_runs_the_accumulation_in_w(tmp_path):
+    """The add needs the weight gradient, so a split backward (zb-h1) runs it in W: the weight-gradient part of the
+    layer's backward grows by the same 10 n / B as the whole backward, and B (backward - W) not at all."""
+    hw = hardware_variant(tmp_path, {"gpu.memory_bandwidth": "1 TB/s"}, name="hbm1")
+    base = dict(hardware=hw, model=gpt_model(layers=4), parallel={"pp": 2, "schedule": "zb-h1"})
+    train = {"seq_len": 512, "global_batch": 8, "micro_batch": 1, "grad_dtype": "fp32"}
+    fused = make_scenario(**base, training=train)
+    unfused = make_scenario(**base, training={**train, "grad_accumulation": "unfused"})
+    n = layer_params_per_rank(fused.model, 1)
+    a, b = build_plan(fused).chunks[0], build_plan(unfused).chunks[0]
+    assert b.wgrad_layer - a.wgrad_layer == pytest.approx(10 * n / B, rel=1e-9)
+    assert (b.bwd_layer - b.wgrad_layer) == pytest.approx(a.bwd_layer - a.wgrad_layer, rel=1e-12)
+
+
+def test_sharded_gradients_refuse_a_separate_accumulation(tmp_path):
+    """ZeRO-2/3 reduce-scatter every micro-batch and accumulate only their shard: a non-fused mode is refused there,
+    naming the field and what is allowed."""
+    from simtrain.spec.errors import InputError
+
+    with pytest.raises(InputError, match=r"training\.grad_accumulation: 'unfused' is not simulated with zero 2.*"
+                                         r"allowed"):
+        make_scenario(model=gpt_model(layers=2), parallel={"dp": 2, "zero": 2},
+                      training={"seq_len": 512, "global_batch": 8, "grad_accumulation": "unfused"})

@@ -186,6 +186,7 @@ def _config(sc: dict) -> str:
             + (f" ce={t['cross_entropy']}" if t.get("cross_entropy", "eager") != "eager" else "")
             + (" nodrop" if t.get("dropout", True) is False else "")
             + (f" grad={t['grad_dtype']}" if t.get("grad_dtype", "auto") != "auto" else "")
+            + (f" acc={t['grad_accumulation']}" if t.get("grad_accumulation", "fused") != "fused" else "")
             + (f" metrics={t['train_metrics']}" if t.get("train_metrics", 0) else ""))
 
 

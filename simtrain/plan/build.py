@@ -325,7 +325,8 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
 
     def accumulate(n_params: float) -> float:   # one add kernel per unit's parameters (launch gaps: one per unit)
         return dev.memory_time(n_params * acc_pp, kernels=1) if acc_pp and n_params else 0.0
-    layer_bwd_extra = fsdp.backward(dev, per_layer_local) + 2.0 * unit_overhead / 3.0 + accumulate(per_layer_local)
+    acc_layer = accumulate(per_layer_local)   # part of the weight-gradient work: a split backward runs it in W
+    layer_bwd_extra = fsdp.backward(dev, per_layer_local) + 2.0 * unit_overhead / 3.0 + acc_layer
     vstages = scenario.virtual_stages
     varied = varied_layers(scenario)
     figures = [layer_figures(scenario, dev, placement, shape, r) for r in range(par.pp)] if varied else []
@@ -381,12 +382,15 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
             zero3_layer_bytes=per_layer_local * state.weights, zero3_edge_bytes=n_edge * state.weights,
             metrics_bwd=metrics if last else 0.0, grad_prep_per_byte=fsdp.grad_prep_per_byte,
             gather_prep_per_byte=fsdp.gather_prep_per_byte,
-            wgrad_layer=lc.backward_weight, embed_wgrad=edge.embed_backward_weight if first else 0.0,
-            head_wgrad=edge.head_backward_weight if last else 0.0, act_w_bytes=act * w_fraction))
+            wgrad_layer=lc.backward_weight + acc_layer,
+            embed_wgrad=edge.embed_backward_weight + accumulate(n_edge) if first else 0.0,
+            head_wgrad=edge.head_backward_weight + (accumulate(n_edge) if not first else 0.0) if last else 0.0,
+            act_w_bytes=act * w_fraction))
         if varied:
             fields = chunk_fields(figures[rank], lo, n_layers)
             fields["fwd_layer"] += layer_fwd_extra + cf.forward
             fields["bwd_layer"] += layer_bwd_extra + cf.backward
+            fields["wgrad_layer"] += acc_layer
             fields["recompute_layer"] += cf.recompute
             if fields["lead_layers"]:
                 fields.update(lead_fwd=fields["lead_fwd"] + cf.forward, lead_bwd=fields["lead_bwd"] + cf.backward,

@@ -34,8 +34,10 @@ def gpu_family(gpu_name: str) -> str:
 def stack_of(zero: int, moe: bool = False, grad_accumulation: str = "fused") -> str:
     """The software stack a layout stands for, as far as the validation errors tell them apart: a mixture of
     experts is a stack of its own (its errors come from the MoE layer's costs, which dense runs do not have), and so
-    is a stack that accumulates gradients in a separate pass (``training.grad_accumulation: unfused``, nanotron's
-    way), whose runs miss differently from those that fuse it into the GEMM (Megatron's)."""
+    is a stack that accumulates gradients outside the GEMMs (``training.grad_accumulation: unfused``, nanotron's
+    way, or ``autograd``, PyTorch's ``.grad +=``), whose runs miss differently from those that fuse it into the GEMM
+    (Megatron's). A stack with fewer than :data:`MIN_CASES` cases falls back to the GPU family's cases of any stack
+    (:func:`band`)."""
     base = "ZeRO-3/FSDP" if zero == 3 else "DDP/ZeRO-1/2"
     if grad_accumulation != "fused":
         base += f", {grad_accumulation} accumulation"

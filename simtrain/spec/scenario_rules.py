@@ -228,11 +228,18 @@ def check_rules(s, raw: dict) -> list[str]:
     if par.sequence_parallel and par.tp == 1:
         warnings.append("parallel.sequence_parallel has no effect with tp 1 (it splits the TP group's "
                         "layer norms and dropouts over the sequence)")
+    if tr.grad_accumulation != "fused" and par.zero >= 2:
+        fail("training.grad_accumulation", f"'{tr.grad_accumulation}' is not simulated with zero {par.zero}: ZeRO-2/3 "
+             "reduce-scatter each micro-batch's gradients and accumulate only their shard (allowed with zero 2 or 3: "
+             "fused; or use zero 0 or 1)")
+    if tr.grad_accumulation == "autograd" and tr.grad_dtype not in ("auto", tr.precision):
+        warnings.append(f"training.grad_accumulation: autograd accumulates in the weights' dtype (.grad), so "
+                        f"training.grad_dtype: {tr.grad_dtype} does not change its bytes")
     if par.zero_impl == "fsdp2" and par.zero == 2:
         fail("parallel.zero_impl", "'fsdp2' with zero 2 is not simulated: FSDP2 without resharding after the forward "
-             "still reshards after each backward and gathers again before every micro-batch's forward (PyTorch "
-             "FSDPParamGroup.post_backward), which ZeRO-2 here does not play (allowed with zero 2: generic, fsdp1; "
-             "or use zero 3)")
+             "by default still reshards after each backward and gathers again before every micro-batch's forward "
+             "(PyTorch FSDPParamGroup.post_backward), which ZeRO-2 here does not play (allowed with zero 2: generic, "
+             "fsdp1; or use zero 3)")
     if par.zero_impl != "generic" and (par.zero < 2 or s.dp_cp == 1):
         warnings.append(f"parallel.zero_impl: {par.zero_impl} has no effect with zero {par.zero} over dp x cp = "
                         f"{s.dp_cp} rank(s) (it describes how ZeRO-2/3 copy around their gathers and reduce-scatters)")
