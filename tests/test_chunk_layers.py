@@ -3,7 +3,7 @@ they are recomputed (a partial recompute may stop inside them)."""
 
 from __future__ import annotations
 
-from simtrain.plan.build import ChunkPlan
+from simtrain.plan.chunk import ChunkPlan
 
 
 def _chunk(recompute_count: int) -> ChunkPlan:

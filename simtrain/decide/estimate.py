@@ -38,7 +38,8 @@ from dataclasses import dataclass
 
 from simtrain.decide.estimate_play import play
 from simtrain.plan.balance import resolve_split
-from simtrain.plan.build import ChunkPlan, Plan, build_plan
+from simtrain.plan.build import Plan, build_plan
+from simtrain.plan.chunk import ChunkPlan
 from simtrain.plan.collectives import phase_time_alone
 from simtrain.plan.schedules import SPLIT_BACKWARD
 from simtrain.spec.scenario import Scenario

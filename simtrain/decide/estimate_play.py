@@ -11,7 +11,8 @@ lower-bound op times bounds the step from below (module docstring of :mod:`simtr
 
 from __future__ import annotations
 
-from simtrain.plan.build import ChunkPlan, Plan
+from simtrain.plan.build import Plan
+from simtrain.plan.chunk import ChunkPlan
 from simtrain.plan.schedules import split_backwards
 
 

@@ -10,7 +10,7 @@ import math
 import simpy
 
 from simtrain.engine.lane import Lane, Rendezvous
-from simtrain.plan.build import ChunkPlan
+from simtrain.plan.chunk import ChunkPlan
 from simtrain.plan.collectives import Phase
 
 

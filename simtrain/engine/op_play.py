@@ -9,7 +9,7 @@ import simpy
 
 from simtrain.engine.lane import Lane
 from simtrain.plan import segments
-from simtrain.plan.build import ChunkPlan
+from simtrain.plan.chunk import ChunkPlan
 
 
 class SegmentMixin:

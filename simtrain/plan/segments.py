@@ -1,5 +1,5 @@
 """A chunk's passes as segments the engine runs: ``(stream, kind, seconds, layer)``, layer None for the embedding
-or the output layer. Pure functions of a :class:`~simtrain.plan.build.ChunkPlan`.
+or the output layer. Pure functions of a :class:`~simtrain.plan.chunk.ChunkPlan`.
 
 A backward comes in three parts: ``full`` (the whole backward), ``input`` (a split backward's B: the gradient with
 respect to the input, which the previous stage waits for) and ``weight`` (its W: the weight-gradient GEMMs alone,
