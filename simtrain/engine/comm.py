@@ -115,6 +115,12 @@ class CommMixin:
         lane.bubble += (t1 - t0) - pp_part
         lane.bubble_parts[lane.phase] += (t1 - t0) - pp_part
 
+    def _fsdp_phases(self, c: ChunkPlan, kind: str, nbytes: float, rank: int) -> list:
+        """A DP collective of ``nbytes`` preceded on its stream by the FSDP work ahead of it (``parallel.zero_impl``):
+        the shard copy-in before an all-gather, the gradient cast / pre-divide before a reduction."""
+        per_byte = c.gather_prep_per_byte if kind == "all_gather" else c.grad_prep_per_byte
+        return _local_phase(per_byte * nbytes) + self._dp_phases(kind, nbytes, rank)
+
     def _buffer(self, lane: Lane, nbytes: float) -> None:
         lane.buf_now += nbytes
         lane.buf_peak = max(lane.buf_peak, lane.buf_now)
@@ -134,7 +140,7 @@ class CommMixin:
         v = c.vstage
 
         def launch(nbytes):
-            phases = _prep(c, nbytes) + self._dp_phases(grad_kind, nbytes, lane.rank)
+            phases = self._fsdp_phases(c, grad_kind, nbytes, lane.rank)
             self._collective(lane, "dp", "dp_" + grad_kind, phases, nbytes, vstage=v)
 
         # routed experts' gradients: their own buckets over the expert data-parallel group (Megatron-Core keeps
@@ -180,7 +186,7 @@ class CommMixin:
         """ZeRO-3: the embedding / output-layer weights are gathered like a layer's (in the weights' dtype)."""
         if c.zero3_edge_bytes <= 0:
             return
-        phases = _gather_prep(c, c.zero3_edge_bytes) + self._dp_phases("all_gather", c.zero3_edge_bytes, lane.rank)
+        phases = self._fsdp_phases(c, "all_gather", c.zero3_edge_bytes, lane.rank)
         self._buffer(lane, c.zero3_edge_bytes)     # held until the op ends (released by _release_edge)
         done = self._collective(lane, "dp", "zero3_all_gather", phases, c.zero3_edge_bytes, mb, c.vstage)
         t0 = self.env.now
@@ -193,7 +199,7 @@ class CommMixin:
 
     def _zero3_forward(self, lane: Lane, c: ChunkPlan, mb: int):
         v = c.vstage
-        gather = _gather_prep(c, c.zero3_layer_bytes) + self._dp_phases("all_gather", c.zero3_layer_bytes, lane.rank)
+        gather = self._fsdp_phases(c, "all_gather", c.zero3_layer_bytes, lane.rank)
         yield from self._gather_edge(lane, c, mb)
         if c.has_embedding:
             yield from self._segment(lane, "compute", "forward", c.embed_fwd, mb, v, None)
@@ -219,8 +225,8 @@ class CommMixin:
 
     def _zero3_backward(self, lane: Lane, c: ChunkPlan, mb: int):
         v = c.vstage
-        gather = _gather_prep(c, c.zero3_layer_bytes) + self._dp_phases("all_gather", c.zero3_layer_bytes, lane.rank)
-        scatter = _prep(c, c.grad_bytes_layer) + self._dp_phases("reduce_scatter", c.grad_bytes_layer, lane.rank)
+        gather = self._fsdp_phases(c, "all_gather", c.zero3_layer_bytes, lane.rank)
+        scatter = self._fsdp_phases(c, "reduce_scatter", c.grad_bytes_layer, lane.rank)
         yield from self._gather_edge(lane, c, mb)
         if c.has_head:
             yield from self._segment(lane, "compute", "backward", c.head_bwd, mb, v, None)
@@ -254,22 +260,15 @@ class CommMixin:
             yield from self._segment(lane, "compute", "backward", c.embed_bwd, mb, v, None)
         self._release_edge(lane, c)
         if c.grad_bytes_edge > 0:
-            edge = _prep(c, c.grad_bytes_edge) + self._dp_phases("reduce_scatter", c.grad_bytes_edge, lane.rank)
+            edge = self._fsdp_phases(c, "reduce_scatter", c.grad_bytes_edge, lane.rank)
             self._collective(lane, "dp", "zero3_reduce_scatter", edge, c.grad_bytes_edge, mb, v)
 
 
-def _prep(c: ChunkPlan, nbytes: float) -> list:
-    """The gradient handling ahead of a reduce-scatter on the DP stream (``parallel.zero_impl: fsdp1``: FSDP's cast
-    and pre-divide on its post-backward stream), as a phase that moves no network bytes."""
-    t = c.grad_prep_per_byte * nbytes
-    return [Phase(flow_bytes=0.0, latency=t, links=())] if t > 0 else []
-
-
-def _gather_prep(c: ChunkPlan, nbytes: float) -> list:
-    """The copy-in ahead of a ZeRO-3 all-gather on its stream (``parallel.zero_impl: fsdp2``: FSDP2's cast and copy
-    of the local shard into the all-gather input), as a phase that moves no network bytes."""
-    t = c.gather_prep_per_byte * nbytes
-    return [Phase(flow_bytes=0.0, latency=t, links=())] if t > 0 else []
+def _local_phase(seconds: float) -> list:
+    """Work a collective's stream does ahead of it without the network (``parallel.zero_impl``: FSDP1's cast and
+    pre-divide, FSDP2's fp16 pre-divide ahead of a reduce-scatter, FSDP2's shard copy-in ahead of an all-gather), as
+    a phase that moves no bytes; none when it takes no time."""
+    return [Phase(flow_bytes=0.0, latency=seconds, links=())] if seconds > 0 else []
 
 
 def _comm_running(lane, factor: float, delta: int) -> None:

@@ -185,7 +185,6 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
 
     per_layer_local = layer_params_per_rank(m, par.tp)
     # PyTorch FSDP's copies around its collectives (parallel.zero_impl), ZeRO-2/3 over 2+ ranks (plan.fsdp)
-    fsdp1 = par.zero_impl == "fsdp1" and par.zero >= 2 and scenario.dp_cp > 1
     fp16_reduce = tr.grad_dtype == "fp16" or (tr.grad_dtype == "auto" and tr.precision == "fp16")
     fsdp = fsdp_costs(par.zero_impl, par.zero, scenario.dp_cp, state.weights, state.grads, tr.precision != "fp32", dev,
                       fp16_reduce=fp16_reduce)
@@ -285,7 +284,7 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
 
     opt = tuple(costs.optimizer_time(local_optimizer_params(r), tr.optimizer, eager_dev,
                                      max(0.0, state.grads - state.weights), kernel=tr.optimizer_kernel,
-                                     grad_bytes=4.0 if fsdp1 else state.grads)   # FSDP upcasts the shard
+                                     grad_bytes=4.0 if fsdp.impl == "fsdp1" else state.grads)   # FSDP1 upcasts
                 for r in range(par.pp))
     host = ()
     if par.offload_optimizer:   # gradients down, CPU Adam, fp32 shard up, one after another (plan.offload_optimizer)

@@ -54,6 +54,7 @@ class FsdpCosts:
     figures are seconds per byte run on a collective's own stream ahead of it (per gradient byte of a
     reduce-scatter, per gathered weight byte of an all-gather)."""
 
+    impl: str = "generic"           # the zero_impl in effect ("generic" where FSDP shards nothing)
     forward_bytes: float = 0.0      # per unsharded parameter, each forward of a unit
     backward_bytes: float = 0.0     # per unsharded parameter, each backward of a unit
     forward_kernels: int = 0
@@ -84,11 +85,11 @@ def fsdp_costs(impl: str, zero: int, shards: int, weight_bytes: float, grad_byte
     if impl == "fsdp1":
         cat, prep = costs.fsdp1_grad_bytes(weight_bytes, grad_bytes)
         # the cast and pre-divide kernels' launch gaps are below a microsecond per unit and left out
-        return FsdpCosts(backward_bytes=cat, backward_kernels=1, unit_overhead=costs.FSDP1_UNIT_OVERHEAD,
+        return FsdpCosts(impl="fsdp1", backward_bytes=cat, backward_kernels=1, unit_overhead=costs.FSDP1_UNIT_OVERHEAD,
                          grad_prep_per_byte=dev.memory_time(prep / grad_bytes, kernels=0))
     copy_in, copy_out, rs_in = fsdp2_copy_bytes(weight_bytes, grad_bytes, mixed)
     gathers = zero >= 3          # fsdp2 with ZeRO-2 is refused (spec.scenario_rules); kept general here
-    return FsdpCosts(forward_bytes=copy_out if gathers else 0.0, forward_kernels=1 if gathers else 0,
+    return FsdpCosts(impl="fsdp2", forward_bytes=copy_out if gathers else 0.0, forward_kernels=1 if gathers else 0,
                      backward_bytes=rs_in + (copy_out if gathers else 0.0), backward_kernels=2 if gathers else 1,
                      gather_prep_per_byte=dev.memory_time(copy_in / shards / weight_bytes, kernels=0)
                      if gathers else 0.0,
