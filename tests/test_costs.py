@@ -152,6 +152,9 @@ def test_mfu_flops_per_token_match_narayanan_eq3_without_recompute():
     ("eager", 14, 22),
     # fused kernel: read the bf16 logits | read them again, write their bf16 gradient
     ("fused", 2, 4),
+    # Megatron-LM's _VocabParallelCrossEntropy on output.float(): cast 2 + 4, max 4, subtract 4 + 4, exp 4 + 4,
+    # sum 4, divide 4 + 4 | softmax x grad in place 4 + 4, cast back 4 + 2
+    ("vocab_parallel", 38, 14),
 ])
 def test_cross_entropy_moves_the_bytes_of_its_kernels(kernel, fwd_bytes, bwd_bytes):
     """The loss is memory-bound over tokens x vocab logits; the output GEMM and its two backward GEMMs are

@@ -278,22 +278,34 @@ def test_not_fitting_is_an_answer(tmp_path, capsys):
     assert d["advice"], "a non-fitting report says what would relieve it"
 
 
+def _llama13b_loss_activations(cross_entropy: str) -> float:
+    """Activation bytes of llama2-13b's single stage on dgx-h100 (4,096 tokens, one micro-batch, ZeRO-3 over 8)."""
+    from simtrain import scenario_from_dict
+    from simtrain.plan.memory import stage_memory
+
+    sc = {"name": "ce", "hardware": "dgx-h100", "model": "llama2-13b",
+          "training": {"seq_len": 4096, "global_batch": 8, "micro_batch": 1, "cross_entropy": cross_entropy},
+          "parallel": {"dp": 8, "zero": 3}}
+    return stage_memory(scenario_from_dict(sc), 0).activations
+
+
 def test_fused_loss_keeps_16bit_logits_instead_of_fp32_log_softmax():
     """The last stage keeps 4·s·b·V/t bytes for the eager loss (its fp32 log_softmax output) and 2·s·b·V/t for
     the fused kernel (the bf16 logits), and the loss's peak adds 8·s·b·V/t (eager: the fp32 gradients of the
     log-probabilities and of the logits) or 2·s·b·V/t (fused: the bf16 gradient of the logits): the difference is
     (4 + 8 - 2 - 2)·s·b·V/t = 8 x 4096 x 1 x 32000 = 1,048,576,000 B for llama2-13b at t = 1, one micro-batch in
     flight (p = 1)."""
-    from simtrain import scenario_from_dict
-    from simtrain.plan.memory import stage_memory
+    assert _llama13b_loss_activations("eager") - _llama13b_loss_activations("fused") \
+        == 8 * 4096 * 1 * 32000 == 1_048_576_000
 
-    base = {"name": "ce", "hardware": "dgx-h100", "model": "llama2-13b",
-            "training": {"seq_len": 4096, "global_batch": 8, "micro_batch": 1},
-            "parallel": {"dp": 8, "zero": 3}}
-    eager = stage_memory(scenario_from_dict(base), 0)
-    fused_dict = {**base, "training": {**base["training"], "cross_entropy": "fused"}}
-    fused = stage_memory(scenario_from_dict(fused_dict), 0)
-    assert eager.activations - fused.activations == 8 * 4096 * 1 * 32000 == 1_048_576_000
+
+def test_vocab_parallel_loss_keeps_fp32_softmax_and_peaks_e_plus_4_above_it():
+    """Megatron-LM's and nanotron's vocab-parallel loss keeps its fp32 softmax (4·s·b·V/t, as the eager loss keeps its
+    log-softmax) and peaks (e + 4)·s·b·V/t above it (nanotron's forward: the bf16 logits, their fp32 copy and the
+    max-subtracted copy that becomes the softmax), against the eager loss's 8: the difference is
+    (8 - 2 - 4)·s·b·V/t = 2 x 4096 x 32000 = 262,144,000 B for llama2-13b at t = 1, one micro-batch in flight."""
+    assert _llama13b_loss_activations("eager") - _llama13b_loss_activations("vocab_parallel") \
+        == 2 * 4096 * 1 * 32000 == 262_144_000
 
 
 # --- torchtitan's op-level selective checkpointing (training.recompute: selective_op) ---------------------------

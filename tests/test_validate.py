@@ -196,12 +196,15 @@ def test_configuration_names_non_default_kernels(results):
     and which loss kernel when it is not the eager one: the MosaicML cases run flash1 (their MPT yamls:
     attn_impl triton), the fused cross entropy (llm-foundry's default loss_fn) and no dropout (MPT's pdrops are
     0) with fp32 gradients (Composer's DEFAULT mixed precision) and Composer's two per-micro-batch train metrics,
-    the 2021 Megatron runs no flash, the eager loss,
-    dropout and gradients in the training precision, accumulated by PyTorch's autograd (acc=autograd)."""
+    the 2021 Megatron runs no flash, Megatron-LM's vocab-parallel loss,
+    dropout and gradients in the training precision, accumulated by PyTorch's autograd (acc=autograd); nanotron's
+    runs name their layer kernels."""
     by_id = {r.id: r for r in results}
     assert by_id["mosaic_h100_80gb_13b_s2048_8gpu_33"].config.endswith(
         " attn=flash1 ce=fused nodrop grad=fp32 metrics=2")
-    assert by_id["narayanan21_t1_1.7B"].config.endswith(" attn=none acc=autograd")
+    assert by_id["narayanan21_t1_1.7B"].config.endswith(" attn=none ce=vocab_parallel acc=autograd")
+    assert by_id["usp_1b_1n_dp8_tp1_pp1_mbs1_z0"].config.endswith(
+        " ce=vocab_parallel kernels=nanotron nodrop grad=fp32 acc=unfused")
     assert "attn=" not in by_id["torchtitan_h100_t1_8B_0"].config
     assert "ce=" not in by_id["torchtitan_h100_t1_8B_0"].config
 

@@ -189,7 +189,7 @@ def memory_floors(scenario: Scenario, base: dict[str, Any], layouts: list[dict[s
             last_stage = max(lay.model_stage)
             r = lay.rank[lay.model_stage.index(last_stage)]
             stages = {lay.model_stage[v] for v in lay.stages_of(r)}
-            logits = (4.0 if tr.cross_entropy == "eager" else 2.0) * (tr.seq_len // layout.get("cp", 1)) * \
+            logits = (2.0 if tr.cross_entropy == "fused" else 4.0) * (tr.seq_len // layout.get("cp", 1)) * \
                 layout["micro_batch"] * model.vocab / layout["tp"] * (2.0 if precision == "fp32" else 1.0)
             floor = max(floor, edge_params(model, layout["tp"], pp, first=0 in stages, last=True) * per_param
                         + logits)
@@ -223,7 +223,7 @@ def memory_floors(scenario: Scenario, base: dict[str, Any], layouts: list[dict[s
                 inflight[key] = (len(lay.stages_of(0)), held_by_rank)
             k, held = inflight[key]
             layers = k * L // (pp * vpp)      # every chunk holds L / (p v) layers
-            logits = (4.0 if tr.cross_entropy == "eager" else 2.0) * (tr.seq_len // layout.get("cp", 1)) * \
+            logits = (2.0 if tr.cross_entropy == "fused" else 4.0) * (tr.seq_len // layout.get("cp", 1)) * \
                 layout["micro_batch"] * model.vocab / layout["tp"] * (2.0 if precision == "fp32" else 1.0)
             last_stage = max(lay.model_stage)
             busiest_held = max(range(pp), key=lambda r: held[r])

@@ -184,6 +184,7 @@ def _config(sc: dict) -> str:
             f" rc={t.get('recompute', 'none')}"
             + _attention(t.get("flash_attention", True))
             + (f" ce={t['cross_entropy']}" if t.get("cross_entropy", "eager") != "eager" else "")
+            + (f" kernels={t['layer_kernels']}" if t.get("layer_kernels", "fused") != "fused" else "")
             + (" nodrop" if t.get("dropout", True) is False else "")
             + (f" grad={t['grad_dtype']}" if t.get("grad_dtype", "auto") != "auto" else "")
             + (f" acc={t['grad_accumulation']}" if t.get("grad_accumulation", "fused") != "fused" else "")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from simtrain.plan import layer_kernels
 from simtrain.plan.device import Device
 
 
@@ -42,6 +43,7 @@ class LayerShape:
     q_width: int = 0       # heads x head width when it differs from hidden (Qwen3, GPT-OSS); 0: = hidden
     window: int = 0        # sliding-window width of this layer's attention (GPT-OSS); 0: full causal
     mla: tuple[int, int, int, int, int] | None = None   # (q_lora or 0, kv_lora, qk_nope, qk_rope, v) latent attention
+    layer_kernels: str = "fused"   # training.layer_kernels: whose element-wise and layout kernels (layer_kernels.py)
 
     @property
     def q(self) -> int:
@@ -204,6 +206,12 @@ def layer_cost(sh: LayerShape, dev: Device, recompute: str) -> LayerCost:
     fwd_ew = dev.memory_time(ew_bytes, kernels=ew_kernels) + dev.norm_time(2 * 2 * sbh, backward=False, kernels=2)
     bwd_ew = dev.memory_time(2 * ew_bytes, kernels=ew_kernels + 2) + \
         dev.norm_time(2 * 3 * sbh, backward=True, kernels=4)
+    if sh.layer_kernels != "fused":
+        # a framework's eager element-wise kernels and layout copies beyond this count (layer_kernels.py)
+        more = layer_kernels.extra_work(sh.layer_kernels, tokens=sh.tokens, batch=sh.batch, q=sh.q / t,
+                                        k=sh.kv_width / t, f=sh.ffn / t, elem=elem)
+        fwd_ew += dev.memory_time(more.forward_bytes, kernels=more.forward_kernels)
+        bwd_ew += dev.memory_time(more.backward_bytes, kernels=more.backward_kernels)
 
     forward = fwd_gemm + fwd_attn + fwd_ew
     backward = bwd_gemm + bwd_attn + bwd_ew
@@ -248,10 +256,17 @@ class EdgeCost:
 #: per row. Backward: the nll gradient (write 4), log_softmax backward (read 4 + 4, write 4), the cast back
 #: (read 4, write e). ``fused``: one kernel reads the 16-bit logits in the forward; the backward reads them
 #: again and writes their gradient (flash-attn's ``losses.cross_entropy``, llm-foundry's default
-#: ``loss_fn: fused_crossentropy``).
+#: ``loss_fn: fused_crossentropy``). ``vocab_parallel``: Megatron-LM's ``_VocabParallelCrossEntropy``
+#: (megatron/mpu/cross_entropy.py @de7dc40f and @2755bcb8, megatron/core/tensor_parallel/cross_entropy.py of the
+#: zero-bubble fork @f68d3879, on ``output.float()``) and nanotron's copy of it (``_ShardedCrossEntropy``,
+#: @67c5ebb6): forward casts the logits (read e, write 4), takes the row max (read 4), subtracts it (read 4,
+#: write 4), exponentiates in place (read 4, write 4), sums (read 4) and divides in place (read 4, write 4);
+#: backward multiplies the kept softmax by the loss gradient in place (read 4, write 4) and casts back (read 4,
+#: write e); the target's one-per-row update is negligible.
 CROSS_ENTROPY_BYTES = {
     "eager": (lambda e: e + 4 + 4 + 4, lambda e: 4 + 12 + 4 + e, 3, 3),
     "fused": (lambda e: e, lambda e: 2 * e, 1, 1),
+    "vocab_parallel": (lambda e: e + 4 + 4 + 8 + 8 + 4 + 8, lambda e: 8 + 4 + e, 6, 2),
 }
 
 

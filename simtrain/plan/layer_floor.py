@@ -47,7 +47,8 @@ def layer_shapes(model, tr, *, tp: int, sequence_parallel: bool, cp: int,
                             ffn=model.ffn_hidden, heads=model.heads, kv_width=model.kv_width,
                             mlp_matrices=model.mlp_matrices, tp=tp, sequence_parallel=sequence_parallel and tp > 1,
                             flash=tr.attention_kernel != "none", dropout=tr.dropout,
-                            q_width=model.q_width if model.q_width != model.hidden else 0, mla=mla)
+                            q_width=model.q_width if model.q_width != model.hidden else 0, mla=mla,
+                            layer_kernels=tr.layer_kernels)
     return full, local_shape(full, cp)
 
 

@@ -339,8 +339,9 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
         per_mb += s * b * h / (t if sp else 1)   # embedding dropout mask (1 byte), Korthikanti Sec. 4.3
     if last:
         # final norm input + output-layer input (16-bit) and what the loss keeps for its backward: the fp32
-        # log-softmax output with the eager loss (4sbv/t), the 16-bit logits with the fused one (2sbv/t)
-        logit_bytes = 4.0 if tr.cross_entropy == "eager" else 2.0
+        # log-softmax output with the eager loss (4sbv/t), the fp32 softmax with Megatron-LM's vocab-parallel one
+        # (4sbv/t), the 16-bit logits with the fused one (2sbv/t)
+        logit_bytes = 2.0 if tr.cross_entropy == "fused" else 4.0
         per_mb += (4.0 * s * b * h / (t if sp else 1) + logit_bytes * s * b * m.vocab / t) * scale
     if par.schedule in SPLIT_BACKWARD or par.schedule in V_SHAPED or par.ep_overlap:
         per_chunk = rank_layers(scenario, pp_rank)

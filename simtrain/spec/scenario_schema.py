@@ -55,6 +55,12 @@ class Training(Closed):
                              "reads and writes the buffer in grad_dtype (nanotron's FP32GradientAccumulator); "
                              "autograd = PyTorch's accumulation into .grad, an in-place add per parameter from the "
                              "second micro-batch on (docs/model.md section 2.12c)")
+    layer_kernels: Literal["fused", "nanotron"] = Field(
+        "fused", description="the decoder layer's element-wise and layout kernels outside its GEMMs, attention and "
+                             "norms: fused = Megatron-Core / Transformer Engine style (fused activation, no layout "
+                             "copies); nanotron = nanotron's Llama layer, read from its code (eager SwiGLU, the QKV "
+                             "permute and key/value cat copies, flash-attn's in-place rotary; docs/model.md section "
+                             "2.12d)")
     recompute: Literal["none", "selective", "selective_op", "full"] = Field(
         "none", description="activation recompute: selective = Megatron-LM's (the attention core), "
                             "selective_op = torchtitan's op-level policy (matmul and attention outputs kept, "
@@ -87,9 +93,12 @@ class Training(Closed):
         "auto", description="dtype gradients are kept and reduced in: auto = the training precision; "
                             "fp32 = Megatron-LM's bf16 default (fp32 main grads) and FSDP's reduce_dtype=float32 "
                             "(Composer DEFAULT, torchtitan)")
-    cross_entropy: Literal["eager", "fused"] = Field(
-        "eager", description="loss kernel: eager = PyTorch's fp32 log_softmax + nll_loss (Megatron-LM, torchtitan), "
-                             "fused = one kernel over the 16-bit logits (flash-attn's cross entropy, llm-foundry)")
+    cross_entropy: Literal["eager", "fused", "vocab_parallel"] = Field(
+        "eager", description="loss kernel: eager = PyTorch's fp32 log_softmax + nll_loss (torchtitan, Hugging Face), "
+                             "fused = one kernel over the 16-bit logits (flash-attn's cross entropy, llm-foundry, "
+                             "Megatron-Core's cross_entropy_loss_fusion), vocab_parallel = Megatron-LM's "
+                             "_VocabParallelCrossEntropy on fp32 logits (max, subtract, exp, sum, divide; also "
+                             "nanotron's sharded_cross_entropy)")
 
     @property
     def attention_kernel(self) -> str:
