@@ -68,3 +68,51 @@ def test_full_recompute_repeats_the_nanotron_forward(tmp_path):
     train = {"seq_len": 2048, "global_batch": 1, "micro_batch": 1, "recompute": "full"}
     fused, nano = _pair(tmp_path, _llama(), train)
     assert nano.recompute_layer - fused.recompute_layer == pytest.approx(nano.fwd_layer - fused.fwd_layer, rel=1e-9)
+
+
+def _titan_pair(tmp_path, model, train, parallel=None):
+    hw = hardware_variant(tmp_path, {"gpu.memory_bandwidth": "1 TB/s"}, name="hbm1")
+    base = dict(hardware=hw, model=model, parallel=parallel or {"dp": 1})
+    fused = build_plan(make_scenario(**base, training=train)).chunks[0]
+    titan = build_plan(make_scenario(**base, training={**train, "layer_kernels": "torchtitan"})).chunks[0]
+    return fused, titan
+
+
+def test_torchtitan_eager_block_norms_rotary_repeat_kv_and_swiglu(tmp_path):
+    """torchtitan's eager Llama 3 block (@9dec370), bf16, h = 1024, 16 query heads and 4 key/value heads of 64 (q =
+    1024, k = 256), F = 2816, T = 2048 tokens. Forward bytes per token beyond the fused count: two eager RMSNorms,
+    each cast 2 + 4, pow 4 + 4, mean 4, x * rsqrt 4 + 4, cast back 4 + 2, * weight 2 + 2 = 36 against the fused 4;
+    rotary on q and k, cast 2 + 4, complex product 4 + 4, cast back 4 + 2 = 20 per element; repeat_kv copies keys and
+    values to the query width, each reading 2 bytes per k element and writing 2 per q element; SwiGLU 10 against 6
+    per F element. Backward: each norm 92 against 6 (weight product 2 + 2 and 2 + 2 + 2 + sum 2, cast 2 + 4, row product
+    4 + 4 and 4 + 4 + 4 + sum 4, mean 4, pow copy 4 + 4, scale 4 + 4, product 4 + 4 + 4, gradient sum 4 + 4 + 4, cast
+    4 + 2); rotary 20 per element; repeat_kv's sum over repeats, read 2 per q element and write 2 per k element, for
+    keys and values; SwiGLU 18 against 12 per F element."""
+    h, q, k, f, t = 1024, 1024, 256, 2816, 2048
+    fused, titan = _titan_pair(tmp_path, _llama(kv_heads=4), {"seq_len": 2048, "global_batch": 1, "micro_batch": 1})
+    norm_f = (2 + 4) + (4 + 4) + 4 + (4 + 4) + (4 + 2) + (2 + 2)
+    norm_b = (2 + 2) + (2 + 2 + 2) + 2 + (2 + 4) + (4 + 4) + (4 + 4 + 4) + 4 + 4 + (4 + 4) + (4 + 4) + (4 + 4 + 4) \
+        + (4 + 4 + 4) + (4 + 2)
+    assert (norm_f, norm_b) == (36, 92)
+    rope = (2 + 4) + (4 + 4) + (4 + 2)
+    fwd = 2 * (norm_f - 4) * h + rope * (q + k) + 2 * (2 * k + 2 * q) + (10 - 6) * f
+    bwd = 2 * (norm_b - 6) * h + rope * (q + k) + 2 * (2 * q + 2 * k) + (18 - 12) * f
+    assert titan.fwd_layer - fused.fwd_layer == pytest.approx(fwd * t / B, rel=1e-9)
+    assert titan.bwd_layer - fused.bwd_layer == pytest.approx(bwd * t / B, rel=1e-9)
+
+
+def test_torchtitan_multi_head_has_no_repeat_kv(tmp_path):
+    """With as many key/value heads as query heads repeat_kv returns its input: the forward's extra is the norms, the
+    rotary over q and k (h each) and the SwiGLU only."""
+    h, f, t = 1024, 2816, 2048
+    fused, titan = _titan_pair(tmp_path, _llama(), {"seq_len": 2048, "global_batch": 1, "micro_batch": 1})
+    assert titan.fwd_layer - fused.fwd_layer == pytest.approx((2 * 32 * h + 20 * 2 * h + 4 * f) * t / B, rel=1e-9)
+
+
+def test_torchtitan_is_refused_with_tensor_parallelism(tmp_path):
+    """torchtitan's TP shards its norms over the sequence, which the count does not describe: tp 2 is refused."""
+    from simtrain.spec.errors import InputError
+
+    with pytest.raises(InputError, match="layer_kernels: 'torchtitan'"):
+        _titan_pair(tmp_path, _llama(), {"seq_len": 2048, "global_batch": 1, "micro_batch": 1},
+                    parallel={"tp": 2, "sequence_parallel": True})

@@ -208,7 +208,7 @@ def layer_cost(sh: LayerShape, dev: Device, recompute: str) -> LayerCost:
         dev.norm_time(2 * 3 * sbh, backward=True, kernels=4)
     if sh.layer_kernels != "fused":
         # a framework's eager element-wise kernels and layout copies beyond this count (layer_kernels.py)
-        more = layer_kernels.extra_work(sh.layer_kernels, tokens=sh.tokens, batch=sh.batch, q=sh.q / t,
+        more = layer_kernels.extra_work(sh.layer_kernels, tokens=sh.tokens, batch=sh.batch, h=h, q=sh.q / t,
                                         k=sh.kv_width / t, f=sh.ffn / t, elem=elem)
         fwd_ew += dev.memory_time(more.forward_bytes, kernels=more.forward_kernels)
         bwd_ew += dev.memory_time(more.backward_bytes, kernels=more.backward_kernels)

@@ -34,13 +34,43 @@ The backward (autograd's kernels for the same ops):
 
 The forward also launches four small kernels per layer for the variable-length attention's sequence offsets
 (``torch.zeros`` and ``cumsum`` of the sequence mask, twice); their bytes are negligible.
+
+``torchtitan`` is torchtitan's Llama 3 block run eagerly, as its December 2024 H100 benchmark ran without
+torch.compile (pytorch/torchtitan ``torchtitan/models/llama/model.py`` and ``torchtitan/models/norms.py`` @9dec370,
+``norm_type = "rmsnorm"``), tensor parallelism 1. Its forward moves beyond the fused count, per token (bytes):
+
+- each of the two norms is ``RMSNorm``'s eager ``(x.float() * rsqrt(x.float().pow(2).mean(-1) + eps)).type_as(x)
+  * weight``: the cast (read e, write 4), ``pow`` (4 + 4), ``mean`` (read 4), the product with the row's rsqrt
+  (4 + 4), the cast back (4 + e), the product with the weight (e + e): ``4e + 28`` per element where the fused count
+  charges ``2e``;
+- ``apply_rotary_emb`` on the queries and the keys: the cast to fp32 (e + 4), the complex product with the
+  frequencies (4 + 4; the frequencies broadcast over heads and tokens, negligible) and ``type_as`` back (4 + e):
+  ``2e + 16`` per query and key element;
+- ``repeat_kv`` when there are fewer key/value heads than query heads: ``expand(...).reshape(...)`` copies the keys
+  and the values to the query width: ``e (K + Q)`` each;
+- the SwiGLU ``silu(w1 x) * w3 x``: silu (e + e) and the product (2e + e), ``5eF`` where the fused count charges
+  ``3eF``.
+
+Scaled-dot-product attention takes the transposed queries, keys and values as they are and returns its output in
+the layout the following ``transpose(1, 2).contiguous()`` already has: no copies. The backward, by PyTorch's
+autograd formulas (``tools/autograd/derivatives.yaml``; ``pow_backward``, ``mean_backward``, ``sum_to``):
+
+- each norm: the weight product's input gradient (e + e) and weight gradient (product e + e + e, sum e), the cast
+  back to fp32 (e + 4), the row-rsqrt product's input gradient (4 + 4) and its row gradient (product 4 + 4 + 4,
+  sum 4), ``mean``'s broadcast divided by h (write 4), ``pow``'s ``grad * (2 * x.pow(1))`` (copy 4 + 4, scale
+  4 + 4, product 4 + 4 + 4), the sum of the two gradients of ``x.float()`` (4 + 4 + 4) and the cast to bf16
+  (4 + e): ``8e + 76`` where the fused count charges ``3e``;
+- the rotary embedding: the cast, the product with the conjugate frequencies and the cast back: ``2e + 16``;
+- ``repeat_kv``: ``sum_to`` over the repeats, read ``eQ`` and write ``eK``, for keys and values;
+- the SwiGLU: the product's two gradients (read 2e, write e, each) and silu's (read 2e, write e): ``9eF`` where
+  the fused count charges ``6eF``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-IMPLEMENTATIONS = ("fused", "nanotron")
+IMPLEMENTATIONS = ("fused", "nanotron", "torchtitan")
 
 
 @dataclass(frozen=True)
@@ -53,11 +83,15 @@ class ExtraWork:
     backward_kernels: int = 0
 
 
-def extra_work(impl: str, *, tokens: int, batch: int, q: float, k: float, f: float, elem: float) -> ExtraWork:
+def extra_work(impl: str, *, tokens: int, batch: int, h: float, q: float, k: float, f: float,
+               elem: float) -> ExtraWork:
     """What ``impl``'s layer moves beyond the fused count (module docstring), for ``tokens`` tokens in ``batch``
-    sequences; ``q``, ``k``, ``f`` are the rank's query, key and MLP widths, ``elem`` the activation element size."""
+    sequences; ``h`` is the hidden size, ``q``, ``k``, ``f`` the rank's query, key and MLP widths, ``elem`` the
+    activation element size."""
     if impl == "fused":
         return ExtraWork()
+    if impl == "torchtitan":
+        return _torchtitan(tokens=tokens, h=h, q=q, k=k, f=f, e=elem)
     if impl != "nanotron":
         raise ValueError(f"unknown layer_kernels {impl!r} (allowed: {', '.join(IMPLEMENTATIONS)})")
     mha = q == k
@@ -69,3 +103,16 @@ def extra_work(impl: str, *, tokens: int, batch: int, q: float, k: float, f: flo
     bwd_kernels = 3 + 2 + 1 + (2 if mha else 1) + (2 if several else 0)
     return ExtraWork(forward_bytes=fwd * elem * tokens, forward_kernels=fwd_kernels,
                      backward_bytes=bwd * elem * tokens, backward_kernels=bwd_kernels)
+
+
+def _torchtitan(*, tokens: int, h: float, q: float, k: float, f: float, e: float) -> ExtraWork:
+    """torchtitan's eager Llama 3 block beyond the fused count (module docstring): bytes per token, two norms."""
+    repeat = k < q
+    fwd = 2 * ((4 * e + 28) - 2 * e) * h + (2 * e + 16) * (q + k) + (2 * e * (k + q) if repeat else 0.0) \
+        + (5 - 3) * e * f
+    bwd = 2 * ((8 * e + 76) - 3 * e) * h + (2 * e + 16) * (q + k) + (2 * e * (q + k) if repeat else 0.0) \
+        + (9 - 6) * e * f
+    fwd_kernels = 2 * (8 - 1) + 2 * 3 + (2 if repeat else 0) + 1
+    bwd_kernels = 2 * (15 - 1) + 2 * 3 + (2 if repeat else 0) + 2
+    return ExtraWork(forward_bytes=fwd * tokens, forward_kernels=fwd_kernels,
+                     backward_bytes=bwd * tokens, backward_kernels=bwd_kernels)

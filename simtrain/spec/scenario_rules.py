@@ -10,6 +10,7 @@ from simtrain.spec.errors import (
     display_path,
     suggest,
 )
+from simtrain.spec.scenario_rules_kernels import check_layer_kernel_rules
 from simtrain.spec.scenario_rules_long import check_long_sequence_rules
 from simtrain.spec.scenario_rules_moe import check_ep_overlap_rules, check_hybridep_scope
 from simtrain.spec.yamlio import OVERRIDE_LINE, line_of, locate
@@ -240,8 +241,8 @@ def check_rules(s, raw: dict) -> list[str]:
              "by default still reshards after each backward and gathers again before every micro-batch's forward "
              "(PyTorch FSDPParamGroup.post_backward), which ZeRO-2 here does not play (allowed with zero 2: generic, "
              "fsdp1; or use zero 3)")
-    if tr.layer_kernels == "nanotron":
-        _check_nanotron_layer(m, tr, fail)
+    if tr.layer_kernels != "fused":
+        check_layer_kernel_rules(m, tr, par, fail)
     if par.zero_impl != "generic" and (par.zero < 2 or s.dp_cp == 1):
         warnings.append(f"parallel.zero_impl: {par.zero_impl} has no effect with zero {par.zero} over dp x cp = "
                         f"{s.dp_cp} rank(s) (it describes how ZeRO-2/3 copy around their gathers and reduce-scatters)")
@@ -256,22 +257,6 @@ def check_rules(s, raw: dict) -> list[str]:
         warnings.append(f"parallel.backward_prefetch: {par.backward_prefetch} has no effect with zero {par.zero} and "
                         f"dp {par.dp} (it describes ZeRO-3's weight gathers)")
     return warnings
-
-
-def _check_nanotron_layer(m, tr, fail) -> None:
-    """training.layer_kernels: nanotron counts nanotron's Llama layer (plan/layer_kernels.py): refuse what it is not."""
-    why = None
-    if m.moe is not None:
-        why = "a mixture-of-experts model"
-    elif m.attention.kind != "mha" or m.attention.sliding_window is not None or m.qk_norm:
-        why = "this attention (nanotron's Llama has multi- or grouped-query attention, no windows, no qk_norm)"
-    elif m.mlp != "swiglu":
-        why = f"mlp: {m.mlp} (nanotron's Llama MLP is a SwiGLU)"
-    elif tr.attention_kernel != "flash2":
-        why = f"flash_attention: {tr.flash_attention} (nanotron's Llama runs FlashAttention-2, flash_attn_varlen_func)"
-    if why:
-        fail("training.layer_kernels", f"'nanotron' (nanotron's Llama decoder layer) is not simulated with {why} "
-             "(allowed here: fused)")
 
 
 #: what a run with the optimizer on the host should know about its CPU step's time (plan.offload_optimizer)

@@ -55,12 +55,13 @@ class Training(Closed):
                              "reads and writes the buffer in grad_dtype (nanotron's FP32GradientAccumulator); "
                              "autograd = PyTorch's accumulation into .grad, an in-place add per parameter from the "
                              "second micro-batch on (docs/model.md section 2.12c)")
-    layer_kernels: Literal["fused", "nanotron"] = Field(
-        "fused", description="the decoder layer's element-wise and layout kernels outside its GEMMs, attention and "
-                             "norms: fused = Megatron-Core / Transformer Engine style (fused activation, no layout "
-                             "copies); nanotron = nanotron's Llama layer, read from its code (eager SwiGLU, the QKV "
-                             "permute and key/value cat copies, flash-attn's in-place rotary; docs/model.md section "
-                             "2.12d)")
+    layer_kernels: Literal["fused", "nanotron", "torchtitan"] = Field(
+        "fused", description="the decoder layer's element-wise and layout kernels outside its GEMMs and attention: "
+                             "fused = Megatron-Core / Transformer Engine style (fused norms and activation, no layout "
+                             "copies); nanotron = nanotron's Llama layer (eager SwiGLU, the QKV permute and "
+                             "key/value cat copies, flash-attn's in-place rotary); torchtitan = torchtitan's Llama 3 "
+                             "block without torch.compile (eager fp32 RMSNorm and rotary, repeat_kv copies, eager "
+                             "SwiGLU); each read from its code (docs/model.md section 2.12d)")
     recompute: Literal["none", "selective", "selective_op", "full"] = Field(
         "none", description="activation recompute: selective = Megatron-LM's (the attention core), "
                             "selective_op = torchtitan's op-level policy (matmul and attention outputs kept, "

@@ -1,0 +1,27 @@
+"""Rules for training.layer_kernels: a framework's own layer kernels are counted only for the layers that framework
+builds (simtrain/plan/layer_kernels.py)."""
+
+from __future__ import annotations
+
+
+def check_layer_kernel_rules(m, tr, par, fail) -> None:
+    """training.layer_kernels counts one framework's Llama layer (plan/layer_kernels.py): refuse what it is not."""
+    impl = tr.layer_kernels
+    who = {"nanotron": "nanotron's Llama decoder layer", "torchtitan": "torchtitan's eager Llama 3 block"}[impl]
+    why = None
+    if m.moe is not None:
+        why = "a mixture-of-experts model"
+    elif m.attention.kind != "mha" or m.attention.sliding_window is not None or m.qk_norm:
+        why = "this attention (the layer has multi- or grouped-query attention, no windows, no qk_norm)"
+    elif m.mlp != "swiglu":
+        why = f"mlp: {m.mlp} (the layer's MLP is a SwiGLU)"
+    elif impl == "nanotron" and tr.attention_kernel != "flash2":
+        why = f"flash_attention: {tr.flash_attention} (nanotron's Llama runs FlashAttention-2, flash_attn_varlen_func)"
+    elif impl == "torchtitan" and tr.attention_kernel == "none":
+        why = "flash_attention: false (torchtitan runs scaled_dot_product_attention's fused kernels)"
+    elif impl == "torchtitan" and m.norm_kind != "rmsnorm":
+        why = f"norm: {m.norm_kind} (the count is torchtitan's eager RMSNorm)"
+    elif impl == "torchtitan" and par.tp > 1:
+        why = f"tp {par.tp} (torchtitan shards its norms over the sequence with TP; the count is for tp 1)"
+    if why:
+        fail("training.layer_kernels", f"'{impl}' ({who}) is not simulated with {why} (allowed here: fused)")
