@@ -10,18 +10,21 @@ from simtrain.plan.build import build_plan
 
 B = 1e12   # the test GPU's HBM: 1 TB/s, streaming efficiency 1, no launch gap (tests/data/core_ideal.yaml)
 E = 2      # bf16 activations
+ONE_SEQ = {"seq_len": 2048, "global_batch": 1, "micro_batch": 1, "dropout": False}   # Llama layers have no dropout
+TWO_SEQ = {"seq_len": 1024, "global_batch": 2, "micro_batch": 2, "dropout": False}
 
 
 def _llama(**extra):
     return gpt_model(layers=2, hidden=1024, heads=16, mlp="swiglu", ffn_hidden=2816, **extra)
 
 
-def _pair(tmp_path, model, train, parallel=None):
+def _pair(tmp_path, model, train, parallel=None, impl="nanotron"):
+    """The first chunk's plan with the fused count and with ``impl``'s layer kernels, HBM at 1 TB/s."""
     hw = hardware_variant(tmp_path, {"gpu.memory_bandwidth": "1 TB/s"}, name="hbm1")
     base = dict(hardware=hw, model=model, parallel=parallel or {"dp": 1})
     fused = build_plan(make_scenario(**base, training=train)).chunks[0]
-    nano = build_plan(make_scenario(**base, training={**train, "layer_kernels": "nanotron"})).chunks[0]
-    return fused, nano
+    other = build_plan(make_scenario(**base, training={**train, "layer_kernels": impl})).chunks[0]
+    return fused, other
 
 
 def test_nanotron_mha_layer_moves_its_copies_and_eager_swiglu(tmp_path):
@@ -31,7 +34,7 @@ def test_nanotron_mha_layer_moves_its_copies_and_eager_swiglu(tmp_path):
     Backward: the SwiGLU's autograd kernels (13F) beyond the fused 6F: 7F; the rotary's conjugate rotation 2 x 2h;
     the key/value split's cat 2 x 2h; unbind's stack and the reshape of its permuted view, 2 x 3h each."""
     h, f, t = 1024, 2816, 2048
-    fused, nano = _pair(tmp_path, _llama(), {"seq_len": 2048, "global_batch": 1, "micro_batch": 1})
+    fused, nano = _pair(tmp_path, _llama(), ONE_SEQ)
     fwd = 2 * 3 * h + 2 * 2 * h + 2 * 2 * h + 2 * 2 * h + 2 * f
     bwd = 7 * f + 2 * 2 * h + 2 * 2 * h + 2 * (2 * 3 * h)
     assert nano.fwd_layer - fused.fwd_layer == pytest.approx(fwd * E * t / B, rel=1e-9)
@@ -45,7 +48,7 @@ def test_nanotron_gqa_and_several_sequences(tmp_path):
     the split's cat 2 x 2k, the QKV split's cat 2 (q + 2k) once, and the output projection's contiguous() of its
     saved input and the reshape of the input gradient, 2q each."""
     q, k, f, t = 1024, 256, 2816, 2048
-    fused, nano = _pair(tmp_path, _llama(kv_heads=4), {"seq_len": 1024, "global_batch": 2, "micro_batch": 2})
+    fused, nano = _pair(tmp_path, _llama(kv_heads=4), TWO_SEQ)
     fwd = 2 * (q + 2 * k) + 2 * 2 * k + 2 * 2 * k + 2 * (q + k) + 2 * f + 2 * q
     bwd = 7 * f + 2 * (q + k) + 2 * 2 * k + 2 * (q + 2 * k) + 2 * 2 * q
     assert nano.fwd_layer - fused.fwd_layer == pytest.approx(fwd * E * t / B, rel=1e-9)
@@ -55,7 +58,7 @@ def test_nanotron_gqa_and_several_sequences(tmp_path):
 def test_nanotron_widths_are_the_tp_ranks_share(tmp_path):
     """With tp 2 each rank copies its own heads and MLP columns over all the micro-batch's tokens: the extra time per
     layer is half the tp 1 figure (widths / 2, same tokens)."""
-    train = {"seq_len": 2048, "global_batch": 1, "micro_batch": 1}
+    train = ONE_SEQ
     f1, n1 = _pair(tmp_path, _llama(), train)
     f2, n2 = _pair(tmp_path, _llama(), train, parallel={"tp": 2, "sequence_parallel": True})
     assert n2.fwd_layer - f2.fwd_layer == pytest.approx((n1.fwd_layer - f1.fwd_layer) / 2, rel=1e-9)
@@ -65,17 +68,9 @@ def test_nanotron_widths_are_the_tp_ranks_share(tmp_path):
 def test_full_recompute_repeats_the_nanotron_forward(tmp_path):
     """Full recompute runs the forward again before the backward, its copies included: the recompute grows by the
     forward's extra."""
-    train = {"seq_len": 2048, "global_batch": 1, "micro_batch": 1, "recompute": "full"}
+    train = {**ONE_SEQ, "recompute": "full"}
     fused, nano = _pair(tmp_path, _llama(), train)
     assert nano.recompute_layer - fused.recompute_layer == pytest.approx(nano.fwd_layer - fused.fwd_layer, rel=1e-9)
-
-
-def _titan_pair(tmp_path, model, train, parallel=None):
-    hw = hardware_variant(tmp_path, {"gpu.memory_bandwidth": "1 TB/s"}, name="hbm1")
-    base = dict(hardware=hw, model=model, parallel=parallel or {"dp": 1})
-    fused = build_plan(make_scenario(**base, training=train)).chunks[0]
-    titan = build_plan(make_scenario(**base, training={**train, "layer_kernels": "torchtitan"})).chunks[0]
-    return fused, titan
 
 
 def test_torchtitan_eager_block_norms_rotary_repeat_kv_and_swiglu(tmp_path):
@@ -89,7 +84,7 @@ def test_torchtitan_eager_block_norms_rotary_repeat_kv_and_swiglu(tmp_path):
     4 + 2); rotary 20 per element; repeat_kv's sum over repeats, read 2 per q element and write 2 per k element, for
     keys and values; SwiGLU 18 against 12 per F element."""
     h, q, k, f, t = 1024, 1024, 256, 2816, 2048
-    fused, titan = _titan_pair(tmp_path, _llama(kv_heads=4), {"seq_len": 2048, "global_batch": 1, "micro_batch": 1})
+    fused, titan = _pair(tmp_path, _llama(kv_heads=4), ONE_SEQ, impl="torchtitan")
     norm_f = (2 + 4) + (4 + 4) + 4 + (4 + 4) + (4 + 2) + (2 + 2)
     norm_b = (2 + 2) + (2 + 2 + 2) + 2 + (2 + 4) + (4 + 4) + (4 + 4 + 4) + 4 + 4 + (4 + 4) + (4 + 4) + (4 + 4 + 4) \
         + (4 + 4 + 4) + (4 + 2)
@@ -105,7 +100,7 @@ def test_torchtitan_multi_head_has_no_repeat_kv(tmp_path):
     """With as many key/value heads as query heads repeat_kv returns its input: the forward's extra is the norms, the
     rotary over q and k (h each) and the SwiGLU only."""
     h, f, t = 1024, 2816, 2048
-    fused, titan = _titan_pair(tmp_path, _llama(), {"seq_len": 2048, "global_batch": 1, "micro_batch": 1})
+    fused, titan = _pair(tmp_path, _llama(), ONE_SEQ, impl="torchtitan")
     assert titan.fwd_layer - fused.fwd_layer == pytest.approx((2 * 32 * h + 20 * 2 * h + 4 * f) * t / B, rel=1e-9)
 
 
@@ -114,5 +109,21 @@ def test_torchtitan_is_refused_with_tensor_parallelism(tmp_path):
     from simtrain.spec.errors import InputError
 
     with pytest.raises(InputError, match="layer_kernels: 'torchtitan'"):
-        _titan_pair(tmp_path, _llama(), {"seq_len": 2048, "global_batch": 1, "micro_batch": 1},
-                    parallel={"tp": 2, "sequence_parallel": True})
+        _pair(tmp_path, _llama(), ONE_SEQ, parallel={"tp": 2, "sequence_parallel": True}, impl="torchtitan")
+
+
+@pytest.mark.parametrize("impl", ["nanotron", "torchtitan"])
+@pytest.mark.parametrize("model_change, train_change, says", [
+    ({"bias": True}, {}, "bias: true"),
+    ({"position_embeddings": 2048}, {}, "position_embeddings: 2048"),
+    ({"norm": "layernorm"}, {}, "norm: layernorm"),
+    ({"head_dim": 128}, {}, "head_dim: 128"),
+    ({}, {"dropout": True}, "dropout: true"),
+])
+def test_layer_kernels_refuse_layers_the_framework_does_not_build(tmp_path, impl, model_change, train_change, says):
+    """Both frameworks' Llama layers have RMSNorms, no biases, rotary positions, heads of hidden / heads and no
+    dropout: a scenario that says otherwise is refused, naming the key."""
+    from simtrain.spec.errors import InputError
+
+    with pytest.raises(InputError, match=f"layer_kernels: '{impl}'.*{says}"):
+        _pair(tmp_path, _llama(**model_change), {**ONE_SEQ, **train_change}, impl=impl)

@@ -301,8 +301,8 @@ def test_fused_loss_keeps_16bit_logits_instead_of_fp32_log_softmax():
 
 def test_vocab_parallel_loss_keeps_fp32_softmax_and_peaks_e_plus_4_above_it():
     """Megatron-LM's and nanotron's vocab-parallel loss keeps its fp32 softmax (4·s·b·V/t, as the eager loss keeps its
-    log-softmax) and peaks (e + 4)·s·b·V/t above it (nanotron's forward: the bf16 logits, their fp32 copy and the
-    max-subtracted copy that becomes the softmax), against the eager loss's 8: the difference is
+    log-softmax) and peaks (e + 4)·s·b·V/t above it (the zero-bubble fork's forward: the bf16 logits, their fp32 copy
+    and the out-of-place max-subtracted copy that becomes the softmax), against the eager loss's 8: the difference is
     (8 - 2 - 4)·s·b·V/t = 2 x 4096 x 32000 = 262,144,000 B for llama2-13b at t = 1, one micro-batch in flight."""
     assert _llama13b_loss_activations("eager") - _llama13b_loss_activations("vocab_parallel") \
         == 2 * 4096 * 1 * 32000 == 262_144_000

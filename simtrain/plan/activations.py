@@ -93,9 +93,9 @@ def loss_transient_bytes_per_logit(cross_entropy: str, elem: float) -> float:
     forward's peak, 16-bit logits + their fp32 copy + the log-softmax output, is e + 8 <= 12. So 8 bytes.
     ``fused`` (flash-attn's kernel): the backward writes the logits' gradient in the logits' dtype, e bytes.
     ``vocab_parallel`` (Megatron-LM's and nanotron's, costs.CROSS_ENTROPY_BYTES): it keeps the fp32 softmax (4
-    bytes) that it computes in place over the fp32 copy of the logits; the forward's peak is the 16-bit logits, that
-    copy and nanotron's out-of-place max-subtracted logits, e + 8 (Megatron-LM subtracts in place: e + 4), and the
-    backward multiplies in place and casts back, 4 + e. So e + 4 beyond what it keeps."""
+    bytes) and writes its gradient into it. e + 4 beyond what it keeps: exact when the 16-bit logits stay alive and
+    the max is subtracted out of place (the zero-bubble fork, forward peak e + 8); at most 4 too high for an in-place
+    subtraction (Megatron-LM, Megatron-Core) and e too high for nanotron, which frees the 16-bit logits first."""
     if cross_entropy == "vocab_parallel":
         return elem + 4.0
     return 8.0 if cross_entropy == "eager" else elem

@@ -32,8 +32,8 @@ The backward (autograd's kernels for the same ops):
 - with more than one sequence per micro-batch, the output projection's ``tensor.contiguous()`` of its saved input
   (``_RowLinearAsyncCommunication.backward``) and the ``reshape`` of the transposed input gradient: ``eQ`` each.
 
-The forward also launches four small kernels per layer for the variable-length attention's sequence offsets
-(``torch.zeros`` and ``cumsum`` of the sequence mask, twice); their bytes are negligible.
+The forward also launches six small kernels per layer for the variable-length attention's sequence offsets
+(``torch.zeros``, the mask's ``sum`` and its ``cumsum``, twice); their bytes are negligible.
 
 ``torchtitan`` is torchtitan's Llama 3 block run eagerly, as its December 2024 H100 benchmark ran without
 torch.compile (pytorch/torchtitan ``torchtitan/models/llama/model.py`` and ``torchtitan/models/norms.py`` @9dec370,
@@ -99,7 +99,7 @@ def extra_work(impl: str, *, tokens: int, batch: int, h: float, q: float, k: flo
     several = batch > 1
     fwd = qkv + 2 * (2 * k) + 2 * (2 * k) + 2 * (q + k) + (5 - 3) * f + (2 * q if several else 0.0)
     bwd = (13 - 6) * f + 2 * (q + k) + 2 * (2 * k) + (2 if mha else 1) * qkv + (4 * q if several else 0.0)
-    fwd_kernels = (1 if mha else 3) + 2 + 2 + 1 + (1 if several else 0) + 4
+    fwd_kernels = (1 if mha else 3) + 2 + 2 + 1 + (1 if several else 0) + 6
     bwd_kernels = 3 + 2 + 1 + (2 if mha else 1) + (2 if several else 0)
     return ExtraWork(forward_bytes=fwd * elem * tokens, forward_kernels=fwd_kernels,
                      backward_bytes=bwd * elem * tokens, backward_kernels=bwd_kernels)

@@ -15,12 +15,20 @@ def check_layer_kernel_rules(m, tr, par, fail) -> None:
         why = "this attention (the layer has multi- or grouped-query attention, no windows, no qk_norm)"
     elif m.mlp != "swiglu":
         why = f"mlp: {m.mlp} (the layer's MLP is a SwiGLU)"
+    elif m.norm_kind != "rmsnorm":
+        why = f"norm: {m.norm_kind} (the layer's norms are RMSNorms)"
+    elif m.bias:
+        why = "bias: true (the layer's linears have no biases)"
+    elif m.position_embeddings:
+        why = f"position_embeddings: {m.position_embeddings} (the layer uses rotary positions, no learned table)"
+    elif m.head_dim is not None and m.head_dim * m.heads != m.hidden:
+        why = f"head_dim: {m.head_dim} (the layer's head width is hidden / heads = {m.hidden // m.heads})"
+    elif tr.dropout:
+        why = "dropout: true (the layer has no dropout; set training.dropout: false)"
     elif impl == "nanotron" and tr.attention_kernel != "flash2":
         why = f"flash_attention: {tr.flash_attention} (nanotron's Llama runs FlashAttention-2, flash_attn_varlen_func)"
     elif impl == "torchtitan" and tr.attention_kernel == "none":
         why = "flash_attention: false (torchtitan runs scaled_dot_product_attention's fused kernels)"
-    elif impl == "torchtitan" and m.norm_kind != "rmsnorm":
-        why = f"norm: {m.norm_kind} (the count is torchtitan's eager RMSNorm)"
     elif impl == "torchtitan" and par.tp > 1:
         why = f"tp {par.tp} (torchtitan shards its norms over the sequence with TP; the count is for tp 1)"
     if why:
