@@ -65,6 +65,18 @@ def test_unfused_accumulation_is_a_stack_of_its_own():
     assert (unfused_band.low_s, unfused_band.high_s) == pytest.approx((1 / 0.7, 1 / 0.7))
 
 
+def test_a_frameworks_layer_kernels_are_a_stack_of_their_own():
+    """training.layer_kernels (nanotron's, torchtitan's eager block) names its own stack, after the accumulation: a
+    nanotron scenario's band uses the nanotron cases (-0.1 x 3), not the fused stack's (+0.1 x 3)."""
+    nano = stack_of(1, grad_accumulation="unfused", layer_kernels="nanotron")
+    assert nano == "DDP/ZeRO-1/2, unfused accumulation, nanotron kernels"
+    assert stack_of(3, layer_kernels="torchtitan") == "ZeRO-3/FSDP, torchtitan kernels"
+    assert stack_of(1, layer_kernels="fused") == stack_of(1)
+    rows = _rows([0.1] * 3, stack="DDP/ZeRO-1/2, unfused accumulation") + _rows([-0.1] * 3, stack=nano)
+    b = band(1.0, "H100", nano, rows)
+    assert (b.low_s, b.high_s) == pytest.approx((1 / 0.9, 1 / 0.9))
+
+
 def test_names_of_gpu_and_stack():
     """The GPU family is the name's first part; ZeRO-3 is the FSDP stack, the others Megatron-style."""
     assert gpu_family("H200-SXM-141GB") == "H200"

@@ -238,7 +238,8 @@ def add_bands(top: list[dict[str, Any]], scenario: Scenario) -> None:
     gpu = gpu_family(scenario.hardware.gpu.name)
     for r in top:
         b = band(r["step_time_s"], gpu, stack_of(r["zero"], scenario.model.moe is not None,
-                                                  scenario.training.grad_accumulation))
+                                                  scenario.training.grad_accumulation,
+                                                  scenario.training.layer_kernels))
         r["step_time_band_low_s"], r["step_time_band_high_s"] = (b.low_s, b.high_s) if b else (None, None)
 
 

@@ -225,7 +225,7 @@ def run_case(case: dict, base_dir: Path, file: str | None = None, file_name: str
         return CaseResult(predicted_step_time_s=None, error=None, failure=str(err), **common)
     common["gpu"] = gpu_family(scenario.hardware.gpu.name)
     common["stack"] = stack_of(scenario.parallel.zero, scenario.model.moe is not None,
-                               scenario.training.grad_accumulation)
+                               scenario.training.grad_accumulation, scenario.training.layer_kernels)
     step = result.step_time_s
     predicted: dict[str, float] = {"mfu_simtrain": result.mfu, "peak_memory_GB": result.peak_memory_bytes_max / 1e9,
                                    "memory_capacity_GB": scenario.hardware.gpu.memory / 1e9}
