@@ -82,7 +82,8 @@ def test_torchtitan_eager_block_norms_rotary_repeat_kv_and_swiglu(tmp_path):
     per F element. Backward: each norm 92 against 6 (weight product 2 + 2 and 2 + 2 + 2 + sum 2, cast 2 + 4, row product
     4 + 4 and 4 + 4 + 4 + sum 4, mean 4, pow copy 4 + 4, scale 4 + 4, product 4 + 4 + 4, gradient sum 4 + 4 + 4, cast
     4 + 2); rotary 20 per element; repeat_kv's sum over repeats, read 2 per q element and write 2 per k element, for
-    keys and values; SwiGLU 18 against 12 per F element."""
+    keys and values; SwiGLU 18 against 12 per F element; autograd's five input-gradient sums (the separate wq/wk/wv
+    and w1/w3 projections, the two residual branches), 2 + 2 + 2 per h element each, against the fused 24."""
     h, q, k, f, t = 1024, 1024, 256, 2816, 2048
     fused, titan = _pair(tmp_path, _llama(kv_heads=4), ONE_SEQ, impl="torchtitan")
     norm_f = (2 + 4) + (4 + 4) + 4 + (4 + 4) + (4 + 2) + (2 + 2)
@@ -91,7 +92,10 @@ def test_torchtitan_eager_block_norms_rotary_repeat_kv_and_swiglu(tmp_path):
     assert (norm_f, norm_b) == (36, 92)
     rope = (2 + 4) + (4 + 4) + (4 + 2)
     fwd = 2 * (norm_f - 4) * h + rope * (q + k) + 2 * (2 * k + 2 * q) + (10 - 6) * f
-    bwd = 2 * (norm_b - 6) * h + rope * (q + k) + 2 * (2 * q + 2 * k) + (18 - 12) * f
+    # five adds (wq/wk/wv: 2, w1/w3: 1, the two residual branches), read 2 + 2 and write 2 bytes per h element each,
+    # against the fused count's residual backward: twice its forward's two adds, 2 x 2 x (2 + 2 + 2)
+    grad_sums = 5 * (2 + 2 + 2) - 2 * 2 * (2 + 2 + 2)
+    bwd = 2 * (norm_b - 6) * h + rope * (q + k) + 2 * (2 * q + 2 * k) + (18 - 12) * f + grad_sums * h
     assert titan.fwd_layer - fused.fwd_layer == pytest.approx(fwd * t / B, rel=1e-9)
     assert titan.bwd_layer - fused.bwd_layer == pytest.approx(bwd * t / B, rel=1e-9)
 
@@ -127,3 +131,17 @@ def test_layer_kernels_refuse_layers_the_framework_does_not_build(tmp_path, impl
 
     with pytest.raises(InputError, match=f"layer_kernels: '{impl}'.*{says}"):
         _pair(tmp_path, _llama(**model_change), {**ONE_SEQ, **train_change}, impl=impl)
+
+
+@pytest.mark.parametrize("train_change, says", [
+    ({"precision": "fp32"}, "precision: fp32"),
+    ({"flash_attention": False}, "flash_attention: False"),
+])
+def test_torchtitan_refuses_fp32_and_kernels_sdpa_cannot_run(tmp_path, train_change, says):
+    """torchtitan's count casts bf16 activations to fp32 and back (no-ops on fp32 ones), and its SDPA runs
+    FlashAttention-2 or cuDNN: fp32 and unfused attention are refused (as are flash1 and flash3, which the test
+    GPU does not list)."""
+    from simtrain.spec.errors import InputError
+
+    with pytest.raises(InputError, match=f"layer_kernels: 'torchtitan'.*{says}"):
+        _pair(tmp_path, _llama(), {**ONE_SEQ, **train_change}, impl="torchtitan")

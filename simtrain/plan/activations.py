@@ -94,8 +94,9 @@ def loss_transient_bytes_per_logit(cross_entropy: str, elem: float) -> float:
     ``fused`` (flash-attn's kernel): the backward writes the logits' gradient in the logits' dtype, e bytes.
     ``vocab_parallel`` (Megatron-LM's and nanotron's, costs.CROSS_ENTROPY_BYTES): it keeps the fp32 softmax (4
     bytes) and writes its gradient into it. e + 4 beyond what it keeps: exact when the 16-bit logits stay alive and
-    the max is subtracted out of place (the zero-bubble fork, forward peak e + 8); at most 4 too high for an in-place
-    subtraction (Megatron-LM, Megatron-Core) and e too high for nanotron, which frees the 16-bit logits first."""
+    the max is subtracted out of place (the zero-bubble fork; Megatron-Core core_v0.7.0.beta: forward peak e + 8); at
+    most 4 too high for an in-place subtraction (Megatron-LM 2021-22, Megatron-Core @fd5cfec0) and e too high for
+    nanotron, which frees the 16-bit logits first."""
     if cross_entropy == "vocab_parallel":
         return elem + 4.0
     return 8.0 if cross_entropy == "eager" else elem

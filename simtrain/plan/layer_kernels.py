@@ -39,13 +39,13 @@ The forward also launches six small kernels per layer for the variable-length at
 torch.compile (pytorch/torchtitan ``torchtitan/models/llama/model.py`` and ``torchtitan/models/norms.py`` @9dec370,
 ``norm_type = "rmsnorm"``), tensor parallelism 1. Its forward moves beyond the fused count, per token (bytes):
 
-- each of the two norms is ``RMSNorm``'s eager ``(x.float() * rsqrt(x.float().pow(2).mean(-1) + eps)).type_as(x)
-  * weight``: the cast (read e, write 4), ``pow`` (4 + 4), ``mean`` (read 4), the product with the row's rsqrt
-  (4 + 4), the cast back (4 + e), the product with the weight (e + e): ``4e + 28`` per element where the fused count
-  charges ``2e``;
+- each of the two norms is ``RMSNorm``'s eager ``x32 = x.float(); (x32 * rsqrt(x32.pow(2).mean(-1) + eps))
+  .type_as(x) * weight``: the cast (read e, write 4), ``pow`` (4 + 4), ``mean`` (read 4), the product with the row's
+  rsqrt (4 + 4), the cast back (4 + e), the product with the weight (e + e): ``4e + 28`` per element where the fused
+  count charges ``2e``;
 - ``apply_rotary_emb`` on the queries and the keys: the cast to fp32 (e + 4), the complex product with the
-  frequencies (4 + 4; the frequencies broadcast over heads and tokens, negligible) and ``type_as`` back (4 + e):
-  ``2e + 16`` per query and key element;
+  frequencies (4 + 4; the frequencies, one per token and head-dimension pair, broadcast over batch and heads and are
+  negligible) and ``type_as`` back (4 + e): ``2e + 16`` per query and key element;
 - ``repeat_kv`` when there are fewer key/value heads than query heads: ``expand(...).reshape(...)`` copies the keys
   and the values to the query width: ``e (K + Q)`` each;
 - the SwiGLU ``silu(w1 x) * w3 x``: silu (e + e) and the product (2e + e), ``5eF`` where the fused count charges
@@ -63,7 +63,10 @@ autograd formulas (``tools/autograd/derivatives.yaml``; ``pow_backward``, ``mean
 - the rotary embedding: the cast, the product with the conjugate frequencies and the cast back: ``2e + 16``;
 - ``repeat_kv``: ``sum_to`` over the repeats, read ``eQ`` and write ``eK``, for keys and values;
 - the SwiGLU: the product's two gradients (read 2e, write e, each) and silu's (read 2e, write e): ``9eF`` where
-  the fused count charges ``6eF``.
+  the fused count charges ``6eF``;
+- autograd's sums of input gradients: the separate ``wq``/``wk``/``wv`` projections (two adds) and ``w1``/``w3``
+  (one add) besides the two residual branches: five adds of ``3eh`` where the fused count charges the residuals'
+  backward ``12eh``: ``3eh`` more, in three more kernels (found by review, from a dispatch log of this block).
 """
 
 from __future__ import annotations
@@ -111,8 +114,8 @@ def _torchtitan(*, tokens: int, h: float, q: float, k: float, f: float, e: float
     fwd = 2 * ((4 * e + 28) - 2 * e) * h + (2 * e + 16) * (q + k) + (2 * e * (k + q) if repeat else 0.0) \
         + (5 - 3) * e * f
     bwd = 2 * ((8 * e + 76) - 3 * e) * h + (2 * e + 16) * (q + k) + (2 * e * (q + k) if repeat else 0.0) \
-        + (9 - 6) * e * f
+        + (9 - 6) * e * f + (5 * 3 - 12) * e * h
     fwd_kernels = 2 * (8 - 1) + 2 * 3 + (2 if repeat else 0) + 1
-    bwd_kernels = 2 * (15 - 1) + 2 * 3 + (2 if repeat else 0) + 2
+    bwd_kernels = 2 * (15 - 1) + 2 * 3 + (2 if repeat else 0) + 2 + 3
     return ExtraWork(forward_bytes=fwd * tokens, forward_kernels=fwd_kernels,
                      backward_bytes=bwd * tokens, backward_kernels=bwd_kernels)

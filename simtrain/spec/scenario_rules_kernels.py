@@ -27,8 +27,11 @@ def check_layer_kernel_rules(m, tr, par, fail) -> None:
         why = "dropout: true (the layer has no dropout; set training.dropout: false)"
     elif impl == "nanotron" and tr.attention_kernel != "flash2":
         why = f"flash_attention: {tr.flash_attention} (nanotron's Llama runs FlashAttention-2, flash_attn_varlen_func)"
-    elif impl == "torchtitan" and tr.attention_kernel == "none":
-        why = "flash_attention: false (torchtitan runs scaled_dot_product_attention's fused kernels)"
+    elif impl == "torchtitan" and tr.attention_kernel not in ("flash2", "cudnn"):
+        why = (f"flash_attention: {tr.flash_attention} (torchtitan runs scaled_dot_product_attention, whose fused "
+               "kernels are FlashAttention-2 and cuDNN's: flash2 or cudnn)")
+    elif impl == "torchtitan" and tr.precision == "fp32":
+        why = "precision: fp32 (the count's casts to and from fp32 are no-ops on fp32 activations)"
     elif impl == "torchtitan" and par.tp > 1:
         why = f"tp {par.tp} (torchtitan shards its norms over the sequence with TP; the count is for tp 1)"
     if why:
