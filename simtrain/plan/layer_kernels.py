@@ -1,4 +1,4 @@
-"""The decoder layer's work outside its GEMMs, attention and norms, by implementation (``training.layer_kernels``).
+"""The decoder layer's work outside its GEMMs and attention, by implementation (``training.layer_kernels``).
 
 ``fused`` is what :func:`simtrain.plan.costs.layer_cost` counts by itself: Megatron-Core / Transformer Engine style
 kernels, with no layout copies around the attention and one activation kernel over the MLP width.
