@@ -270,11 +270,12 @@ def test_op_policy_recomputes_three_matmuls_and_the_elementwise_work_not_attenti
 def test_backward_tp_collectives_per_recompute_mode(recompute, factor):
     """A layer's forward has two TP all-reduces (Shoeybi et al. 2019, Fig. 3); its backward two more. Full recompute
     re-runs the forward's two; torchtitan's op policy re-runs the one after the attention output (the MLP output is
-    kept), so the backward carries 1.5 forward-collectives' worth."""
+    kept), so the backward carries 1.5 forward-collectives' worth. As Megatron-LM before 2021-09, without the
+    asynchronous all-reduce (tests/test_tp_async.py has the overlapped backward)."""
     from conftest import make_scenario
 
     from simtrain.plan.build import build_plan
-    s = make_scenario(training={"recompute": recompute}, parallel={"tp": 2})
+    s = make_scenario(training={"recompute": recompute}, parallel={"tp": 2, "tp_async_allreduce": False})
     c = build_plan(s).chunks[0]
     assert c.tp_fwd_layer > 0
     assert c.tp_bwd_layer == pytest.approx(factor * c.tp_fwd_layer, rel=1e-12)

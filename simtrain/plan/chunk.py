@@ -56,6 +56,7 @@ class ChunkPlan:
     # others run their backward without recompute and its communication (the *_plain figures)
     recompute_count: int = -1
     tp_bwd_plain: float = 0.0
+    tp_wgrad_hidden: float = 0.0  # s, of the layer's TP backward, what the weight gradients hide (a split B waits)
     cp_bwd_plain: float = 0.0
     cp_bwd_hidden_plain: float = 0.0
     # activation offloading (plan.offload): the copies are played by the engine (engine.host_copies)

@@ -48,6 +48,8 @@ def backward_layers(c, part: str = "full") -> list:
             segs.append(("compute", "recompute", rec, layer))
         segs.append(("compute", "backward", bwd - (c.layer_wgrad(i) if part == "input" else 0.0), layer))
         tp_bwd, cp_bwd, cp_hidden = c.bwd_comm(i)
+        if part == "input" and i >= c.lead_layers:   # the async all-reduces' weight gradients wait for W
+            tp_bwd += c.tp_wgrad_hidden
         segs.append(("tp", "tp_comm", tp_bwd, layer))
         if cp_hidden > 0:
             segs.append(("cp_hidden", "cp_comm", cp_hidden, layer))

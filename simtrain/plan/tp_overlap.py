@@ -1,4 +1,5 @@
-"""What stays exposed of a layer's TP communication under Transformer Engine's userbuffers overlap
+"""What stays exposed of a layer's TP communication under Transformer Engine's userbuffers overlap, or, without
+sequence parallelism, under Megatron's asynchronous all-reduce of the input gradient
 (``parallel.tp_comm_overlap``; Megatron-Core ``tp_comm_overlap``), from the published descriptions of the
 technique (NeMo ``docs/source/features/optimizations/communication_overlap.rst``; the shipped per-GEMM presets
 in NeMo ``nemo/collections/llm/recipes/tp_overlap_configs/userbuffers.py``).
@@ -59,3 +60,26 @@ def exposed_tp(ag: float, rs: float, gemms: list[tuple[float, float, float]], tp
         return sum(exposed + extra * hidden for exposed, hidden in parts)
 
     return total(fwd), total(bwd)
+
+
+def exposed_async_allreduce(all_reduce: float, wgrads: tuple[float, float], slowdown: float) -> tuple[float, float]:
+    """(seconds, extra seconds of a split backward's B) of one layer backward's two TP all-reduces without sequence
+    parallelism (``parallel.tp_async_allreduce``). Each column-parallel linear (QKV, MLP up) all-reduces its input
+    gradient asynchronously and computes its weight gradient under it (Megatron-LM ``--async-tensor-model-parallel-
+    allreduce``, on by default since NVIDIA/Megatron-LM 3f65246 of 2021-09-02, ``LinearWithGradAccumulationAndAsync
+    Communication.backward``; Megatron-Core ``allreduce_dgrad`` in tensor_parallel/layers.py @d98e8a6; Transformer
+    Engine's column-parallel ``Linear``/``LayerNormLinear`` backward, ``allreduce(dgrad, tp_group, async_op=True)``
+    before the wgrad GEMM; Korthikanti et al. 2022 Sec. 5: "we overlap all-reduce communication with the linear
+    weight's gradient computation"): exposed = max(0, AR - WGRAD), the hidden part slowing the GEMM at ``slowdown``.
+
+    ``all_reduce``: one all-reduce of the layer's activations alone on the fabric; ``wgrads``: the QKV and MLP-up
+    weight-gradient GEMMs. A split backward (zero-bubble schedules) moves the weight gradients to W, so its B waits
+    for the whole all-reduces: the second figure is what it adds back."""
+    extra = slowdown - 1.0
+    total = back = 0.0
+    for wgrad in wgrads:
+        exposed = max(0.0, all_reduce - wgrad)
+        hidden = all_reduce - exposed
+        total += exposed + extra * hidden
+        back += hidden - extra * hidden
+    return total, back

@@ -220,6 +220,10 @@ def check_rules(s, raw: dict) -> list[str]:
         warnings.append("parallel.tp_comm_overlap has no effect without tp > 1 and sequence_parallel: true "
                         "(Transformer Engine's userbuffers overlap the all-gathers and reduce-scatters of "
                         "sequence parallelism)")
+    raw_par = raw.get("parallel") if isinstance(raw.get("parallel"), dict) else {}
+    if raw_par.get("tp_async_allreduce") is not None and (par.tp == 1 or par.sequence_parallel):
+        warnings.append("parallel.tp_async_allreduce has no effect with tp 1 or sequence_parallel: true (it overlaps "
+                        "the input-gradient all-reduces of tensor parallelism without sequence parallelism)")
     # a file whose scale-up domain spans nodes pins TP inside the domain (_check_domain)
     spans_nodes = not s.hardware.explicit and s.hardware.intra_node.domain_gpus is not None
     if par.tp > 1 and not spans_nodes and not s.hardware.explicit and \

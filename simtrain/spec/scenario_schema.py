@@ -142,6 +142,11 @@ class Parallel(Closed):
         False, description="Transformer Engine userbuffers (Megatron-Core tp_comm_overlap): with sequence "
                            "parallelism the TP all-gathers and reduce-scatters run in chunks under the neighbouring "
                            "GEMMs; what stays exposed: docs/model.md")
+    tp_async_allreduce: bool = Field(
+        True, description="without sequence parallelism: each column-parallel linear all-reduces its input "
+                          "gradient while it computes its weight gradient (Megatron-LM's default since 2021-09, "
+                          "Megatron-Core, Transformer Engine); false = both backward all-reduces exposed, as "
+                          "Megatron-LM before 2021-09 (docs/model.md section 6.1)")
     ep: PositiveInt = Field(1, description="expert parallelism: each MoE layer's routed experts split over ep ranks, "
                                            "folded onto the tp x dp GPUs of a stage as Megatron-Core does "
                                            "(etp x ep x edp = tp x dp)")

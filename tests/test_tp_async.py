@@ -1,0 +1,92 @@
+"""Megatron's asynchronous TP all-reduce (``parallel.tp_async_allreduce``, docs/model.md section 6.1): without
+sequence parallelism each column-parallel linear (QKV, MLP up) all-reduces its input gradient while its weight
+gradient runs (NVIDIA/Megatron-LM ``LinearWithGradAccumulationAndAsyncCommunication``, on by default since 2021-09;
+Korthikanti et al. 2022 Sec. 5). Every expected value below is a hand calculation on ``core_ideal.yaml`` (1,000
+TFLOP/s at efficiency 1, memory time nil) with its NVLink bandwidth set to 500 GB/s and an overlap slowdown of 1.2.
+"""
+
+from __future__ import annotations
+
+import pytest
+from conftest import hardware_variant, make_scenario
+
+from simtrain.plan.build import build_plan
+from simtrain.plan.segments import backward_layers
+from simtrain.plan.tp_overlap import exposed_async_allreduce
+
+US = 1e-6
+# the default test model (h 1,024, MLP 4h, 512 tokens, micro-batch 1) at TP 2: weight-gradient GEMMs 2 T h (N / 2)
+QKV_WGRAD = 2 * 512 * 1024 * (3 * 1024 // 2) / 1e15     # 1.6106 us
+UP_WGRAD = 2 * 512 * 1024 * (4 * 1024 // 2) / 1e15      # 2.1475 us
+
+
+def test_each_all_reduce_hides_under_its_weight_gradient_and_slows_it():
+    """exposed = max(0, AR - W) + (slowdown - 1) x the hidden part, per linear. AR 1.0 ms; W 0.6 and 2.0 ms;
+    slowdown 1.1: (0.4 + 0.1 x 0.6) + (0 + 0.1 x 1.0) = 0.56 ms. A split B, with no W under it, waits for both
+    whole all-reduces: 2.0 ms, 1.44 ms more."""
+    total, back = exposed_async_allreduce(1.0e-3, (0.6e-3, 2.0e-3), 1.1)
+    assert total == pytest.approx(0.56e-3, rel=1e-12)
+    assert back == pytest.approx(1.44e-3, rel=1e-12)
+    assert total + back == pytest.approx(2 * 1.0e-3, rel=1e-12)
+
+
+@pytest.fixture
+def hw(tmp_path):
+    return hardware_variant(tmp_path, {"intra_node.bandwidth": "500 GB/s", "compute.overlap_slowdown": 1.2})
+
+
+def _chunk(hw, recompute="none", **par):
+    s = make_scenario(hardware=hw, training={"recompute": recompute}, parallel={"tp": 2, **par})
+    return build_plan(s).chunks[0]
+
+
+def test_the_layer_backward_exposes_what_the_weight_gradients_cannot_hide(hw):
+    """Hand: the forward all-reduce AR (the plan's forward carries two) lies between the two weight gradients
+    (checked), so QKV's leaves AR - 1.6106 us exposed and hides 1.6106 us at 0.2 extra; MLP-up's hides all of AR at
+    0.2 extra. Without the overlap the backward carries both all-reduces whole."""
+    c = _chunk(hw)
+    ar = c.tp_fwd_layer / 2
+    assert QKV_WGRAD < ar < UP_WGRAD
+    assert c.tp_bwd_layer == pytest.approx((ar - QKV_WGRAD) + 0.2 * QKV_WGRAD + 0.2 * ar, rel=1e-9)
+    assert c.tp_wgrad_hidden == pytest.approx(0.8 * QKV_WGRAD + 0.8 * ar, rel=1e-9)
+    plain = _chunk(hw, tp_async_allreduce=False)
+    assert plain.tp_bwd_layer == pytest.approx(2 * ar, rel=1e-12)
+    assert plain.tp_wgrad_hidden == 0.0
+
+
+def test_full_recompute_adds_the_recomputed_forwards_two_all_reduces_whole(hw):
+    """The recomputed forward's all-reduces follow their row-parallel GEMMs synchronously: + 2 AR."""
+    none, full = _chunk(hw), _chunk(hw, "full")
+    assert full.tp_bwd_layer == pytest.approx(none.tp_bwd_layer + 2 * (none.tp_fwd_layer / 2), rel=1e-9)
+
+
+def test_sequence_parallelism_is_untouched(hw):
+    """With sequence parallelism there are no all-reduces to overlap this way (all-gathers and reduce-scatters):
+    the setting changes nothing."""
+    on = _chunk(hw, sequence_parallel=True)
+    off = _chunk(hw, sequence_parallel=True, tp_async_allreduce=False)
+    assert (on.tp_fwd_layer, on.tp_bwd_layer, on.tp_wgrad_hidden) == (off.tp_fwd_layer, off.tp_bwd_layer, 0.0)
+
+
+def test_a_split_backward_waits_for_the_whole_all_reduces_in_b(hw):
+    """A zero-bubble B runs before its W: its TP segment is the two all-reduces whole (2 AR); a whole backward's is
+    the overlapped figure."""
+    s = make_scenario(hardware=hw, training={"global_batch": 8},
+                      parallel={"tp": 2, "pp": 2, "schedule": "zb-h1"}, nodes=1, gpus_per_node=4)
+    c = build_plan(s).chunks[0]
+    ar = c.tp_fwd_layer / 2
+    tp_in = [seg[2] for _l, segs in backward_layers(c, "input") for seg in segs if seg[1] == "tp_comm"]
+    tp_full = [seg[2] for _l, segs in backward_layers(c, "full") for seg in segs if seg[1] == "tp_comm"]
+    assert tp_in == pytest.approx([2 * ar] * c.layers, rel=1e-9)
+    assert tp_full == pytest.approx([c.tp_bwd_layer] * c.layers, rel=1e-12)
+    assert c.tp_bwd_layer < 2 * ar
+
+
+def test_setting_it_where_it_cannot_act_warns():
+    from conftest import DATA, scenario_dict
+
+    from simtrain.spec.scenario import scenario_from_dict
+
+    raw = scenario_dict(parallel={"tp": 2, "sequence_parallel": True, "tp_async_allreduce": True})
+    s = scenario_from_dict(raw, file="test.yaml", base_dir=DATA)
+    assert any("tp_async_allreduce has no effect" in w for w in s.warnings)
