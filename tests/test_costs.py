@@ -309,6 +309,35 @@ def test_unfused_adam_moves_72_plus_3g_bytes_per_parameter():
     assert costs.optimizer_time(1e9, "sgd", dev, kernel="unfused") == costs.optimizer_time(1e9, "sgd", dev)
 
 
+@pytest.mark.parametrize("grad_bytes, loss_scaling, zero_buffer, per_param", [
+    (2.0, True, True, 54.0),    # fp16, 16-bit contiguous buffer (Korthikanti, the zero-bubble fork)
+    (2.0, True, False, 52.0),   # fp16, PyTorch .grad (torch DDP: Narayanan's smaller models)
+    (4.0, False, True, 42.0),   # bf16 with fp32 accumulation: no cast, no unscaling, a 4-byte buffer zeroed
+])
+def test_megatron_mixed_precision_optimizer_passes(grad_bytes, loss_scaling, zero_buffer, per_param):
+    """Megatron-LM's MixedPrecisionOptimizer.step (megatron/optimizer/optimizer.py @2755bcb8), per parameter: the
+    16-bit gradient cast to fp32 main gradients (read 2, write 4), fp16 unscaling in place (read 4, write 4), the
+    gradient norm (read 4), apex FusedAdam on fp32 (read w, g, m, v 16, write w, m, v 12), the copy back to the
+    16-bit weights (read 4, write 2), and the contiguous buffer zeroed (write 2 or 4). By hand: 6 + 8 + 4 + 28 + 6 +
+    2 = 54; without zeroing 52; with an fp32 buffer and bf16 0 + 0 + 4 + 28 + 6 + 4 = 42; six kernels of 1 us."""
+    dev = device(memory_efficiency=0.8, kernel_overhead=1e-6)
+    got = costs.optimizer_time(1e9, "adam", dev, kernel="megatron", grad_bytes=grad_bytes,
+                               loss_scaling=loss_scaling, zero_buffer=zero_buffer)
+    assert got == pytest.approx(per_param * 1e9 / (1e12 * 0.8) + 6e-6, rel=1e-12)
+
+
+def test_the_plan_charges_the_megatron_optimizer_its_bytes():
+    """An fp16 scenario with the default fused accumulation (a contiguous 16-bit buffer): 54 bytes per parameter."""
+    from conftest import make_scenario
+
+    from simtrain.plan.build import build_plan
+    s = make_scenario(model="llama2-7b", training={"seq_len": 512, "global_batch": 1, "precision": "fp16",
+                                                    "optimizer_kernel": "megatron"})
+    n = s.model.params_total
+    dev = Device(gpu=s.hardware.gpu, compute=s.hardware.compute, dtype="fp16")
+    assert build_plan(s).optimizer_time[0] == pytest.approx(dev.memory_time(54.0 * n, kernels=6), rel=1e-12)
+
+
 @pytest.mark.parametrize("dropout,fwd_bytes,bwd_bytes", [(True, 9, 11), (False, 4, 6)])
 def test_unfused_attention_moves_its_score_bytes(dropout, fwd_bytes, bwd_bytes):
     """Unfused attention (Megatron-LM's fused softmax, then dropout) = the score GEMMs (forward 2, backward 4) plus, per

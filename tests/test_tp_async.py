@@ -40,12 +40,17 @@ def _chunk(hw, recompute="none", **par):
     return build_plan(s).chunks[0]
 
 
+#: one all-reduce of 512 x 1,024 bf16 activations over 2 GPUs at 500 GB/s, ring: 2 (n - 1) / n x bytes / bandwidth
+AR = 2 * (2 - 1) / 2 * 512 * 1024 * 2 / 500e9            # 2.0972 us
+
+
 def test_the_layer_backward_exposes_what_the_weight_gradients_cannot_hide(hw):
-    """Hand: the forward all-reduce AR (the plan's forward carries two) lies between the two weight gradients
-    (checked), so QKV's leaves AR - 1.6106 us exposed and hides 1.6106 us at 0.2 extra; MLP-up's hides all of AR at
-    0.2 extra. Without the overlap the backward carries both all-reduces whole."""
+    """Hand: AR (2.0972 us) lies between the two weight gradients, so QKV's leaves AR - 1.6106 us exposed and hides
+    1.6106 us at 0.2 extra; MLP-up's hides all of AR at 0.2 extra. Without the overlap the backward carries both
+    all-reduces whole."""
     c = _chunk(hw)
-    ar = c.tp_fwd_layer / 2
+    ar = AR
+    assert c.tp_fwd_layer == pytest.approx(2 * AR, rel=1e-9)
     assert QKV_WGRAD < ar < UP_WGRAD
     assert c.tp_bwd_layer == pytest.approx((ar - QKV_WGRAD) + 0.2 * QKV_WGRAD + 0.2 * ar, rel=1e-9)
     assert c.tp_wgrad_hidden == pytest.approx(0.8 * QKV_WGRAD + 0.8 * ar, rel=1e-9)
@@ -107,3 +112,77 @@ def test_the_estimate_plays_a_split_b_with_the_whole_all_reduces(hw):
         est = estimate(s)
         assert est.lower_bound_s <= sim
         assert est.step_time_s == pytest.approx(sim, rel=0.01)
+
+
+def test_a_lane_whose_ring_runs_slower_times_its_own_overlap(hw):
+    """Degraded links give each replica its own TP scale (plan.tp_scale). The overlap is not linear in the
+    all-reduce, so a lane's backward TP segment must be its own exposure: at scale 10 the all-reduce (20.97 us)
+    outlasts both weight gradients, exposed (10 AR - 1.6106) + (10 AR - 2.1475) + 0.2 x (1.6106 + 2.1475) us; at 0.1
+    (0.2097 us) both hide, 2 x 0.2 x 0.1 AR. The engine multiplies the segment by the scale."""
+    from simtrain.plan.segments import backward_layers
+
+    c = _chunk(hw)
+    for scale, want in ((10.0, (10 * AR - QKV_WGRAD) + (10 * AR - UP_WGRAD) + 0.2 * (QKV_WGRAD + UP_WGRAD)),
+                        (0.1, 2 * 0.2 * 0.1 * AR)):
+        tp = [seg[2] for _l, segs in backward_layers(c, "full", scale) for seg in segs if seg[1] == "tp_comm"]
+        assert [t * scale for t in tp] == pytest.approx([want] * c.layers, rel=1e-9)
+
+
+def test_a_healthy_replica_keeps_its_tp_time_when_another_is_degraded(hw):
+    """Full fidelity, 2 replicas of TP 4, one link of replica 0's ring at a tenth of its speed: replica 1's TP
+    busy time is the same as in a run without the degraded link (it was 59% higher when the lane scaled the
+    overlapped figure linearly)."""
+    from conftest import gpt_model
+
+    from simtrain.engine.simulation import simulate
+
+    busy = {}
+    for degraded in ([], [{"a": "gpu0", "b": "nvsw0", "factor": 0.1}]):
+        s = make_scenario(hardware=hw, model=gpt_model(layers=4, hidden=4096, heads=32), nodes=2, gpus_per_node=4,
+                          training={"global_batch": 8, "seq_len": 2048}, parallel={"tp": 4, "dp": 2},
+                          simulation={"degraded_links": degraded, "fidelity": "full"})
+        tl = simulate(s).timeline
+        busy[bool(degraded)] = {lane.dp: sum(r[4] - r[3] for r in tl.records
+                                             if r[0] == lane.index and r[1] == "tp" and r[2] == "tp_comm")
+                                for lane in tl.lanes}
+    assert busy[True][1] == pytest.approx(busy[False][1], rel=1e-9)
+    assert busy[True][0] > 5 * busy[False][0]
+
+
+def test_latent_attention_keeps_its_backward_all_reduces_whole():
+    """Multi-head latent attention's column-parallel up projections take the latents: the overlap's pairing is not
+    modelled there, so both backward all-reduces stay whole (2 AR), as with the setting off."""
+    from conftest import gpt_model
+
+    m = gpt_model(layers=2, hidden=1024, heads=16)
+    m["attention"] = {"kind": "mla", "q_lora_rank": 384, "kv_lora_rank": 256, "qk_nope_head_dim": 64,
+                      "qk_rope_head_dim": 32, "v_head_dim": 64}
+    c = build_plan(make_scenario(model=m, parallel={"tp": 2})).chunks[0]
+    assert c.tp_bwd_layer == pytest.approx(c.tp_fwd_layer, rel=1e-12)
+    assert c.tp_async == ()
+
+
+def test_nanotron_layers_default_to_the_synchronous_all_reduce():
+    """nanotron's column_linear all-reduces its input gradient after the backward unless
+    tp_linear_async_communication is set (default off): layer_kernels nanotron turns the default off, says so, and
+    an explicit value wins."""
+    def scenario(**par):
+        return make_scenario(model={"layers": 2, "hidden": 1024, "heads": 16, "ffn_hidden": 2816, "vocab": 8,
+                                    "mlp": "swiglu", "norm": "rmsnorm", "bias": False},
+                             training={"layer_kernels": "nanotron", "flash_attention": "flash2", "dropout": False},
+                             parallel={"tp": 2, **par})
+    s = scenario()
+    assert not s.parallel.tp_async_allreduce
+    assert any("tp_async_allreduce: false, nanotron's default" in a for a in s.assumed)
+    assert scenario(tp_async_allreduce=True).parallel.tp_async_allreduce
+    assert scenario(sequence_parallel=True).parallel.tp_async_allreduce   # no all-reduce to overlap: left as set
+
+
+def test_setting_it_with_tp_1_warns():
+    from conftest import DATA, scenario_dict
+
+    from simtrain.spec.scenario import scenario_from_dict
+
+    raw = scenario_dict(parallel={"tp": 1, "tp_async_allreduce": False})
+    s = scenario_from_dict(raw, file="test.yaml", base_dir=DATA)
+    assert any("tp_async_allreduce has no effect" in w for w in s.warnings)

@@ -159,7 +159,7 @@ class CommMixin:
             for stream, kind, sec, layer in head:
                 yield from self._segment(lane, stream, kind, sec, mb, v, layer)
             pending += c.grad_bytes_edge if not c.has_embedding else 0.0
-        for layer_index, segs in self._backward_layers(c, part):
+        for layer_index, segs in self._backward_layers(c, part, lane.tp_scale):
             if c.offload_groups and part != "weight":   # its activations back from host memory first
                 yield from self.host_copies.before_backward(lane, c, layer_index - c.layer_lo, mb, v)
             for stream, kind, sec, layer in segs:
@@ -230,7 +230,7 @@ class CommMixin:
         yield from self._gather_edge(lane, c, mb)
         if c.has_head:
             yield from self._segment(lane, "compute", "backward", c.head_bwd, mb, v, None)
-        layers = self._backward_layers(c)
+        layers = self._backward_layers(c, "full", lane.tp_scale)
         # when the next layer's weights are gathered (FSDP's BackwardPrefetch): "pre" as this layer's
         # gradient computation starts, "post" once it is done, "none" when the next layer starts
         prefetch = self.sc.parallel.backward_prefetch

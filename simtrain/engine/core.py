@@ -191,11 +191,11 @@ class Engine(CommMixin, SegmentMixin):
         elif buckets:   # a pair's backward with buckets runs its compute alone (no overlap modelled)
             yield from self._backward_with_buckets(lane, c, mb, self._grad_kind)
         elif paired:
-            yield from self._locked(lane, self._backward_segments(c, part), mb, v)
+            yield from self._locked(lane, self._backward_segments(c, part, lane.tp_scale), mb, v)
         elif c.offload_groups:
             yield from self._backward_with_copies(lane, c, mb, v, part)
         else:
-            yield from self._coarse(lane, self._backward_segments(c, part), mb, v)
+            yield from self._coarse(lane, self._backward_segments(c, part, lane.tp_scale), mb, v)
         if c.metrics_bwd > 0:   # training metrics over the logits, after the whole backward
             yield from self._segment(lane, "compute", "backward", c.metrics_bwd, mb, v, None)
         self._free(lane, c.act_bytes - (c.act_w_bytes if part == "input" else 0.0))

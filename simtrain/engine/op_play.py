@@ -124,7 +124,7 @@ class SegmentMixin:
         head, embed = self._edge_segments(c, part)
         for seg in head:
             yield from self._segment(lane, *seg[:3], mb, v, seg[3])
-        for layer, segs in self._backward_layers(c, part):
+        for layer, segs in self._backward_layers(c, part, lane.tp_scale):
             yield from self.host_copies.before_backward(lane, c, layer - c.layer_lo, mb, v)
             for seg in segs:
                 yield from self._segment(lane, *seg[:3], mb, v, seg[3])
@@ -142,17 +142,19 @@ class SegmentMixin:
         """A chunk's forward as (stream, kind, seconds, layer) segments; built once per chunk."""
         return self._once(("F", c.vstage), segments.forward_segments, c)
 
-    def _backward_layers(self, c: ChunkPlan, part: str = "full") -> list:
-        """Per layer (in backward order): its segments; built once per chunk and part."""
-        return self._once(("B", c.vstage, part), lambda ch: segments.backward_layers(ch, part), c)
+    def _backward_layers(self, c: ChunkPlan, part: str = "full", tp_scale: float = 1.0) -> list:
+        """Per layer (in backward order): its segments; built once per chunk, part and lane TP scale."""
+        return self._once(("B", c.vstage, part, tp_scale),
+                          lambda ch: segments.backward_layers(ch, part, tp_scale), c)
 
     def _edge_segments(self, c: ChunkPlan, part: str) -> tuple[list, list]:
         return segments.edge_segments(c, part)
 
-    def _backward_segments(self, c: ChunkPlan, part: str = "full") -> list:
+    def _backward_segments(self, c: ChunkPlan, part: str = "full", tp_scale: float = 1.0) -> list:
         """A chunk's whole backward (output layer, layers in reverse, embedding) as one segment list."""
-        return self._once(("Bflat", c.vstage, part),
-                          lambda ch: segments.backward_segments(ch, part, self._backward_layers(ch, part)), c)
+        return self._once(("Bflat", c.vstage, part, tp_scale),
+                          lambda ch: segments.backward_segments(ch, part, self._backward_layers(ch, part, tp_scale)),
+                          c)
 
     def _locked(self, lane: Lane, segments: list, mb: int, v: int):
         """Run segments one by one, compute under the lane's compute lock: the other half of an overlapped pair

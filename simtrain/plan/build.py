@@ -34,7 +34,7 @@ from simtrain.plan.offload_optimizer import cpu_adam_bandwidth, host_step
 from simtrain.plan.recompute import dense_share, modules_of, selective_tp_factor
 from simtrain.plan.schedules import Op, StageLayout, rank_schedules, stage_layout
 from simtrain.plan.tp_comm import TP_RECOMPUTE, mla_tp_units, moe_tp_fields, tp_collectives, tp_time
-from simtrain.plan.tp_overlap import exposed_async_allreduce, exposed_tp
+from simtrain.plan.tp_overlap import async_allreduce_wgrads, exposed_async_allreduce, exposed_tp
 from simtrain.spec.placement import Placement, placement_of
 from simtrain.spec.scenario import Scenario
 
@@ -183,12 +183,12 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
             # a recomputed forward's collectives (full: all of them; selective_op: half) overlap as the forward's
             tp_bwd_cost.append(bwd + (tp_factors[r] - 1.0) * fwd)
     tp_wgrad_hidden = [0.0] * par.pp
-    if par.tp_async_allreduce and not par.sequence_parallel and par.tp > 1:
+    async_wgrads = async_allreduce_wgrads(scenario, shape, dev)
+    async_slowdown = hw.overlap_slowdown(False)
+    if async_wgrads is not None:
         # the backward's two all-reduces under the QKV and MLP-up weight gradients; a recomputed forward's are not
-        wgrads = [dev.linear_gemm_time(k, n, mm) for mm, n, k in costs.gemm_shapes(shape)]
-        slowdown = hw.overlap_slowdown(False)
         for r in range(par.pp):
-            bwd, tp_wgrad_hidden[r] = exposed_async_allreduce(tp_cost[r] / 2.0, (wgrads[0], wgrads[2]), slowdown)
+            bwd, tp_wgrad_hidden[r] = exposed_async_allreduce(tp_cost[r] / 2.0, async_wgrads, async_slowdown)
             tp_bwd_plain[r] = bwd
             tp_bwd_cost[r] = bwd + (tp_factors[r] - 1.0) * tp_cost[r]
 
@@ -251,6 +251,7 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
             tp_bwd_plain=tp_bwd_plain[rank], cp_bwd_plain=cpf_plain[rank].bwd_exposed,
             cp_bwd_hidden_plain=cpf_plain[rank].bwd_hidden,
             tp_fwd_layer=tp_fwd, tp_bwd_layer=tp_bwd, tp_wgrad_hidden=tp_wgrad_hidden[rank],
+            tp_async=(tp_cost[rank] / 2.0, *async_wgrads, async_slowdown) if async_wgrads is not None else (),
             embed_fwd=edge.embed_forward + fsdp.forward(dev, n_edge) if first else 0.0,
             embed_bwd=edge.embed_backward + fsdp.backward(dev, n_edge) + accumulate(n_edge) if first else 0.0,
             head_fwd=edge.head_forward + (fsdp.forward(dev, n_edge) if not first else 0.0) if last else 0.0,
@@ -293,7 +294,9 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
 
     opt = tuple(costs.optimizer_time(local_optimizer_params(r), tr.optimizer, eager_dev,
                                      max(0.0, state.grads - state.weights), kernel=tr.optimizer_kernel,
-                                     grad_bytes=4.0 if fsdp.impl == "fsdp1" else state.grads)   # FSDP1 upcasts
+                                     grad_bytes=4.0 if fsdp.impl == "fsdp1" else state.grads,   # FSDP1 upcasts
+                                     loss_scaling=tr.precision == "fp16",
+                                     zero_buffer=tr.grad_accumulation != "autograd")
                 for r in range(par.pp))
     host = ()
     if par.offload_optimizer:   # gradients down, CPU Adam, fp32 shard up, one after another (plan.offload_optimizer)

@@ -57,6 +57,9 @@ class ChunkPlan:
     recompute_count: int = -1
     tp_bwd_plain: float = 0.0
     tp_wgrad_hidden: float = 0.0  # s, of the layer's TP backward, what the weight gradients hide (a split B waits)
+    # the asynchronous all-reduce's inputs (all-reduce alone, QKV and MLP-up weight gradients, slowdown), so that a
+    # lane whose TP ring runs slower (degraded links) times its own overlap: () when it does not apply
+    tp_async: tuple = ()
     cp_bwd_plain: float = 0.0
     cp_bwd_hidden_plain: float = 0.0
     # activation offloading (plan.offload): the copies are played by the engine (engine.host_copies)

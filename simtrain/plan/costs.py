@@ -363,16 +363,44 @@ UNFUSED_ADAM_BASE = 72.0
 UNFUSED_ADAM_KERNELS = 8
 
 
+#: Megatron-LM's MixedPrecisionOptimizer.step (NVIDIA/Megatron-LM megatron/optimizer/optimizer.py @de7dc40f,
+#: @2755bcb8; the zero-bubble fork @f68d3879), bytes per parameter of the passes every step runs whatever the
+#: gradients' width: the gradient norm (clip_grad_norm_fp32: multi_tensor_l2norm reads the fp32 main gradients, 4),
+#: apex FusedAdam on fp32 main parameters and gradients (read parameter, gradient, m, v: 16; write parameter, m,
+#: v: 12) and _copy_main_params_to_model_params (multi_tensor_scale: read 4, write the 16-bit weight 2)
+MEGATRON_ADAM_BASE = 4.0 + 28.0 + 6.0
+#: _copy_model_grads_to_main_grads: ``main_grad.float()`` of a 16-bit gradient buffer (read 2, write 4); an fp32
+#: buffer is returned as it is
+MEGATRON_GRAD_CAST = 6.0
+#: _unscale_main_grads_and_check_for_nan (fp16 only, with its loss scaler): torch._amp_foreach_non_finite_check_
+#: and_unscale_ reads and writes the fp32 main gradients in place
+MEGATRON_UNSCALE = 8.0
+
+
+def megatron_optimizer_bytes(grad_bytes: float, loss_scaling: bool, zero_buffer: bool) -> float:
+    """Bytes per parameter of Megatron-LM's mixed-precision optimizer step (``training.optimizer_kernel:
+    megatron``): ``MEGATRON_ADAM_BASE``, the cast of a 16-bit gradient buffer to fp32 main gradients, the fp16
+    loss-scale unscaling, and the zeroing of a contiguous gradient buffer before the next step (``zero_grad_buffer``
+    in train_step: one write of ``grad_bytes``; PyTorch's ``.grad``, set to None, needs none)."""
+    return MEGATRON_ADAM_BASE + (MEGATRON_GRAD_CAST if grad_bytes < 4.0 else 0.0) + \
+        (MEGATRON_UNSCALE if loss_scaling else 0.0) + (grad_bytes if zero_buffer else 0.0)
+
+
 def optimizer_time(params_local_sharded: float, optimizer: str, dev: Device, extra_grad_bytes: float = 0.0,
-                   kernel: str = "fused", grad_bytes: float = 2.0) -> float:
+                   kernel: str = "fused", grad_bytes: float = 2.0, loss_scaling: bool = False,
+                   zero_buffer: bool = False) -> float:
     """Optimizer step: memory-bound over the local (sharded) state.
 
     Adam, mixed precision, fused: read fp32 master, m, v (12 B) and the 16-bit gradient (2 B); write master,
     m, v (12 B) and the 16-bit weights (2 B): 28 bytes per parameter. Gradients kept wider than the weights
     (``training.grad_dtype: fp32`` with 16-bit weights) are read at ``extra_grad_bytes`` = 2 more.
     Adam unfused (``training.optimizer_kernel: unfused``): 72 + 3 x ``grad_bytes`` per parameter in 8 kernels
-    (``UNFUSED_ADAM_BASE``). SGD and Adafactor have one figure.
+    (``UNFUSED_ADAM_BASE``). Megatron-LM's optimizer (``megatron``): ``megatron_optimizer_bytes``. SGD and
+    Adafactor have one figure.
     """
+    if optimizer == "adam" and kernel == "megatron":   # five passes: norm, Adam, copy, cast, unscale (+ zeroing)
+        return dev.memory_time(params_local_sharded * megatron_optimizer_bytes(grad_bytes, loss_scaling, zero_buffer),
+                               kernels=6)
     if optimizer == "adam" and kernel == "unfused":
         return dev.memory_time(params_local_sharded * (UNFUSED_ADAM_BASE + 3.0 * grad_bytes),
                                kernels=UNFUSED_ADAM_KERNELS)

@@ -25,7 +25,7 @@ from simtrain.plan.layer_memory import dense_layer_activation
 from simtrain.plan.memory import layer_params_per_rank
 from simtrain.plan.recompute import modules_for, selective_extra, selective_tp_factor
 from simtrain.plan.tp_comm import TP_RECOMPUTE, tp_time
-from simtrain.plan.tp_overlap import exposed_async_allreduce
+from simtrain.plan.tp_overlap import async_allreduce_wgrads, exposed_async_allreduce
 from simtrain.spec.placement import placement_of
 from simtrain.spec.scenario import Scenario
 
@@ -96,9 +96,9 @@ def layer_floor(scenario: Scenario, *, micro_batch: int, precision: str, recompu
         modules = modules_for(recompute, tr.recompute_modules)
         factor = selective_tp_factor(modules) if modules else TP_RECOMPUTE.get(recompute, 1.0)
         tp_bwd = tp_fwd * (1.0 if partial else factor)
-        if par.tp_async_allreduce and not par.sequence_parallel:   # the plan's own exposure (plan.build)
-            wgrads = [dev.linear_gemm_time(k, n, mm) for mm, n, k in costs.gemm_shapes(shape)]
-            own, _ = exposed_async_allreduce(tp_fwd / 2.0, (wgrads[0], wgrads[2]), hw.overlap_slowdown(False))
+        wgrads = async_allreduce_wgrads(scenario, shape, dev)
+        if wgrads is not None:   # the plan's own exposure (plan.build)
+            own, _ = exposed_async_allreduce(tp_fwd / 2.0, wgrads, hw.overlap_slowdown(False))
             tp_bwd = own + tp_fwd * ((1.0 if partial else factor) - 1.0)
     edge_dev = dev if tr.cuda_graphs == "full" else replace(dev, graph_gap=None)
     edge = costs.edge_cost(shape.tokens, scenario.model.hidden, scenario.model.vocab, par.tp, edge_dev,

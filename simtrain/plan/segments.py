@@ -9,6 +9,8 @@ of the backward belong to B: the input gradient needs the recomputed activations
 
 from __future__ import annotations
 
+from simtrain.plan.tp_overlap import exposed_async_allreduce
+
 
 def forward_segments(c) -> list:
     segs = []
@@ -30,7 +32,7 @@ def forward_segments(c) -> list:
     return segs
 
 
-def backward_layers(c, part: str = "full") -> list:
+def backward_layers(c, part: str = "full", tp_scale: float = 1.0) -> list:
     """Per layer, in backward order: (layer, its segments) for one part of the backward. A split backward's W is
     each layer's own weight-gradient GEMMs (``layer_wgrad``: a MoE layer's router, experts and shared experts with
     its attention's; a dense leading layer's its own); B is the rest, its all-to-alls included (the expert input
@@ -50,6 +52,13 @@ def backward_layers(c, part: str = "full") -> list:
         tp_bwd, cp_bwd, cp_hidden = c.bwd_comm(i)
         if part == "input" and i >= c.lead_layers:   # the async all-reduces' weight gradients wait for W
             tp_bwd += c.tp_wgrad_hidden
+        elif c.tp_async and tp_scale != 1.0 and i >= c.lead_layers:
+            # the engine multiplies TP segments by the lane's scale; the overlap is not linear in the all-reduce, so
+            # the segment carries the lane's own exposure over that scale
+            ar, w_qkv, w_up, slowdown = c.tp_async
+            own, _ = exposed_async_allreduce(ar, (w_qkv, w_up), slowdown)
+            mine, _ = exposed_async_allreduce(ar * tp_scale, (w_qkv, w_up), slowdown)
+            tp_bwd += (mine - tp_scale * own) / tp_scale
         segs.append(("tp", "tp_comm", tp_bwd, layer))
         if cp_hidden > 0:
             segs.append(("cp_hidden", "cp_comm", cp_hidden, layer))

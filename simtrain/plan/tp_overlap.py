@@ -27,6 +27,8 @@ compute overlapped with communication (arXiv:2507.03114).
 
 from __future__ import annotations
 
+from simtrain.plan import costs
+
 #: chunks of the pipelined reduce-scatter in the shipped presets (NeMo userbuffers.py, PipelineOverlapCfg)
 RS_SPLITS = 4
 
@@ -83,3 +85,19 @@ def exposed_async_allreduce(all_reduce: float, wgrads: tuple[float, float], slow
         total += exposed + extra * hidden
         back += hidden - extra * hidden
     return total, back
+
+
+def async_allreduce_wgrads(scenario, shape, dev) -> tuple[float, float] | None:
+    """The QKV and MLP-up weight-gradient GEMMs the asynchronous all-reduces run under (``exposed_async_allreduce``),
+    or None where the overlap does not apply: ``tp_async_allreduce`` off, tp 1, sequence parallelism, or multi-head
+    latent attention, whose column-parallel up projections take the latents (their all-reduce pairing is not
+    modelled: its backward all-reduces stay whole). ``shape``: the layer's GEMM shapes on one TP rank
+    (``costs.gemm_shapes``: QKV first, MLP up second to last)."""
+    par = scenario.parallel
+    if not par.tp_async_allreduce or par.sequence_parallel or par.tp == 1 or shape.mla is not None:
+        return None
+    shapes = costs.gemm_shapes(shape)
+    if not shape.ffn or len(shapes) < 4:
+        return None
+    (qm, qn, qk), (um, un, uk) = shapes[0], shapes[-2]
+    return dev.linear_gemm_time(qk, qn, qm), dev.linear_gemm_time(uk, un, um)

@@ -245,6 +245,8 @@ def scenario_from_dict(raw: dict, *, file: str | None = None, base_dir: Path | N
     parallel = top.parallel
     if auto_dp:
         parallel = parallel.model_copy(update={"dp": _auto_dp(parallel, nodes * gpn, raw, file)})
+    parallel, stack = _stack_defaults(parallel, training, raw)
+    assumed += stack
     scenario = Scenario(
         name=str(top.name or (Path(file).stem if file else "scenario")), file=file, raw=raw, base_dir=base_dir,
         hardware=hardware, hardware_file=hw_file, model=model, training=training, parallel=parallel,
@@ -264,6 +266,22 @@ def _family_defaults(training: Training, model: ModelSpec, raw: dict) -> tuple[T
     return (training.model_copy(update={"dropout": model.dropout}),
             (f"training.dropout: {word}, the default of model {model.name}'s family (set training.dropout to "
              "change it)",))
+
+
+def _stack_defaults(parallel: Parallel, training: Training, raw: dict) -> tuple[Parallel, tuple[str, ...]]:
+    """The parallel settings a framework's own layers bring where the scenario sets none: nanotron's column-parallel
+    linears all-reduce their input gradient after the whole backward unless ``tp_linear_async_communication`` is set
+    (huggingface/nanotron ``parallel/tensor_parallel/functional.py`` @67c5ebb6, ``column_linear``:
+    ``differentiable_identity``; ``config/parallelism_config.py``: the default None becomes False), so with tp > 1
+    and no sequence parallelism ``training.layer_kernels: nanotron`` turns
+    ``parallel.tp_async_allreduce`` off. An explicit scenario value wins."""
+    given = raw.get("parallel") if isinstance(raw.get("parallel"), dict) else {}
+    if training.layer_kernels != "nanotron" or "tp_async_allreduce" in given or not parallel.tp_async_allreduce \
+            or parallel.tp == 1 or parallel.sequence_parallel:
+        return parallel, ()
+    return (parallel.model_copy(update={"tp_async_allreduce": False}),
+            ("parallel.tp_async_allreduce: false, nanotron's default (tp_linear_async_communication off; set "
+             "parallel.tp_async_allreduce to change it)",))
 
 
 def _auto_dp(parallel: Parallel, gpus: int, raw: dict, file: str | None) -> int:

@@ -128,6 +128,11 @@ def check_rules(s, raw: dict) -> list[str]:
         fail("training.flash_attention", f"'{kernel}' is not available on {s.hardware.gpu.name}: "
              f"{display_path(s.hardware_file)} lists no compute.attention_kernels.{kernel} (allowed here: "
              f"{', '.join(runs)})")
+    if tr.optimizer_kernel == "megatron" and (tr.optimizer != "adam" or tr.precision == "fp32"):
+        what = f"optimizer '{tr.optimizer}'" if tr.optimizer != "adam" else "precision 'fp32'"
+        fail("training.optimizer_kernel", f"'megatron' is Megatron-LM's mixed-precision Adam (fp32 main copies of "
+             f"16-bit weights), not {what} (allowed with it: optimizer adam and precision fp16, bf16 or fp8; "
+             "otherwise fused or unfused)")
     gpu = s.hardware.gpu
     if tr.precision == "fp8" and "fp8" not in gpu.peak_flops and "mxfp8" not in gpu.peak_flops:
         fail("training.precision", f"'fp8' needs an FP8 tensor-core peak, and {display_path(s.hardware_file)} lists "

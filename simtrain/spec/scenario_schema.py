@@ -44,10 +44,13 @@ class Training(Closed):
                             "make_graphed_callables: attention and MLP blocks); full = the whole forward and "
                             "backward (Megatron-Core full_iteration)")
     optimizer: Literal["adam", "adafactor", "sgd"] = "adam"
-    optimizer_kernel: Literal["fused", "unfused"] = Field(
-        "fused", description="how the Adam step runs: fused = one pass over the state (apex FusedAdam, Megatron-LM, "
-                             "torch fused=True); unfused = PyTorch's element-wise kernels, one pass per operation "
-                             "(torch AdamW single-tensor or foreach, Composer's DecoupledAdamW)")
+    optimizer_kernel: Literal["fused", "unfused", "megatron"] = Field(
+        "fused", description="how the Adam step runs: fused = one pass over the state reading the 16-bit gradients "
+                             "(torch fused=True); unfused = PyTorch's element-wise kernels, one pass per operation "
+                             "(torch AdamW single-tensor or foreach, Composer's DecoupledAdamW); megatron = "
+                             "Megatron-LM's mixed-precision optimizer: fp32 main gradients, loss-scale unscaling "
+                             "(fp16), the gradient norm, apex FusedAdam on fp32, the copy back to 16-bit weights "
+                             "(docs/model.md section 2.10)")
     grad_accumulation: Literal["fused", "unfused", "autograd"] = Field(
         "fused", description="how each micro-batch's gradients join the gradient buffer: fused = the weight-gradient "
                              "GEMM accumulates into it (Megatron-LM's gradient_accumulation_fusion); unfused = after "
