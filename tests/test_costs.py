@@ -354,3 +354,40 @@ def test_unfused_attention_moves_its_score_bytes(dropout, fwd_bytes, bwd_bytes):
     fwd, bwd = costs.unfused_attention_time(sh, dev)
     assert fwd == pytest.approx(2 * gemm + 150_994_944 * fwd_bytes / 0.5e12 + kernels * 1e-6, rel=1e-9)
     assert bwd == pytest.approx(4 * gemm + 150_994_944 * bwd_bytes / 0.5e12 + kernels * 1e-6, rel=1e-9)
+
+
+def test_megatron_optimizer_with_bf16_accumulates_gradients_in_fp32():
+    """Megatron-LM forces accumulate_allreduce_grads_in_fp32 for bf16 (arguments.py @2755bcb8): grad_dtype auto
+    becomes fp32, says so, and an explicit value wins."""
+    from conftest import make_scenario
+
+    s = make_scenario(training={"precision": "bf16", "optimizer_kernel": "megatron"})
+    assert s.training.grad_dtype == "fp32"
+    assert any("grad_dtype: fp32, Megatron-LM's for bf16" in a for a in s.assumed)
+    assert make_scenario(training={"precision": "bf16", "optimizer_kernel": "megatron",
+                                   "grad_dtype": "bf16"}).training.grad_dtype == "bf16"
+    assert make_scenario(training={"precision": "fp16", "optimizer_kernel": "megatron"}).training.grad_dtype == "auto"
+
+
+def test_megatron_optimizer_zeroes_the_whole_buffer_under_the_distributed_optimizer():
+    """zero 1 over 4 replicas: the passes run over the quarter shard (cast 6 + unscale 8 + norm 4 + Adam 28 + copy
+    6 = 52 B x n / 4, fp16), the contiguous 16-bit buffer is zeroed whole (2 B x n): the plan's step is the sum."""
+    from conftest import make_scenario
+
+    from simtrain.plan.build import build_plan
+    s = make_scenario(model="llama2-7b", training={"seq_len": 512, "global_batch": 4, "precision": "fp16",
+                                                    "optimizer_kernel": "megatron"},
+                      parallel={"dp": 4, "zero": 1})
+    n = s.model.params_total
+    dev = Device(gpu=s.hardware.gpu, compute=s.hardware.compute, dtype="fp16")
+    want = dev.memory_time(52.0 * n / 4, kernels=6) + dev.memory_time(2.0 * n, kernels=1)
+    assert build_plan(s).optimizer_time[0] == pytest.approx(want, rel=1e-12)
+
+
+@pytest.mark.parametrize("parallel", [{"dp": 2, "zero": 2}, {"dp": 2, "zero": 3, "zero_impl": "fsdp1"}])
+def test_megatron_optimizer_refuses_sharded_gradients(parallel):
+    from conftest import make_scenario
+
+    from simtrain.spec.errors import InputError
+    with pytest.raises(InputError, match="'megatron' is Megatron-LM's optimizer, which shards only its state"):
+        make_scenario(training={"optimizer_kernel": "megatron"}, parallel=parallel)

@@ -46,7 +46,7 @@ LAYOUTS = [
     {"dp": 8, "zero": 3},
     {"pp": 2, "dp": 4, "vpp": 2, "schedule": "interleaved-1f1b"},
     {"pp": 4, "tp": 2, "vpp": 2, "schedule": "interleaved-1f1b"},
-    {"pp": 2, "tp": 2, "dp": 2, "schedule": "zb-h1"},   # B waits for the asynchronous all-reduces whole
+    {"pp": 2, "tp": 2, "dp": 2, "schedule": "zb-h1"},   # TP without SP, split backward (test_tp_async)
 ]
 
 

@@ -292,11 +292,15 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
         experts_here = expert_local[r] if expert_local else 0.0
         return (mems[r].params_local - experts_here) / shards + experts_here / expert_shards
 
+    # Megatron-LM zeroes its whole contiguous gradient buffer each step (train_step's zero_grad_buffer), sharded
+    # optimizer state or not: over the unsharded local parameters
+    zero_buffer = tr.optimizer_kernel == "megatron" and tr.grad_accumulation != "autograd"
     opt = tuple(costs.optimizer_time(local_optimizer_params(r), tr.optimizer, eager_dev,
                                      max(0.0, state.grads - state.weights), kernel=tr.optimizer_kernel,
                                      grad_bytes=4.0 if fsdp.impl == "fsdp1" else state.grads,   # FSDP1 upcasts
-                                     loss_scaling=tr.precision == "fp16",
-                                     zero_buffer=tr.grad_accumulation != "autograd")
+                                     loss_scaling=tr.precision == "fp16", zero_buffer=zero_buffer and shards == 1)
+                + (eager_dev.memory_time(mems[r].params_local * state.grads, kernels=1)
+                   if zero_buffer and shards > 1 else 0.0)
                 for r in range(par.pp))
     host = ()
     if par.offload_optimizer:   # gradients down, CPU Adam, fp32 shard up, one after another (plan.offload_optimizer)

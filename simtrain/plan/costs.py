@@ -363,8 +363,9 @@ UNFUSED_ADAM_BASE = 72.0
 UNFUSED_ADAM_KERNELS = 8
 
 
-#: Megatron-LM's MixedPrecisionOptimizer.step (NVIDIA/Megatron-LM megatron/optimizer/optimizer.py @de7dc40f,
-#: @2755bcb8; the zero-bubble fork @f68d3879), bytes per parameter of the passes every step runs whatever the
+#: Megatron-LM's mixed-precision optimizer step (NVIDIA/Megatron-LM megatron/optimizer/optimizer.py:
+#: Float16OptimizerWithFloat16Params.step @de7dc40f, MixedPrecisionOptimizer.step @2755bcb8 and in the zero-bubble
+#: fork @f68d3879, the same passes), bytes per parameter of the passes every step runs whatever the
 #: gradients' width: the gradient norm (clip_grad_norm_fp32: multi_tensor_l2norm reads the fp32 main gradients, 4),
 #: apex FusedAdam on fp32 main parameters and gradients (read parameter, gradient, m, v: 16; write parameter, m,
 #: v: 12) and _copy_main_params_to_model_params (multi_tensor_scale: read 4, write the 16-bit weight 2)

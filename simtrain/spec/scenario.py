@@ -246,7 +246,8 @@ def scenario_from_dict(raw: dict, *, file: str | None = None, base_dir: Path | N
     if auto_dp:
         parallel = parallel.model_copy(update={"dp": _auto_dp(parallel, nodes * gpn, raw, file)})
     parallel, stack = _stack_defaults(parallel, training, raw)
-    assumed += stack
+    training, megatron = _megatron_grad_dtype(training, raw)
+    assumed += stack + megatron
     scenario = Scenario(
         name=str(top.name or (Path(file).stem if file else "scenario")), file=file, raw=raw, base_dir=base_dir,
         hardware=hardware, hardware_file=hw_file, model=model, training=training, parallel=parallel,
@@ -282,6 +283,20 @@ def _stack_defaults(parallel: Parallel, training: Training, raw: dict) -> tuple[
     return (parallel.model_copy(update={"tp_async_allreduce": False}),
             ("parallel.tp_async_allreduce: false, nanotron's default (tp_linear_async_communication off; set "
              "parallel.tp_async_allreduce to change it)",))
+
+
+def _megatron_grad_dtype(training: Training, raw: dict) -> tuple[Training, tuple[str, ...]]:
+    """Megatron-LM accumulates and all-reduces bf16 gradients in fp32 (``arguments.py`` forces
+    ``accumulate_allreduce_grads_in_fp32`` for bf16 at @de7dc40f, @2755bcb8 and the zero-bubble fork @f68d3879), so
+    ``optimizer_kernel: megatron`` with bf16 or fp8 (bf16 weights) turns ``grad_dtype: auto`` into fp32. An explicit
+    scenario value wins."""
+    given = raw.get("training") if isinstance(raw.get("training"), dict) else {}
+    if training.optimizer_kernel != "megatron" or training.precision not in ("bf16", "fp8") \
+            or "grad_dtype" in given or training.grad_dtype != "auto":
+        return training, ()
+    return (training.model_copy(update={"grad_dtype": "fp32"}),
+            ("training.grad_dtype: fp32, Megatron-LM's for bf16 weights (accumulate_allreduce_grads_in_fp32; set "
+             "training.grad_dtype to change it)",))
 
 
 def _auto_dp(parallel: Parallel, gpus: int, raw: dict, file: str | None) -> int:

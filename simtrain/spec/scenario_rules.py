@@ -133,6 +133,10 @@ def check_rules(s, raw: dict) -> list[str]:
         fail("training.optimizer_kernel", f"'megatron' is Megatron-LM's mixed-precision Adam (fp32 main copies of "
              f"16-bit weights), not {what} (allowed with it: optimizer adam and precision fp16, bf16 or fp8; "
              "otherwise fused or unfused)")
+    if tr.optimizer_kernel == "megatron" and (par.zero >= 2 or par.zero_impl != "generic"):
+        fail("training.optimizer_kernel", f"'megatron' is Megatron-LM's optimizer, which shards only its state "
+             f"(the distributed optimizer, zero 1), not zero {par.zero} with zero_impl {par.zero_impl} (allowed with "
+             "it: zero 0 or 1, zero_impl generic)")
     gpu = s.hardware.gpu
     if tr.precision == "fp8" and "fp8" not in gpu.peak_flops and "mxfp8" not in gpu.peak_flops:
         fail("training.precision", f"'fp8' needs an FP8 tensor-core peak, and {display_path(s.hardware_file)} lists "
