@@ -45,6 +45,10 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+        if argv is None and in_main_thread:
+            # the command's work is over (files written or left whole): a Ctrl-C arriving between here and the
+            # interpreter's exit would otherwise end the process by the signal (status -2), not with our status
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _tty(stream) -> bool:
