@@ -125,7 +125,7 @@ def _bucketed_backward(c: ChunkPlan, bucket: float, comm, slowdown: float) -> tu
             seg(rec)
         seg(bwd)
         tp_bwd, cp_bwd, _hidden = c.bwd_comm(i)
-        seg(tp_bwd + cp_bwd + ep_bwd, compute=False)
+        seg(tp_bwd + cp_bwd + ep_bwd + (c.amax_bwd if i == 0 else 0.0), compute=False)
         pending += grads
         if pending >= bucket:
             launch(pending)
@@ -159,6 +159,7 @@ def _zero3_op(c: ChunkPlan, forward: bool, gather: float, scatter: float, slowdo
         for work in ((c.fwd_layer,) if forward else (rec, c.bwd_layer)):
             t = _slowed(t, work, q, slowdown)      # slower while a collective is in flight
         t += c.tp_fwd(i) + c.cp_fwd_layer if forward else sum(c.bwd_comm(i)[:2])
+        t += (c.amax_fwd if i + 1 == c.layers else 0.0) if forward else (c.amax_bwd if i == 0 else 0.0)
         if not ahead and i + 1 < c.layers:
             q = done = max(t, q) + gather          # the next layer's weights, after this layer's gradients
         if not forward:

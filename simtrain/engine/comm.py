@@ -219,6 +219,8 @@ class CommMixin:
                 yield from self._segment(lane, "cp_hidden", "cp_comm", c.cp_fwd_hidden, mb, v, layer)
                 yield from self._segment(lane, "cp", "cp_comm", c.cp_fwd_layer, mb, v, layer)
             self._buffer(lane, -c.zero3_layer_bytes)   # resharded after its forward
+        if c.amax_fwd > 0:
+            yield from self._segment(lane, "amax", "amax_allreduce", c.amax_fwd, mb, v, None)
         if c.has_head:
             yield from self._segment(lane, "compute", "forward", c.head_fwd, mb, v, None)
         self._release_edge(lane, c)

@@ -104,6 +104,9 @@ class Engine(CommMixin, SegmentMixin):
                 if self.plan.has_cp:       # a CP key only with context parallelism (other reports keep theirs)
                     lane.busy["cp"] = 0.0
                     lane.exposed["cp"] = 0.0
+                if self.plan.has_amax:     # FP8 amax all-reduces (other reports keep their keys)
+                    lane.busy["amax"] = 0.0
+                    lane.exposed["amax"] = 0.0
                 if self.plan.has_offload or self.plan.optimizer_host:   # waits for copies to and from the host
                     lane.busy["offload"] = 0.0
                     lane.exposed["offload"] = 0.0

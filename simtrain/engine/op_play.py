@@ -98,7 +98,7 @@ class SegmentMixin:
         else:
             if stream == "tp":
                 sec *= lane.tp_scale
-            if stream in ("tp", "ep", "cp") and exposed:
+            if stream in ("tp", "ep", "cp", "amax") and exposed:
                 lane.exposed[stream] += sec
             if sec <= 0:
                 return

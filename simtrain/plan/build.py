@@ -19,6 +19,7 @@ from simtrain.plan.chunk import ChunkPlan
 from simtrain.plan.collectives import Phase, collective_shape, p2p_phase, stage_shape
 from simtrain.plan.context import CPFigures, cp_figures
 from simtrain.plan.flops import model_flops_per_step
+from simtrain.plan.fp8_amax import chunk_amax
 from simtrain.plan.fsdp import fsdp_costs
 from simtrain.plan.layer_floor import dense_layer_cost, layer_shapes, step_device
 from simtrain.plan.memory import (
@@ -57,6 +58,7 @@ class Plan:
     has_experts: bool = False                # a mixture-of-experts model: EP keys in the report
     has_cp: bool = False                     # context parallelism: CP keys in the report
     has_offload: bool = False                # activation offloading: offload keys in the report
+    has_amax: bool = False                   # FP8 amax all-reduces on the critical path: amax keys in the report
     expert_grad_bytes: tuple[float, ...] = ()     # per pipeline rank: routed-expert gradient bytes of one GPU
     expert_params_local: tuple[int, ...] = ()     # per pipeline rank: routed-expert weights on one GPU
     optimizer_host: tuple = ()               # per pipeline rank: the offloaded step's parts (HostStep), if offloaded
@@ -324,6 +326,10 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
                                  + per_layer[-1].hardware_flops) if m.mtp_layers else 0.0
         layer_hw += cp_flops * m.layers
         hardware_flops = (layer_hw * par.tp + 3.0 * edge.head_model_flops * par.tp + mtp_hw * par.tp) * replicas
+    if tr.fp8_amax_reduction != "none":
+        chunks = [replace(c, **dict(zip(("amax_fwd", "amax_bwd"),
+                                        chunk_amax(scenario, placement, c, tp_factors[c.rank]))))
+                  for c in chunks]
     schedule = rank_schedules(par.schedule, par.pp, mb, par.vpp, par.ep_overlap)
     if tr.activation_offload_layers:
         chunks = [with_offload(c, tr.activation_offload_layers, mems[c.rank].offload_layer_bytes,
@@ -334,6 +340,6 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
                 stage_memory=mems, optimizer_time=opt, optimizer_host=host, model_flops_per_step=model_flops,
                 hardware_flops_per_step=hardware_flops, dtype_bytes=dev.element_bytes,
                 framework_overhead_layer=unit_overhead, has_experts=experts, has_cp=cp > 1,
-                has_offload=tr.activation_offload_layers > 0,
+                has_offload=tr.activation_offload_layers > 0, has_amax=tr.fp8_amax_reduction != "none",
                 expert_grad_bytes=tuple(n * state.grads for n in expert_local), expert_params_local=expert_local)
 

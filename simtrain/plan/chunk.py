@@ -115,10 +115,14 @@ class ChunkPlan:
     embed_wgrad: float = 0.0  # s, the weight-gradient part of embed_bwd
     head_wgrad: float = 0.0   # s, the weight-gradient part of head_bwd
     act_w_bytes: float = 0.0  # of act_bytes, what a split backward keeps from its B until its W
+    # FP8 amax all-reduces the compute waits for (plan.fp8_amax): per micro-batch, after the chunk's layers in the
+    # forward and after its first layer's backward (B) in the backward
+    amax_fwd: float = 0.0
+    amax_bwd: float = 0.0
 
     @property
     def forward_time(self) -> float:
-        cp = self.layers * self.cp_fwd_layer
+        cp = self.layers * self.cp_fwd_layer + self.amax_fwd
         if self.lead_layers or self.ep_fwd_layer:
             main = self.layers - self.lead_layers
             return self.embed_fwd + self.lead_layers * (self.lead_fwd + self.lead_tp_fwd) + \
@@ -132,10 +136,10 @@ class ChunkPlan:
             lead = self.lead_layers * (self.lead_recompute + self.lead_bwd + self.lead_tp_bwd)
             per = self.recompute_layer + self.bwd_layer + self.tp_bwd_layer + self.ep_bwd_layer
             return self.head_bwd + lead + main * per + self.embed_bwd + self.metrics_bwd + \
-                self.layers * self.cp_bwd_layer
+                self.layers * self.cp_bwd_layer + self.amax_bwd
         per = self.recompute_layer + self.bwd_layer + self.tp_bwd_layer + self.cp_bwd_layer
         if 0 <= self.recompute_count < self.layers:
             plain = self.bwd_layer + self.tp_bwd_plain + self.cp_bwd_plain
             return self.head_bwd + self.recompute_count * per + (self.layers - self.recompute_count) * plain + \
-                self.embed_bwd + self.metrics_bwd
-        return self.head_bwd + self.layers * per + self.embed_bwd + self.metrics_bwd
+                self.embed_bwd + self.metrics_bwd + self.amax_bwd
+        return self.head_bwd + self.layers * per + self.embed_bwd + self.metrics_bwd + self.amax_bwd

@@ -177,6 +177,10 @@ def pair_program(cf, cb, scale: float = 1.0) -> _Streams:
         if j is not None:
             b_in = s.run("B", "backward", bl, pre_b, dispatch_b)
             s.run("B", "wgrad", bl, attn_w)
+    if cf.amax_fwd > 0:   # the FP8 amax all-reduces the compute waits for (plan.fp8_amax)
+        f_in = s.run("F", "forward", None, cf.amax_fwd, f_in)
+    if cb.amax_bwd > 0:
+        b_in = s.run("B", "backward", None, cb.amax_bwd, b_in)
     if cf.has_head:
         s.run("F", "forward", None, cf.head_fwd, f_in)
     if cb.has_embedding:

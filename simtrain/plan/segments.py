@@ -27,6 +27,8 @@ def forward_segments(c) -> list:
             segs.append(("cp", "cp_comm", c.cp_fwd_layer, layer))
         if ep_fwd > 0:
             segs.append(("ep", "ep_comm", ep_fwd, layer))
+    if c.amax_fwd > 0:   # the fp8_autocast region exits: its amaxes all-reduced before the output layer runs
+        segs.append(("amax", "amax_allreduce", c.amax_fwd, None))
     if c.has_head:
         segs.append(("compute", "forward", c.head_fwd, None))
     return segs
@@ -66,6 +68,8 @@ def backward_layers(c, part: str = "full", tp_scale: float = 1.0) -> list:
             segs.append(("cp", "cp_comm", cp_bwd, layer))
         if ep_bwd > 0:
             segs.append(("ep", "ep_comm", ep_bwd, layer))
+        if i == 0 and c.amax_bwd > 0:   # after the backward of the region's first FP8 module (B, not W)
+            segs.append(("amax", "amax_allreduce", c.amax_bwd, None))
         out.append((layer, segs))
     return out
 

@@ -26,9 +26,9 @@ from simtrain.spec.errors import InputError
 from simtrain.spec.units import is_number
 
 #: streams in display order (the engine's names)
-STREAMS = ("compute", "tp", "pp", "dp", "ep", "cp", "offload")
+STREAMS = ("compute", "tp", "pp", "dp", "ep", "cp", "amax", "offload")
 STREAM_LABELS = {"compute": "compute", "tp": "TP comm", "cp": "CP KV exchange", "pp": "PP send", "dp": "DP/ZeRO",
-                 "ep": "EP all-to-all", "offload": "host offload"}
+                 "ep": "EP all-to-all", "amax": "FP8 amax all-reduce", "offload": "host offload"}
 
 
 class Rec(NamedTuple):

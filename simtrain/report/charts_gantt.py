@@ -52,6 +52,7 @@ KIND_STYLE = {
     "zero3_reduce_scatter": ("#8C6D8C", "ZeRO-3 reduce-scatter"),
     "ep_comm": ("#EECA3B", "EP dispatch + combine"),
     "cp_comm": ("#4C9F70", "CP KV exchange"),
+    "amax_allreduce": ("#E377C2", "FP8 amax all-reduce"),
     "edp_all_reduce": ("#B6992D", "expert-DP all-reduce"),
     "edp_reduce_scatter": ("#D4B84A", "expert-DP reduce-scatter"),
     "edp_all_gather": ("#8F7A24", "expert-DP all-gather (params)"),

@@ -6,6 +6,9 @@ from typing import Any
 
 from simtrain.spec.units import format_bytes, format_count, format_time
 
+#: exposed-communication kinds whose name is not their group's (the others print upper-cased: TP, PP, DP, ...)
+EXPOSED_LABELS = {"amax": "FP8 amax"}
+
 
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
@@ -97,7 +100,8 @@ def run_text(result: Any) -> str:
           if result.bubble_breakdown_s else []),
         *([f"layer split      auto: {', '.join(map(str, par.get('layers_per_stage') or []))} (first to last stage; "
            "slowest rank fastest with every rank fitting)"] if c.get("layers_per_stage_auto") else []),
-        "exposed comm     " + ", ".join(f"{k.upper()} {format_time(v)}" for k, v in result.exposed_comm_s.items()),
+        "exposed comm     " + ", ".join(f"{EXPOSED_LABELS.get(k, k.upper())} {format_time(v)}"
+                                        for k, v in result.exposed_comm_s.items()),
         *([f"framework        FSDP1 hooks {format_time(result.framework_overhead_s)} per step, inside compute "
            "(a fixed cost per layer and micro-batch; docs/model.md section 2.12)"]
           if result.framework_overhead_s else []),

@@ -149,6 +149,11 @@ def check_rules(s, raw: dict) -> list[str]:
     if tr.precision == "fp8" and tr.fp8_recipe != "mxfp8" and "fp8" not in gpu.peak_flops:
         fail("training.fp8_recipe", f"'{tr.fp8_recipe}' needs gpu.peak_flops.fp8, which "
              f"{display_path(s.hardware_file)} does not list for {gpu.name} (allowed here: mxfp8)")
+    if tr.fp8_amax_reduction != "none" and (tr.precision != "fp8" or tr.fp8_recipe != "tensorwise"):
+        what = f"precision '{tr.precision}'" if tr.precision != "fp8" else f"fp8_recipe '{tr.fp8_recipe}'"
+        fail("training.fp8_amax_reduction", f"'{tr.fp8_amax_reduction}' reduces tensorwise FP8 scales, and this "
+             f"scenario runs {what} (allowed with it: none; per_chunk and per_linear need precision fp8 with "
+             "fp8_recipe tensorwise)")
     if tr.micro_batch > tr.global_batch:
         fail("training.micro_batch", f"{tr.micro_batch} is larger than global_batch={tr.global_batch}")
     if tr.global_batch % (tr.micro_batch * par.dp):
@@ -229,6 +234,10 @@ def check_rules(s, raw: dict) -> list[str]:
         warnings.append("parallel.tp_comm_overlap has no effect without tp > 1 and sequence_parallel: true "
                         "(Transformer Engine's userbuffers overlap the all-gathers and reduce-scatters of "
                         "sequence parallelism)")
+    if tr.fp8_amax_reduction != "per_chunk" and isinstance(raw.get("training"), dict) \
+            and "fp8_amax_group" in raw["training"]:
+        warnings.append(f"training.fp8_amax_group has no effect with fp8_amax_reduction {tr.fp8_amax_reduction} (it "
+                        "sets the ranks of per_chunk's all-reduces)")
     raw_par = raw.get("parallel") if isinstance(raw.get("parallel"), dict) else {}
     if raw_par.get("tp_async_allreduce") is not None and (par.tp == 1 or par.sequence_parallel):
         warnings.append("parallel.tp_async_allreduce has no effect with tp 1 or sequence_parallel: true (it overlaps "

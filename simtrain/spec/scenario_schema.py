@@ -39,6 +39,18 @@ class Training(Closed):
                                   "FP8-DS/FP8-CS); blockwise = 1x128 activation and 128x128 weight blocks "
                                   "(DeepSeek-V3); mxfp8 = OCP microscaling, 32-element blocks with E8M0 scales "
                                   "(Blackwell only)")
+    fp8_amax_reduction: Literal["none", "per_chunk", "per_linear"] = Field(
+        "none", description="fp8 tensorwise only: the amax all-reduces the next FP8 GEMM waits for. none = none on "
+                            "the critical path (MXFP8 and blockwise scales are local; an asynchronous TP-only "
+                            "reduction hides); per_chunk = delayed scaling's one blocking all-reduce per model chunk "
+                            "and micro-batch in the forward and one in the backward over the stage's TP x DP x CP "
+                            "ranks (TE 0.8 to 1.x with Megatron's amax group); per_linear = one over the TP group per "
+                            "sequence-parallel FP8 input (current scaling) (docs/model.md section 2.13b)")
+    fp8_amax_group: Literal["tp_dp_cp", "tp_cp", "tp"] = Field(
+        "tp_dp_cp", description="per_chunk only: the ranks its all-reduces span. tp_dp_cp = the stage's TP x DP x CP "
+                                "ranks (Megatron's amax group; TE 0.8 with apex, Megatron-Core 0.11+ by default); "
+                                "tp_cp = TP x CP (Megatron-Core 0.8 to 0.10, or tp_only_amax_red); tp = the TP group "
+                                "(Megatron-Core 0.7)")
     cuda_graphs: Literal["none", "partial", "full"] = Field(
         "none", description="CUDA graph capture: none = eager launches; partial = per-layer graphs (TE "
                             "make_graphed_callables: attention and MLP blocks); full = the whole forward and "
