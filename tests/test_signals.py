@@ -178,3 +178,19 @@ def test_main_restores_the_sigterm_handler(capsys):
     before = signal.getsignal(signal.SIGTERM)
     run_cli(["run", str(BASE)], capsys)
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_main_leaves_sigint_alone_and_the_console_script_ignores_a_late_one(capsys):
+    """main(), as a notebook or test calls it, keeps the caller's SIGINT handler (with argv None too); the
+    console script ignores SIGINT once main is done, so a Ctrl-C between its return and the interpreter's exit
+    cannot end the process by the signal (status -2) instead of main's status."""
+    before = signal.getsignal(signal.SIGINT)
+    run_cli(["--help"], capsys)
+    assert signal.getsignal(signal.SIGINT) is before
+    code = ("import signal, sys; sys.argv = ['simtrain', '--help']; from simtrain.cli import console_main, main\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler, file=sys.stderr)\n"
+            "try:\n    console_main()\nexcept SystemExit:\n    pass\n"
+            "print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN, file=sys.stderr)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.stderr.split()[-2:] == ["True", "True"], proc.stderr

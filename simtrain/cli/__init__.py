@@ -45,9 +45,17 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
-        if argv is None and in_main_thread:
-            # the command's work is over (files written or left whole): a Ctrl-C arriving between here and the
-            # interpreter's exit would otherwise end the process by the signal (status -2), not with our status
+
+
+def console_main() -> None:
+    """The ``simtrain`` command (pyproject's console script): :func:`main`, then a Ctrl-C arriving after the work is
+    over (files written or left whole) is ignored. Between main's return and the interpreter's exit it would
+    otherwise end the process by the signal (status -2) instead of main's status. In-process callers of
+    :func:`main` (notebooks, tests) keep their own SIGINT handler."""
+    try:
+        main()
+    finally:
+        if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 

@@ -50,8 +50,10 @@ def play_merged_pair(engine, lane: Lane, op, vf: int, vb: int, part: str):
             lane.exposed["ep"] += gap
             yield env.timeout(gap)
         mb, v = (op.mb, vf) if step.side == "F" else (op.mb2, vb)
-        # _segment applies the lane's factor again: hand it the nominal seconds of the planned piece
-        yield from engine._segment(lane, "compute", step.kind, step.seconds / scale, mb, v, step.layer)
+        if step.kind == ep_overlap.AMAX:   # an FP8 amax all-reduce: a latency on its own stream
+            yield from engine._segment(lane, "amax", step.kind, step.seconds, mb, v, None)
+        else:   # _segment applies the lane's factor again: hand it the nominal seconds of the planned piece
+            yield from engine._segment(lane, "compute", step.kind, step.seconds / scale, mb, v, step.layer)
         planned = step.start + step.seconds
     if merged.end > planned:
         lane.exposed["ep"] += merged.end - planned
@@ -120,7 +122,7 @@ def _play_live(engine, lane: Lane, op, vf: int, vb: int):
             yield from wait(after)
             lane.exposed["ep"] += env.now - t0
         mb, v = where(side)
-        yield from engine._segment(lane, "compute", kind, seconds, mb, v, layer)
+        yield from engine._segment(lane, "amax" if kind == ep_overlap.AMAX else "compute", kind, seconds, mb, v, layer)
         end(k)
     if not comm.processed:
         t0 = env.now

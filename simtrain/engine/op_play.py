@@ -159,13 +159,14 @@ class SegmentMixin:
     def _locked(self, lane: Lane, segments: list, mb: int, v: int):
         """Run segments one by one, compute under the lane's compute lock: the other half of an overlapped pair
         computes while this one communicates (DeepSeek-V3 Sec. 3.2.1, Fig. 4). TP collectives hold the lock too:
-        they run inside the attention and MLP modules on the compute stream; only the EP dispatch and combine (and
-        the pipeline sends) run on the communication stream (Megatron-Core model_chunk_schedule_plan.py)."""
+        they run inside the attention and MLP modules on the compute stream, and so do the FP8 amax all-reduces the
+        next GEMM waits for; only the EP dispatch and combine (and the pipeline sends) run on the communication stream
+        (Megatron-Core model_chunk_schedule_plan.py)."""
         if lane.compute_lock is None:
             lane.compute_lock = simpy.Resource(self.env, capacity=1)
         i, n = 0, len(segments)
         while i < n:
-            if segments[i][0] not in ("compute", "tp"):
+            if segments[i][0] not in ("compute", "tp", "amax"):
                 yield from self._segment(lane, *segments[i][:3], mb, v, segments[i][3], exposed=False)
                 i += 1
                 continue
@@ -173,6 +174,6 @@ class SegmentMixin:
                 yield req
                 yield from self._segment(lane, *segments[i][:3], mb, v, segments[i][3])
                 i += 1
-                while i < n and segments[i][0] == "tp":
+                while i < n and segments[i][0] in ("tp", "amax"):
                     yield from self._segment(lane, *segments[i][:3], mb, v, segments[i][3])
                     i += 1

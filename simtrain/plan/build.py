@@ -327,8 +327,7 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
         layer_hw += cp_flops * m.layers
         hardware_flops = (layer_hw * par.tp + 3.0 * edge.head_model_flops * par.tp + mtp_hw * par.tp) * replicas
     if tr.fp8_amax_reduction != "none":
-        chunks = [replace(c, **dict(zip(("amax_fwd", "amax_bwd"),
-                                        chunk_amax(scenario, placement, c, tp_factors[c.rank]))))
+        chunks = [replace(c, **dict(zip(("amax_fwd", "amax_bwd"), chunk_amax(scenario, placement, c))))
                   for c in chunks]
     schedule = rank_schedules(par.schedule, par.pp, mb, par.vpp, par.ep_overlap)
     if tr.activation_offload_layers:

@@ -44,6 +44,7 @@ class LayerShape:
     window: int = 0        # sliding-window width of this layer's attention (GPT-OSS); 0: full causal
     mla: tuple[int, int, int, int, int] | None = None   # (q_lora or 0, kv_lora, qk_nope, qk_rope, v) latent attention
     layer_kernels: str = "fused"   # training.layer_kernels: whose element-wise and layout kernels (layer_kernels.py)
+    attn_pad: float = 1.0  # head width the flash kernel computes / the head width (layer_floor.attention_kernel_pad)
 
     @property
     def q(self) -> int:
@@ -186,8 +187,9 @@ def layer_cost(sh: LayerShape, dev: Device, recompute: str) -> LayerCost:
     h, t = sh.hidden, sh.tp
     if sh.flash:
         # FlashAttention skips fully masked blocks of a causal mask: about half the work executed;
-        # its backward recomputes the scores: 2.5x the forward FLOP (Dao 2023, Sec. 3 / benchmarks)
-        executed = attn * causal_fraction(sh)
+        # its backward recomputes the scores: 2.5x the forward FLOP (Dao 2023, Sec. 3 / benchmarks); a head width
+        # between two of its kernels' runs at the wider one's cost
+        executed = attn * causal_fraction(sh) * sh.attn_pad
         fwd_attn = dev.attention_time(executed, sh.seq)
         bwd_attn = dev.attention_time(2.5 * executed, sh.seq)
     else:

@@ -64,6 +64,9 @@ def backward_parts(c, i: int) -> tuple[float, float, float, float, float]:
     return rec + bwd - moe - attn_w + tp_bwd + cp_bwd, attn_w, moe - moe_w, moe_w, ep_bwd / 2.0
 
 
+#: the kind of a merged pair's FP8 amax all-reduce piece (played on the engine's amax stream)
+AMAX = "amax_allreduce"
+
 class _Streams:
     """The two streams' programs: each piece waits for the piece before it on its stream and for the piece whose
     output it needs (``after``); :meth:`play` times them."""
@@ -74,6 +77,12 @@ class _Streams:
 
     def run(self, side: str, kind: str, layer, seconds: float, after: int | None = None) -> int:
         self.pieces.append(("comp", side, kind, layer, seconds * self.scale, after))
+        return len(self.pieces) - 1
+
+    def wait_amax(self, side: str, seconds: float, after: int | None) -> int:
+        """An FP8 amax all-reduce the compute stream waits for (plan.fp8_amax): a latency, neither scaled with a
+        straggler's kernels nor slowed under an all-to-all."""
+        self.pieces.append(("comp", side, AMAX, None, seconds, after))
         return len(self.pieces) - 1
 
     def send(self, side: str, layer, seconds: float, after: int | None) -> int:
@@ -110,7 +119,8 @@ class _Streams:
                         events.append(max(free[name], end.get(after, 0.0)))
             if running["comm"] is not None:
                 events.append(started[running["comm"]] + self.pieces[running["comm"]][4])
-            rate = slowdown if running["comm"] is not None else 1.0
+            comp = running["comp"]
+            rate = slowdown if running["comm"] is not None and (comp is None or self.pieces[comp][2] != AMAX) else 1.0
             if running["comp"] is not None:
                 events.append(now + left["comp"] * rate)
             t = min(events)
@@ -178,9 +188,9 @@ def pair_program(cf, cb, scale: float = 1.0) -> _Streams:
             b_in = s.run("B", "backward", bl, pre_b, dispatch_b)
             s.run("B", "wgrad", bl, attn_w)
     if cf.amax_fwd > 0:   # the FP8 amax all-reduces the compute waits for (plan.fp8_amax)
-        f_in = s.run("F", "forward", None, cf.amax_fwd, f_in)
+        f_in = s.wait_amax("F", cf.amax_fwd, f_in)
     if cb.amax_bwd > 0:
-        b_in = s.run("B", "backward", None, cb.amax_bwd, b_in)
+        b_in = s.wait_amax("B", cb.amax_bwd, b_in)
     if cf.has_head:
         s.run("F", "forward", None, cf.head_fwd, f_in)
     if cb.has_embedding:

@@ -12,7 +12,7 @@ of the compute: the next FP8 GEMM waits for the reduction.
   direction, ``async_op=False``; skipped for a group of one); Megatron-Core ``transformer_block.py`` (one
   ``fp8_autocast`` per block) and ``parallel_state.get_amax_reduction_group``.
 - ``per_linear`` (current scaling): one reduction over the TP group per sequence-parallel FP8 input (see
-  :data:`PER_PAIR`).
+  :func:`linear_counts`).
 - ``none``: no reduction on the critical path (MXFP8 and blockwise scales are local; an asynchronous TP-only
   reduction, MLPerf v3.1's ``NVTE_ASYNC_AMAX_REDUCTION=1`` with ``NVTE_DP_AMAX_REDUCE_INTERVAL=0``, runs under the
   next chunk's compute).
@@ -22,7 +22,8 @@ model (NVIDIA/nccl ``src/graph/tuning.cc`` @b6475625, docs/sources.md section 3)
 and ring NCCL's model finds faster:
 
 - tree: ``baseLat + 2((ranks per node - 1) intraLat + log2i(nodes) interLat)``;
-- ring: ``baseLat + (2(n - 1) - nInter) intraLat + nInter interLat``, ``nInter = 2(nodes - 1)``.
+- ring: ``baseLat + (2(n - 1) - nInter) intraLat + nInter interLat``, ``nInter = 2 nodes`` across nodes (0 in one),
+  where an inter-node ring's intraLat is at least the host's network overhead (:data:`NET_OVERHEAD_US`).
 
 A "node" here is NCCL's: the GPUs that reach each other without the network (a whole NVLink domain on rack-scale
 systems).
@@ -32,20 +33,47 @@ from __future__ import annotations
 
 import math
 
+from simtrain.plan.recompute import modules_of
+
 #: NCCL tuning.cc @b6475625, LL protocol, microseconds: base latency per algorithm
 BASE_LAT_US = {"tree": 6.8, "ring": 6.6}
 #: NCCL tuning.cc @b6475625, LL protocol hardware latencies (us) per hop kind and algorithm
 HW_LAT_US = {"nvlink": {"tree": 0.6, "ring": 0.6}, "pci": {"tree": 1.0, "ring": 1.0},
              "net": {"tree": 5.0, "ring": 2.7}}
+#: NCCL tuning.cc @b6475625 ``getNetOverhead``: the floor of an inter-node ring step's intraLat, 1.0 us on Intel x86
+#: and non-x86 hosts, 2.0 us on AMD x86. The hardware files do not name the host CPU in a field: 1.0 us throughout,
+#: which can only make a ring (the faster of the two only for groups of at most 4 GPUs per node) look faster
+NET_OVERHEAD_US = 1.0
 
-#: per_linear: reductions per TE column/row-parallel linear pair and micro-batch, (forward, backward), with sequence
-#: parallelism. TE's current scaling reduces a quantized tensor's amax over the TP group where the tensor is sharded
-#: and then gathered in FP8: a column-parallel linear's input in the forward, a row-parallel linear's output gradient
-#: in the backward (TE v2.8 ``module/linear.py`` ``_customize_quantizers_float8_current_scaling``, the same in
-#: ``layernorm_linear.py`` and ``layernorm_mlp.py``; ``csrc/quantizer.cpp``: ``allreduce(amax, MAX)->wait()``). A
-#: dense layer has two pairs (attention QKV/projection, MLP up/down); a MoE layer one (attention) plus one for its
-#: shared experts; routed experts (``GroupedLinear``) reduce nothing
-PER_PAIR = (1, 1)
+#: per_linear, current scaling with sequence parallelism: TE reduces a quantized tensor's amax over the TP group where
+#: the tensor is sharded and then gathered in FP8, a column-parallel linear's input in the forward and a row-parallel
+#: linear's output gradient in the backward, once per call (TE v2.8 ``module/linear.py``
+#: ``_customize_quantizers_float8_current_scaling``, the same in ``layernorm_linear.py`` and ``layernorm_mlp.py``;
+#: ``csrc/quantizer.cpp``: ``allreduce(amax, MAX)->wait()``). Per layer, (forward, backward) without recompute:
+#: attention 1 + 1 (QKV, projection); multi-head latent attention 2 + 1 (Megatron-Core's up projections of the query
+#: and key/value latents are column-parallel on the sequence-parallel latents; the down projections are duplicated
+#: ``TELinear``, no reduction); a dense MLP, or a MoE layer's shared experts, 1 + 1 (up, down); routed experts
+#: (``GroupedLinear``) none
+ATTENTION = {"mha": (1, 1), "mla": (2, 1)}
+MLP = (1, 1)
+
+
+def linear_counts(model, training, dense: bool, recomputed: bool) -> tuple[int, int]:
+    """(forward, backward) per_linear reductions of one layer and micro-batch. ``dense``: a dense layer (else a MoE
+    layer); ``recomputed``: full recompute covers it. A recomputed forward quantizes the inputs it re-runs again:
+    all of them under full recompute; under selective, ``mla_up_proj`` the two latent up projections, ``mlp`` a
+    dense layer's MLP, ``moe`` / ``shared_experts`` the shared experts (the modules ``tp_comm.layer_tp_units``
+    re-gathers)."""
+    attn_f, attn_b = ATTENTION[model.attention.kind]
+    mlp = dense or (model.moe is not None and model.moe.shared_experts > 0)
+    fwd, bwd = attn_f + MLP[0] * mlp, attn_b + MLP[1] * mlp
+    if recomputed:
+        return fwd, bwd + fwd
+    modules = modules_of(training)
+    again = (attn_f if model.attention.kind == "mla" and "mla_up_proj" in modules else 0)
+    if mlp and (("mlp" in modules and dense) or (not dense and ("moe" in modules or "shared_experts" in modules))):
+        again += MLP[0]
+    return fwd, bwd + again
 
 
 def small_allreduce_s(ranks: int, nodes: int, intra: str = "nvlink") -> float:
@@ -59,7 +87,9 @@ def small_allreduce_s(ranks: int, nodes: int, intra: str = "nvlink") -> float:
     inter_tree, inter_ring = HW_LAT_US["net"]["tree"], HW_LAT_US["net"]["ring"]
     levels = int(math.floor(math.log2(nodes)))
     tree = BASE_LAT_US["tree"] + 2 * ((per_node - 1) * intra_tree + levels * inter_tree)
-    inter_steps = 2 * (nodes - 1) if nodes > 1 else 0
+    inter_steps = 2 * nodes if nodes > 1 else 0
+    if nodes > 1:
+        intra_ring = max(intra_ring, NET_OVERHEAD_US)
     ring = BASE_LAT_US["ring"] + (2 * (ranks - 1) - inter_steps) * intra_ring + inter_steps * inter_ring
     return min(tree, ring) * 1e-6
 
@@ -81,12 +111,12 @@ def _group(placement, rank: int, which: str) -> list[int]:
     return placement.tp_group(0, rank)
 
 
-def chunk_amax(scenario, placement, c, recompute_factor: float) -> tuple[float, float]:
+def chunk_amax(scenario, placement, c) -> tuple[float, float]:
     """(forward, backward) seconds of the amax all-reduces of chunk ``c`` (a ChunkPlan) per micro-batch
-    (``training.fp8_amax_reduction``). ``recompute_factor``: the scenario's TP-collective factor for recompute; the
-    linears whose inputs a recomputed forward gathers again quantize them again (current scaling; delayed scaling
-    reuses the forward's scales)."""
+    (``training.fp8_amax_reduction``); none for a chunk without layers (no FP8 module runs there)."""
     tr, par, m = scenario.training, scenario.parallel, scenario.model
+    if c.layers == 0:
+        return 0.0, 0.0
     fabric = getattr(scenario.hardware.intra_node, "fabric", "nvswitch")   # explicit device lists: NVLink
     intra = "pci" if fabric == "pcie" else "nvlink"
     if tr.fp8_amax_reduction == "per_chunk":
@@ -94,10 +124,7 @@ def chunk_amax(scenario, placement, c, recompute_factor: float) -> tuple[float, 
         return one, one
     if tr.fp8_amax_reduction == "per_linear" and par.sequence_parallel and par.tp > 1:
         one = small_allreduce_s(*group_span(placement.tp_group(0, c.rank), placement.domain), intra)
-        if m.moe is None:
-            pairs = 2 * c.layers
-        else:   # leading dense layers: two pairs; MoE layers: attention, and shared experts if any
-            pairs = 2 * c.lead_layers + (1 + (m.moe.shared_experts > 0)) * (c.layers - c.lead_layers)
-        fwd, bwd = PER_PAIR
-        return pairs * fwd * one, pairs * (bwd + fwd * (recompute_factor - 1.0)) * one
+        counts = [linear_counts(m, tr, m.moe is None or i < c.lead_layers, tr.recompute == "full" and c.recomputes(i))
+                  for i in range(c.layers)]
+        return sum(f for f, _ in counts) * one, sum(b for _, b in counts) * one
     return 0.0, 0.0

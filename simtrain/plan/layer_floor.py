@@ -16,6 +16,7 @@ below the analytic lower bound (a test checks it on every layout of several sear
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from simtrain.plan import costs, device
@@ -37,6 +38,26 @@ def step_device(hw, tr, precision: str) -> device.Device:
                          graph_gap=device.graph_gap(hw.compute) if tr.cuda_graphs != "none" else None)
 
 
+#: head widths FlashAttention's kernels are built for. flash-attn 0.2 to 1.0 (``flash1``) run a head width d <= 32,
+#: <= 64 or <= 128 with the 32, 64 or 128 kernel (csrc/flash_attn/fmha_api.cpp ``run_fmha_fwd`` / ``run_fmha_bwd``
+#: @4a6eaa9f, the same at v1.0.5); flash-attn 2 rounds d up to a multiple of 32 and has a kernel for each
+#: (flash_api.cpp ``head_size_rounded``, hdim32 to hdim256, v2.0.8)
+FLASH1_WIDTHS = (32, 64, 128)
+
+
+def attention_kernel_pad(kernel: str, head_dim: float) -> float:
+    """The attention kernel's head width over the model's (>= 1): the wider kernel's tiles span the whole of it."""
+    if head_dim <= 0:
+        return 1.0
+    if kernel == "flash1":
+        width = next((w for w in FLASH1_WIDTHS if head_dim <= w), head_dim)
+    elif kernel == "flash2":
+        width = 32 * math.ceil(head_dim / 32)
+    else:
+        return 1.0
+    return width / head_dim
+
+
 def layer_shapes(model, tr, *, tp: int, sequence_parallel: bool, cp: int,
                  micro_batch: int) -> tuple[costs.LayerShape, costs.LayerShape]:
     """(the whole micro-batch's layer, the layer as one CP rank runs it: s / cp of its tokens)."""
@@ -49,7 +70,9 @@ def layer_shapes(model, tr, *, tp: int, sequence_parallel: bool, cp: int,
                             mlp_matrices=model.mlp_matrices, tp=tp, sequence_parallel=sequence_parallel and tp > 1,
                             flash=tr.attention_kernel != "none", dropout=tr.dropout,
                             q_width=model.q_width if model.q_width != model.hidden else 0, mla=mla,
-                            layer_kernels=tr.layer_kernels)
+                            layer_kernels=tr.layer_kernels,
+                            attn_pad=attention_kernel_pad(tr.attention_kernel, model.q_width / model.heads)
+                            if mla is None else 1.0)
     return full, local_shape(full, cp)
 
 
