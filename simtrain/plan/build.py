@@ -200,8 +200,14 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
     fsdp = fsdp_costs(par.zero_impl, par.zero, scenario.dp_cp, state.weights, state.grads, tr.precision != "fp32", dev,
                       fp16_reduce=fp16_reduce)
     unit_overhead = fsdp.unit_overhead   # per layer (FSDP unit) and micro-batch
-    layer_fwd_extra = fsdp.forward(dev, per_layer_local) + unit_overhead / 3.0
-    acc_pp = costs.grad_accumulation_bytes(tr.grad_accumulation, state.weights, state.grads, mb)
+    # fp32 parameters under torch.autocast (training.autocast_weights): .grad is fp32, and every micro-batch casts the
+    # weights down in the forward and their gradients up in the backward
+    cast = costs.AUTOCAST_CAST_BYTES if tr.autocast_weights else 0.0
+    acc_pp = costs.grad_accumulation_bytes(tr.grad_accumulation, 4.0 if cast else state.weights, state.grads, mb) + cast
+
+    def cast_forward(n_params: float) -> float:   # one cast kernel per unit's parameters, as the adds
+        return dev.memory_time(n_params * cast, kernels=1) if cast and n_params else 0.0
+    layer_fwd_extra = fsdp.forward(dev, per_layer_local) + unit_overhead / 3.0 + cast_forward(per_layer_local)
 
     def accumulate(n_params: float) -> float:   # one add kernel per unit's parameters (launch gaps: one per unit)
         return dev.memory_time(n_params * acc_pp, kernels=1) if acc_pp and n_params else 0.0
@@ -256,7 +262,8 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
             tp_async=(tp_cost[rank] / 2.0, *async_wgrads, async_slowdown) if async_wgrads is not None else (),
             embed_fwd=edge.embed_forward + fsdp.forward(dev, n_edge) if first else 0.0,
             embed_bwd=edge.embed_backward + fsdp.backward(dev, n_edge) + accumulate(n_edge) if first else 0.0,
-            head_fwd=edge.head_forward + (fsdp.forward(dev, n_edge) if not first else 0.0) if last else 0.0,
+            head_fwd=edge.head_forward + (fsdp.forward(dev, n_edge) if not first else 0.0) + cast_forward(n_edge)
+            if last else 0.0,
             head_bwd=edge.head_backward + (fsdp.backward(dev, n_edge) + accumulate(n_edge) if not first else 0.0)
             if last else 0.0,
             act_bytes=act, grad_bytes_layer=per_layer_local * state.grads, grad_bytes_edge=edge_grad,

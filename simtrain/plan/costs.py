@@ -324,6 +324,14 @@ def grad_accumulation_bytes(mode: str, weight_bytes: float, grad_bytes: float, m
     return 0.0
 
 
+#: ``training.autocast_weights``: bytes per fp32 parameter and micro-batch of torch.autocast's casts, each way. The
+#: forward casts every linear's fp32 weight to 16 bits at its first use (read 4, write 2); the cache is dropped when
+#: the outermost autocast context exits (pytorch torch/amp/autocast_mode.py ``autocast.__exit__``), i.e. after every
+#: micro-batch's forward under Lightning (``NativeMixedPrecisionPlugin.forward_context``). The backward casts the
+#: 16-bit weight gradient back to fp32 for the parameter's ``.grad`` (the cast's own backward: read 2, write 4).
+AUTOCAST_CAST_BYTES = 6.0
+
+
 def fsdp1_grad_bytes(weight_bytes: float, grad_bytes: float) -> tuple[float, float]:
     """Bytes per parameter PyTorch FSDP (flat parameters) moves through HBM to hand a unit's gradient to its
     reduce-scatter: (on the compute stream, on the post-backward stream ahead of the collective).

@@ -149,6 +149,14 @@ def check_rules(s, raw: dict) -> list[str]:
     if tr.precision == "fp8" and tr.fp8_recipe != "mxfp8" and "fp8" not in gpu.peak_flops:
         fail("training.fp8_recipe", f"'{tr.fp8_recipe}' needs gpu.peak_flops.fp8, which "
              f"{display_path(s.hardware_file)} does not list for {gpu.name} (allowed here: mxfp8)")
+    if tr.autocast_weights and (tr.precision not in ("bf16", "fp16") or par.zero >= 2 or par.zero_impl != "generic"
+                                or tr.optimizer_kernel == "megatron"):
+        what = (f"precision '{tr.precision}'" if tr.precision not in ("bf16", "fp16") else
+                "optimizer_kernel 'megatron' (16-bit parameters)" if tr.optimizer_kernel == "megatron" else
+                f"zero {par.zero} with zero_impl {par.zero_impl} (sharded parameters cast by their wrapper)")
+        fail("training.autocast_weights", f"true casts fp32 parameters to the 16-bit precision under torch.autocast, "
+             f"and this scenario runs {what} (allowed with it: precision bf16 or fp16, zero 0 or 1, zero_impl "
+             "generic, optimizer_kernel fused or unfused)")
     if tr.fp8_amax_reduction != "none" and (tr.precision != "fp8" or tr.fp8_recipe != "tensorwise"):
         what = f"precision '{tr.precision}'" if tr.precision != "fp8" else f"fp8_recipe '{tr.fp8_recipe}'"
         fail("training.fp8_amax_reduction", f"'{tr.fp8_amax_reduction}' reduces tensorwise FP8 scales, and this "

@@ -63,6 +63,11 @@ class Training(Closed):
                              "Megatron-LM's mixed-precision optimizer: fp32 main gradients, loss-scale unscaling "
                              "(fp16), the gradient norm, apex FusedAdam on fp32, the copy back to 16-bit weights "
                              "(docs/model.md section 2.10)")
+    autocast_weights: bool = Field(
+        False, description="fp32 parameters under torch.autocast (PyTorch Lightning's precision bf16 or 16, torch.amp "
+                            "without FSDP mixed precision): every micro-batch's forward casts each linear's weight to "
+                            "16 bits and its backward casts the weight gradient back to fp32 for .grad (6 bytes per "
+                            "parameter each way; docs/model.md section 2.12e)")
     grad_accumulation: Literal["fused", "unfused", "autograd"] = Field(
         "fused", description="how each micro-batch's gradients join the gradient buffer: fused = the weight-gradient "
                              "GEMM accumulates into it (Megatron-LM's gradient_accumulation_fusion); unfused = after "
