@@ -1,7 +1,8 @@
 """A head width between two of FlashAttention's kernels runs at the wider kernel's cost (plan.layer_floor
 ``attention_kernel_pad``): flash-attn 0.2 to 1.0 dispatch d <= 32 / 64 / 128 to the 32, 64 and 128 kernels
-(csrc/flash_attn/fmha_api.cpp ``run_fmha_fwd``, ``run_fmha_bwd`` @4a6eaa9f and v1.0.5); flash-attn 2 rounds d up
-to a multiple of 32 (flash_api.cpp ``head_size_rounded``, v2.0.8). Expected values are the widths' ratios."""
+(csrc/flash_attn/fmha_api.cpp ``run_fmha_fwd``, ``run_fmha_bwd`` @4a6eaa9f and v1.0.5); flash-attn 2.0 to 2.6 have
+a kernel per multiple of 32 up to 256 (static_switch.h ``HEADDIM_SWITCH``, v2.0.8). Expected values are the widths'
+ratios."""
 
 from __future__ import annotations
 
@@ -37,3 +38,41 @@ def test_layer_shape_carries_the_pad(heads, kernel, pad):
     tr = Training(seq_len=2048, global_batch=8, flash_attention=kernel)
     full, _local = layer_shapes(model, tr, tp=1, sequence_parallel=False, cp=1, micro_batch=1)
     assert full.attn_pad == pytest.approx(pad, rel=1e-12)
+
+
+def test_flash1_refuses_head_widths_above_128():
+    """flash-attn 0.2 to 1.0 check head_size <= 128 (fmha_api.cpp): a head width of 256 under flash1 is refused."""
+    from conftest import make_scenario
+
+    from simtrain.spec.errors import InputError
+    with pytest.raises(InputError, match="runs head widths up to 128.*this model's is 256"):
+        make_scenario(hardware="dgx-a100", nodes=1, model={"layers": 2, "hidden": 2048, "heads": 8,
+                                                           "ffn_hidden": 8192, "vocab": 128},
+                      training={"flash_attention": "flash1"}, parallel={"dp": 8})
+
+
+def test_context_parallel_pads_the_whole_attention():
+    """With CP the padded width applies to every block, not only the local one: on the ideal test GPU (no launch
+    overhead, attention time proportional to its FLOP at a given length) a layer's attention forward at pad p is p
+    times that at pad 1, so the layer forward grows by (p - 1) x cp x the ring step's attention."""
+    from dataclasses import replace
+
+    from conftest import make_scenario
+
+    from simtrain.plan import costs
+    from simtrain.plan.context import cp_figures
+    from simtrain.plan.layer_floor import step_device
+    from simtrain.spec.placement import placement_of
+    s = make_scenario(model={"layers": 2, "hidden": 1280, "heads": 16, "ffn_hidden": 5120, "vocab": 8},
+                      training={"seq_len": 8192, "flash_attention": True}, parallel={"cp": 2}, gpus_per_node=2)
+    full, local = layer_shapes(s.model, s.training, tp=1, sequence_parallel=False, cp=2, micro_batch=1)
+    assert full.attn_pad == pytest.approx(96 / 80)
+    dev = step_device(s.hardware, s.training, s.training.precision)
+    placement = placement_of(s)
+
+    def forward(shape_full, shape_local):
+        return costs.layer_cost(shape_local, dev, "none").forward + \
+            cp_figures(s, placement, shape_full, dev, 0, False).forward
+    flat = replace(full, attn_pad=1.0), replace(local, attn_pad=1.0)
+    step = cp_figures(s, placement, flat[0], dev, 0, False).step_attention
+    assert forward(full, local) - forward(*flat) == pytest.approx((96 / 80 - 1) * 2 * step, rel=1e-9)

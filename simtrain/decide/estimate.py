@@ -253,8 +253,8 @@ def estimate(scenario: Scenario, plan: Plan | None = None) -> EstimateResult:
             # the dense weights over dp; a mixture of experts' routed weights over their own (expert data-parallel)
             # group, queued before them on the DP stream (the engine's end of step): the bound counts the dense
             # gather only, the estimate both
-            expert_bytes = plan.expert_params_local[r] * plan.dtype_bytes if plan.has_experts else 0.0
-            dense_bytes = plan.stage_memory[r].params_local * plan.dtype_bytes - expert_bytes
+            expert_bytes = plan.expert_params_local[r] * plan.param_bytes if plan.has_experts else 0.0
+            dense_bytes = plan.stage_memory[r].params_local * plan.param_bytes - expert_bytes
             gather = gather_est = _dp_time(plan, "all_gather", dense_bytes, r, full)
             if expert_bytes and plan.placement.edp > 1:
                 gather_est += _alone(plan, plan.edp_phases("all_gather", expert_bytes, r))

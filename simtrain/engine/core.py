@@ -306,8 +306,8 @@ class Engine(CommMixin, SegmentMixin):
         if dp_sync and self.zero in (1, 2):
             t0 = env.now
             mem = plan.stage_memory[lane.rank]
-            expert_bytes = plan.expert_params_local[lane.rank] * plan.dtype_bytes if plan.has_experts else 0.0
-            nbytes = mem.params_local * plan.dtype_bytes - expert_bytes
+            expert_bytes = plan.expert_params_local[lane.rank] * plan.param_bytes if plan.has_experts else 0.0
+            nbytes = mem.params_local * plan.param_bytes - expert_bytes
             if expert_bytes and plan.placement.edp > 1:   # expert weights are gathered over their own group
                 self._collective(lane, "dp", "edp_all_gather",
                                  plan.edp_phases("all_gather", expert_bytes, lane.rank), expert_bytes)

@@ -25,6 +25,7 @@ from simtrain.plan.layer_floor import dense_layer_cost, layer_shapes, step_devic
 from simtrain.plan.memory import (
     StageMemory,
     edge_params,
+    fsdp1_sharded_state,
     layer_params_per_rank,
     stage_memory,
     state_bytes_per_param,
@@ -53,6 +54,7 @@ class Plan:
     model_flops_per_step: float
     hardware_flops_per_step: float
     dtype_bytes: int
+    param_bytes: float                       # bytes of one parameter as ZeRO-1/2 gathers it after the step
     framework_overhead_layer: float = 0.0    # s per layer and micro-batch charged for the framework (FSDP1 hooks)
     phases: dict = field(default_factory=dict, repr=False)
     has_experts: bool = False                # a mixture-of-experts model: EP keys in the report
@@ -165,6 +167,8 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
     edge = costs.edge_cost(tokens, m.hidden, m.vocab, par.tp, edge_dev, tr.cross_entropy)
     metrics = costs.train_metrics_time(tokens, m.vocab, par.tp, edge_dev, tr.train_metrics)
     state = state_bytes_per_param(tr.precision, tr.optimizer, tr.grad_dtype)
+    if tr.autocast_weights:   # fp32 parameters and .grad, no separate master copy (docs/model.md section 2.12e)
+        state = fsdp1_sharded_state(state)
     act_full = tokens * m.hidden * dev.element_bytes
     mems = stage_memories or tuple(stage_memory(scenario, r) for r in range(par.pp))
     tp_cost = [tp_time(scenario, placement, act_full, r) for r in range(par.pp)]
@@ -203,15 +207,20 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
     # fp32 parameters under torch.autocast (training.autocast_weights): .grad is fp32, and every micro-batch casts the
     # weights down in the forward and their gradients up in the backward
     cast = costs.AUTOCAST_CAST_BYTES if tr.autocast_weights else 0.0
-    acc_pp = costs.grad_accumulation_bytes(tr.grad_accumulation, 4.0 if cast else state.weights, state.grads, mb) + cast
+    acc_pp = costs.grad_accumulation_bytes(tr.grad_accumulation, state.weights, state.grads, mb)
 
-    def cast_forward(n_params: float) -> float:   # one cast kernel per unit's parameters, as the adds
+    def cast_pass(n_params: float) -> float:   # one cast kernel per unit's linear weights, as the adds
         return dev.memory_time(n_params * cast, kernels=1) if cast and n_params else 0.0
-    layer_fwd_extra = fsdp.forward(dev, per_layer_local) + unit_overhead / 3.0 + cast_forward(per_layer_local)
+    # autocast casts what the linears take (weights; their biases, under 0.1% of them, are left out): a layer's
+    # matrices, and the output layer's (tied or not); not the embedding lookup's table nor LayerNorm's parameters
+    layer_cast = cast_pass(m.matmul_params_per_layer // par.tp if m.moe is None else per_layer_local)
+    head_cast = cast_pass(m.vocab * m.hidden // par.tp)
+    layer_fwd_extra = fsdp.forward(dev, per_layer_local) + unit_overhead / 3.0 + layer_cast
 
     def accumulate(n_params: float) -> float:   # one add kernel per unit's parameters (launch gaps: one per unit)
         return dev.memory_time(n_params * acc_pp, kernels=1) if acc_pp and n_params else 0.0
-    acc_layer = accumulate(per_layer_local)   # part of the weight-gradient work: a split backward runs it in W
+    # part of the weight-gradient work, a split backward's W: the accumulation, and autocast's cast of the gradients
+    acc_layer = accumulate(per_layer_local) + layer_cast
     layer_bwd_extra = fsdp.backward(dev, per_layer_local) + 2.0 * unit_overhead / 3.0 + acc_layer
     vstages = scenario.virtual_stages
     varied = varied_layers(scenario)
@@ -253,7 +262,8 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
             vstage=v, rank=rank, chunk=chunk, layer_lo=lo, layers=n_layers, has_embedding=first, has_head=last,
             fwd_layer=lc.forward + cf.forward + layer_fwd_extra,
             bwd_layer=lc.backward + cf.backward + layer_bwd_extra,
-            recompute_layer=lc.recompute + cf.recompute,
+            # a recomputed forward opens a fresh autocast context: it casts the weights again
+            recompute_layer=lc.recompute + cf.recompute + (layer_cast if tr.recompute == "full" else 0.0),
             cp_fwd_layer=cf.fwd_exposed, cp_bwd_layer=cf.bwd_exposed, cp_fwd_hidden=cf.fwd_hidden,
             cp_bwd_hidden=cf.bwd_hidden, recompute_count=tr.recompute_layers if partial else -1,
             tp_bwd_plain=tp_bwd_plain[rank], cp_bwd_plain=cpf_plain[rank].bwd_exposed,
@@ -262,9 +272,10 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
             tp_async=(tp_cost[rank] / 2.0, *async_wgrads, async_slowdown) if async_wgrads is not None else (),
             embed_fwd=edge.embed_forward + fsdp.forward(dev, n_edge) if first else 0.0,
             embed_bwd=edge.embed_backward + fsdp.backward(dev, n_edge) + accumulate(n_edge) if first else 0.0,
-            head_fwd=edge.head_forward + (fsdp.forward(dev, n_edge) if not first else 0.0) + cast_forward(n_edge)
+            head_fwd=edge.head_forward + (fsdp.forward(dev, n_edge) if not first else 0.0) + head_cast
             if last else 0.0,
-            head_bwd=edge.head_backward + (fsdp.backward(dev, n_edge) + accumulate(n_edge) if not first else 0.0)
+            head_bwd=edge.head_backward + head_cast + (fsdp.backward(dev, n_edge) + accumulate(n_edge) if not first
+                                                       else 0.0)
             if last else 0.0,
             act_bytes=act, grad_bytes_layer=per_layer_local * state.grads, grad_bytes_edge=edge_grad,
             zero3_layer_bytes=per_layer_local * state.weights, zero3_edge_bytes=n_edge * state.weights,
@@ -272,7 +283,8 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
             gather_prep_per_byte=fsdp.gather_prep_per_byte,
             wgrad_layer=lc.backward_weight + acc_layer,
             embed_wgrad=edge.embed_backward_weight + accumulate(n_edge) if first else 0.0,
-            head_wgrad=edge.head_backward_weight + (accumulate(n_edge) if not first else 0.0) if last else 0.0,
+            head_wgrad=edge.head_backward_weight + head_cast + (accumulate(n_edge) if not first else 0.0)
+            if last else 0.0,
             act_w_bytes=act * w_fraction))
         if varied:
             fields = chunk_fields(figures[rank], lo, n_layers)
@@ -345,6 +357,7 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
                 microbatches=mb,
                 stage_memory=mems, optimizer_time=opt, optimizer_host=host, model_flops_per_step=model_flops,
                 hardware_flops_per_step=hardware_flops, dtype_bytes=dev.element_bytes,
+                param_bytes=4.0 if tr.autocast_weights else float(dev.element_bytes),
                 framework_overhead_layer=unit_overhead, has_experts=experts, has_cp=cp > 1,
                 has_offload=tr.activation_offload_layers > 0, has_amax=tr.fp8_amax_reduction != "none",
                 expert_grad_bytes=tuple(n * state.grads for n in expert_local), expert_params_local=expert_local)

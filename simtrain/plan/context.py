@@ -108,8 +108,9 @@ def cp_figures(scenario: Scenario, placement: Placement, full: costs.LayerShape,
     mode = scenario.parallel.cp_comm
     local = local_shape(full, cp)
     cf = costs.causal_fraction(full)
-    total = costs.attention_flops(full) * cf / cp          # executed forward FLOP per GPU
-    own = costs.attention_flops(local) * costs.causal_fraction(local)   # what layer_cost timed for the local shape
+    # executed forward FLOP per GPU, at the flash kernel's head width (costs.LayerShape.attn_pad), as layer_cost times
+    total = costs.attention_flops(full) * cf / cp * full.attn_pad
+    own = costs.attention_flops(local) * costs.causal_fraction(local) * local.attn_pad   # what layer_cost timed
     own_f = dev.attention_time(own, local.seq)
     own_b = dev.attention_time(2.5 * own, local.seq)       # FlashAttention's backward: 2.5x the forward FLOP
     e = dev.element_bytes

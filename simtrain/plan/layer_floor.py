@@ -40,8 +40,9 @@ def step_device(hw, tr, precision: str) -> device.Device:
 
 #: head widths FlashAttention's kernels are built for. flash-attn 0.2 to 1.0 (``flash1``) run a head width d <= 32,
 #: <= 64 or <= 128 with the 32, 64 or 128 kernel (csrc/flash_attn/fmha_api.cpp ``run_fmha_fwd`` / ``run_fmha_bwd``
-#: @4a6eaa9f, the same at v1.0.5); flash-attn 2 rounds d up to a multiple of 32 and has a kernel for each
-#: (flash_api.cpp ``head_size_rounded``, hdim32 to hdim256, v2.0.8)
+#: @4a6eaa9f, the same at v1.0.5); flash-attn 2.0 to 2.6 have a kernel for every multiple of 32 up to 256
+#: (csrc/flash_attn/src/static_switch.h ``HEADDIM_SWITCH``, v2.0.8; 2.7 drops 224 and 2.8 drops 160, which then run
+#: the next kernel up: not modelled)
 FLASH1_WIDTHS = (32, 64, 128)
 
 

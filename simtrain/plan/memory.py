@@ -60,6 +60,11 @@ class StateBytes:
     optimizer: float
 
 
+#: training.autocast_weights: the 16-bit copy of each weight that torch.autocast makes in the forward and the linear
+#: saves for its backward (docs/model.md section 2.12e)
+AUTOCAST_COPY_BYTES = 2.0
+
+
 def state_bytes_per_param(precision: str, optimizer: str, grad_dtype: str = "auto") -> StateBytes:
     """Bytes per parameter before ZeRO sharding.
 
@@ -260,7 +265,9 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
     hw = scenario.hardware
     state = state_bytes_per_param(tr.precision, tr.optimizer, tr.grad_dtype)
     fsdp1 = par.zero_impl == "fsdp1" and par.zero >= 3 and par.dp > 1 and tr.precision != "fp32"
-    stored = fsdp1_sharded_state(state) if fsdp1 else state
+    # fp32 parameters under torch.autocast are their own master copy, as FSDP1's flat parameter
+    # (training.autocast_weights)
+    stored = fsdp1_sharded_state(state) if fsdp1 or tr.autocast_weights else state
     n, layers = local_params(scenario, pp_rank)
     dp = scenario.dp_cp     # ZeRO shards over the ranks holding the same weights: dp x cp
     n_exp = expert_params_local(scenario, pp_rank)
@@ -272,6 +279,8 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
                    "grads": n_exp * stored.grads / (edp if par.zero >= 2 else 1),
                    "optimizer": n_exp * stored.optimizer / (edp if par.zero >= 1 else 1)}
     weights = n * stored.weights / (dp if par.zero >= 3 else 1)
+    if tr.autocast_weights:   # the 16-bit casts the linears save for their backward, alive through the micro-batch
+        weights += n * AUTOCAST_COPY_BYTES
     fp8_copies = 0.0
     if tr.precision == "fp8":
         # the FP8 copies of the transformer layers' linear weights (embedding and output layer stay BF16);

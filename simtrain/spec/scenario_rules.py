@@ -128,6 +128,11 @@ def check_rules(s, raw: dict) -> list[str]:
         fail("training.flash_attention", f"'{kernel}' is not available on {s.hardware.gpu.name}: "
              f"{display_path(s.hardware_file)} lists no compute.attention_kernels.{kernel} (allowed here: "
              f"{', '.join(runs)})")
+    head_width = m.q_width / m.heads
+    if kernel == "flash1" and m.attention.kind != "mla" and head_width > 128:
+        fail("training.flash_attention", f"'flash1' (flash-attn 0.2 to 1.0) runs head widths up to 128 "
+             f"(fmha_api.cpp: head_size <= 128), and this model's is {head_width:g} (allowed here: true, false, "
+             "flash2, or a kernel the hardware file lists)")
     if tr.optimizer_kernel == "megatron" and (tr.optimizer != "adam" or tr.precision == "fp32"):
         what = f"optimizer '{tr.optimizer}'" if tr.optimizer != "adam" else "precision 'fp32'"
         fail("training.optimizer_kernel", f"'megatron' is Megatron-LM's mixed-precision Adam (fp32 main copies of "
@@ -150,13 +155,15 @@ def check_rules(s, raw: dict) -> list[str]:
         fail("training.fp8_recipe", f"'{tr.fp8_recipe}' needs gpu.peak_flops.fp8, which "
              f"{display_path(s.hardware_file)} does not list for {gpu.name} (allowed here: mxfp8)")
     if tr.autocast_weights and (tr.precision not in ("bf16", "fp16") or par.zero >= 2 or par.zero_impl != "generic"
-                                or tr.optimizer_kernel == "megatron"):
+                                or tr.optimizer_kernel == "megatron" or tr.grad_dtype in ("bf16", "fp16")):
         what = (f"precision '{tr.precision}'" if tr.precision not in ("bf16", "fp16") else
                 "optimizer_kernel 'megatron' (16-bit parameters)" if tr.optimizer_kernel == "megatron" else
+                f"grad_dtype '{tr.grad_dtype}' (.grad takes the fp32 parameter's dtype)"
+                if tr.grad_dtype in ("bf16", "fp16") else
                 f"zero {par.zero} with zero_impl {par.zero_impl} (sharded parameters cast by their wrapper)")
         fail("training.autocast_weights", f"true casts fp32 parameters to the 16-bit precision under torch.autocast, "
-             f"and this scenario runs {what} (allowed with it: precision bf16 or fp16, zero 0 or 1, zero_impl "
-             "generic, optimizer_kernel fused or unfused)")
+             f"and this scenario runs {what} (allowed with it: precision bf16 or fp16, grad_dtype auto or fp32, "
+             "zero 0 or 1, zero_impl generic, optimizer_kernel fused or unfused)")
     if tr.fp8_amax_reduction != "none" and (tr.precision != "fp8" or tr.fp8_recipe != "tensorwise"):
         what = f"precision '{tr.precision}'" if tr.precision != "fp8" else f"fp8_recipe '{tr.fp8_recipe}'"
         fail("training.fp8_amax_reduction", f"'{tr.fp8_amax_reduction}' reduces tensorwise FP8 scales, and this "
