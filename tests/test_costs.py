@@ -356,6 +356,46 @@ def test_unfused_attention_moves_its_score_bytes(dropout, fwd_bytes, bwd_bytes):
     assert bwd == pytest.approx(4 * gemm + 150_994_944 * bwd_bytes / 0.5e12 + kernels * 1e-6, rel=1e-9)
 
 
+def test_unfused_attention_runs_its_scores_at_the_measured_fraction():
+    """With the hardware's measured unfused-attention fractions (forward 0.4, backward 0.3 here) the score GEMMs' bytes
+    and the softmax's move at them and the dropout at the streaming 0.5. The zero-bubble 1.5B shape of the test above:
+    each score GEMM 330,498,048 B; forward 2 GEMMs + softmax 4 B + dropout 5 B per score element (150,994,944), each
+    kernel 1 us; backward 4 GEMMs + softmax 6 B + dropout 5 B."""
+    dev = device(memory_efficiency=0.5, kernel_overhead=1e-6, gemm_efficiency=0.8,
+                 unfused_attention_forward_efficiency=0.4, unfused_attention_backward_efficiency=0.3)
+    sh = costs.LayerShape(tokens=6 * 1024, seq=1024, batch=6, hidden=2304, ffn=9216, heads=24, kv_width=2304,
+                          mlp_matrices=2, tp=1, sequence_parallel=False, flash=False, dropout=True)
+    e = 150_994_944
+    fwd, bwd = costs.unfused_attention_time(sh, dev)
+    assert fwd == pytest.approx(2 * (330_498_048 / 0.4e12 + 1e-6) + (e * 4 / 0.4e12 + 1e-6) + (e * 5 / 0.5e12 + 1e-6),
+                                rel=1e-9)
+    assert bwd == pytest.approx(4 * (330_498_048 / 0.3e12 + 1e-6) + (e * 6 / 0.3e12 + 1e-6) + (e * 5 / 0.5e12 + 1e-6),
+                                rel=1e-9)
+
+
+@pytest.mark.parametrize("dropout,forward_ms,backward_ms,tolerance", [
+    (False, 4.28, 8.86, 0.005),    # Tables 18 and 19: the rows the fractions were read from
+    (True, 6.56, 10.80, 0.035),    # Tables 15 and 16: an independent check (the dropout at memory_efficiency)
+])
+def test_dgx_a100_unfused_attention_reproduces_flashattentions_megatron_rows(dropout, forward_ms, backward_ms,
+                                                                              tolerance):
+    """Dao et al. 2022 (FlashAttention, arXiv:2205.14135) App. E.5 time Megatron's attention on one A100 40GB
+    (1,555 GB/s): fp16, batch 16, 8 heads of 64, sequence 2,048, no mask. dgx-a100's fractions carried back to that
+    part's bandwidth give the rows they were read from within 0.5%, and the dropout rows within 3.5%."""
+    from pathlib import Path
+
+    from simtrain.spec.hardware import load_hardware
+
+    hw = load_hardware("dgx-a100", base_dir=Path(__file__).parent, file="test.yaml")[0]
+    gpu = hw.gpu.model_copy(update={"memory_bandwidth": 1555e9})
+    dev = Device(gpu=gpu, compute=hw.compute, dtype="fp16")
+    sh = costs.LayerShape(tokens=16 * 2048, seq=2048, batch=16, hidden=512, ffn=2048, heads=8, kv_width=512,
+                          mlp_matrices=2, tp=1, sequence_parallel=False, flash=False, dropout=dropout)
+    fwd, bwd = costs.unfused_attention_time(sh, dev)
+    assert fwd == pytest.approx(forward_ms * 1e-3, rel=tolerance)
+    assert bwd == pytest.approx(backward_ms * 1e-3, rel=tolerance)
+
+
 def test_megatron_optimizer_with_bf16_accumulates_gradients_in_fp32():
     """Megatron-LM forces accumulate_allreduce_grads_in_fp32 for bf16 (arguments.py @2755bcb8): grad_dtype auto
     becomes fp32, says so, and an explicit value wins."""

@@ -140,33 +140,42 @@ def causal_fraction(sh: LayerShape) -> float:
     return 0.5
 
 
-#: bytes per score element the memory-bound kernels of unfused attention move, (forward, backward), by dropout, with
-#: ``e`` the 16-bit element size. Megatron-LM's unfused path (CoreAttention, megatron/model/transformer.py):
-#: FusedScaleMaskSoftmax, then torch dropout on the probabilities. Forward: the softmax reads the scores and writes
-#: the probabilities (2e); the dropout reads them and writes the dropped probabilities and a 1-byte mask (2e + 1).
-#: Backward: the dropout's backward reads the gradient and the mask and writes the input gradient (2e + 1); the
-#: softmax backward reads the gradient and the probabilities and writes the score gradient (3e).
-UNFUSED_SCORE_BYTES = {
-    True: (lambda e: 2 * e + (2 * e + 1), lambda e: (2 * e + 1) + 3 * e),
-    False: (lambda e: 2 * e, lambda e: 3 * e),
-}
+#: bytes per score element the memory-bound kernels of unfused attention move, with ``e`` the 16-bit element size.
+#: Megatron-LM's unfused path (CoreAttention, megatron/model/transformer.py): FusedScaleMaskSoftmax, then torch
+#: dropout on the probabilities. Softmax (forward, backward): the forward reads the scores and writes the
+#: probabilities (2e); the backward reads the gradient and the probabilities and writes the score gradient (3e).
+#: Dropout, each pass: the forward reads the probabilities and writes the dropped ones and a 1-byte mask; the
+#: backward reads the gradient and the mask and writes the input gradient (2e + 1).
+UNFUSED_SOFTMAX_ELEMENTS = (2, 3)   # 16-bit elements moved per score element, (forward, backward)
+
+
+def unfused_dropout_bytes(e: int) -> int:
+    """Bytes per score element of the attention dropout, in either pass (above)."""
+    return 2 * e + 1
 
 
 def unfused_attention_time(sh: LayerShape, dev: Device) -> tuple[float, float]:
     """Forward and backward seconds of attention without a fused (flash) kernel on one TP rank: the score GEMMs,
     batched per head (QK^T writes the b a s^2 scores, AV reads the probabilities; the backward's four GEMMs, twice the
     forward's work, write dP and read P, dS, dS), plus the memory-bound kernels over the score elements
-    (``UNFUSED_SCORE_BYTES``). Each score GEMM is timed as one (b a s) x s x d GEMM, so its key (value) operand is
-    counted once rather than once per sequence and head as a batched GEMM reads it (on the zero-bubble 1.5B shape
-    8.5% fewer bytes than the batched GEMM moves; not counted)."""
+    (``UNFUSED_SOFTMAX_ELEMENTS``, ``unfused_dropout_bytes``). Each score GEMM is timed as one (b a s) x s x d GEMM,
+    so its key (value) operand is counted once rather than once per sequence and head as a batched GEMM reads it (on
+    the zero-bubble 1.5B shape 8.5% fewer bytes than the batched GEMM moves; not counted)."""
     heads_local = sh.heads / sh.tp
     score_elems = heads_local * sh.seq * sh.seq * sh.batch
-    score_gemms = 2 * dev.gemm_time(sh.batch * heads_local * sh.seq, sh.seq, sh.q / sh.heads)
-    fwd_bytes, bwd_bytes = UNFUSED_SCORE_BYTES[sh.dropout]
     e = dev.element_bytes
-    kernels = 2 if sh.dropout else 1      # softmax, then dropout (UNFUSED_SCORE_BYTES); each pass has both
-    return (score_gemms + dev.memory_time(score_elems * fwd_bytes(e), kernels=kernels),
-            2 * score_gemms + dev.memory_time(score_elems * bwd_bytes(e), kernels=kernels))
+    passes = []
+    for backward, gemms in ((False, 2), (True, 4)):
+        # the score GEMMs and the softmax at the GPU's measured unfused-attention rate, the dropout at the
+        # streaming rate (device.unfused_attention_efficiency; hardware/dgx-a100.yaml cites the measurement)
+        eff = dev.unfused_attention_efficiency(backward)
+        score_gemm = dev.gemm_time(sh.batch * heads_local * sh.seq, sh.seq, sh.q / sh.heads, memory_efficiency=eff)
+        softmax = UNFUSED_SOFTMAX_ELEMENTS[backward] * e * score_elems
+        t = gemms * score_gemm + softmax / (dev.gpu.memory_bandwidth * eff) + dev.kernel_overhead
+        if sh.dropout:
+            t += dev.memory_time(unfused_dropout_bytes(e) * score_elems)
+        passes.append(t)
+    return passes[0], passes[1]
 
 
 def layer_cost(sh: LayerShape, dev: Device, recompute: str) -> LayerCost:

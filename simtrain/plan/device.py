@@ -96,12 +96,14 @@ class Device:
         g3 = m * n * k   # g^3, g = geometric mean of the dimensions
         return best * g3 / (g3 + half ** 3)
 
-    def gemm_time(self, m: float, n: float, k: float) -> float:
-        """One GEMM (M x K) @ (K x N): 2MNK FLOP; reads A and B, writes C."""
+    def gemm_time(self, m: float, n: float, k: float, memory_efficiency: float | None = None) -> float:
+        """One GEMM (M x K) @ (K x N): 2MNK FLOP; reads A and B, writes C, at ``memory_efficiency`` of the HBM
+        bandwidth (default: the streaming kernels' ``compute.memory_efficiency``)."""
         flops = 2.0 * m * n * k
         nbytes = self.element_bytes * (m * k + k * n + m * n)
         t_math = flops / (self.peak * self.gemm_efficiency(m, n, k))
-        t_mem = nbytes / (self.gpu.memory_bandwidth * self.compute.memory_efficiency)
+        eff = self.compute.memory_efficiency if memory_efficiency is None else memory_efficiency
+        t_mem = nbytes / (self.gpu.memory_bandwidth * eff)
         return max(t_math, t_mem) + self.kernel_overhead
 
     def linear_gemm_time(self, m: float, n: float, k: float) -> float:
@@ -131,6 +133,13 @@ class Device:
         if eff is None:
             return self.memory_time(nbytes, kernels)
         return nbytes / (self.gpu.memory_bandwidth * eff) + kernels * self.kernel_overhead
+
+    def unfused_attention_efficiency(self, backward: bool) -> float:
+        """Fraction of HBM bandwidth an unfused attention's score GEMMs and softmax reach (the hardware's measured
+        figure, else the streaming kernels')."""
+        c = self.compute
+        eff = c.unfused_attention_backward_efficiency if backward else c.unfused_attention_forward_efficiency
+        return c.memory_efficiency if eff is None else eff
 
     def memory_time(self, nbytes: float, kernels: int = 1) -> float:
         """Memory-bound kernels moving ``nbytes`` through HBM."""

@@ -208,6 +208,13 @@ class ComputeModel(Closed):
     norm_backward_efficiency: Fraction | None = Field(
         None, description="fraction of HBM bandwidth the layer-norm backward (input and weight gradients) reaches "
                           "(absent = memory_efficiency)")
+    unfused_attention_forward_efficiency: Fraction | None = Field(
+        None, description="fraction of HBM bandwidth attention without a fused (flash) kernel reaches in its forward "
+                          "score GEMMs and softmax, over the bytes simtrain counts for them (absent = "
+                          "memory_efficiency)")
+    unfused_attention_backward_efficiency: Fraction | None = Field(
+        None, description="the same for the backward's four score GEMMs and the softmax backward (absent = "
+                          "memory_efficiency)")
     kernel_overhead: Seconds = Field(0.0, description="per-kernel launch/gap")
     overlap_slowdown: PositiveNumber = Field(1.0, description="compute slows by this factor while a collective runs")
 
