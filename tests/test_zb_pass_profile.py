@@ -5,10 +5,8 @@ arXiv:2401.10241v1) Table 9, the profiled forward (T_F), input-gradient backward
 parallelism megatron/core/pipeline_parallel/efficiency.py @f68d3879, in us). There a stage is (layers + 2) / p
 layer slots (the file's ``l // p``): 3 transformer layers of the 1.5B model, 4 of the 6.2B on a middle stage.
 
-What the table says about simtrain: the weight-gradient GEMMs (the W pass is those alone) and the stage's three
-passes together agree; since unfused attention runs at its measured rate (hardware/dgx-a100.yaml, FlashAttention's
-Megatron rows) the input-gradient backward runs over and the forward is still short. The last tests pin those two
-misses' sizes, so that a change which closes them, or widens them, is seen.
+What the table says about simtrain: the weight-gradient GEMMs (the W pass is those alone) and the backward agree,
+the forward is short. The last test pins that miss's size, so that a change which closes it, or widens it, is seen.
 """
 
 from __future__ import annotations
@@ -51,23 +49,15 @@ def test_weight_gradient_pass_within_ten_percent_of_table_9(model):
 
 
 @pytest.mark.parametrize("model", ["1.5b", "6.2b"])
-def test_the_stages_three_passes_within_five_percent_of_table_9(model):
-    """F + B + W of a middle stage is within 5% of the profiled sum (1.5B: 45.945 ms, 6.2B: 79.089 ms)."""
-    f, b, w, _n = _passes(model)
-    assert f + b + w == pytest.approx(sum(TABLE_9[model]), rel=0.05)
-
-
-@pytest.mark.parametrize("model,low,high", [("1.5b", 1.05, 1.15), ("6.2b", 1.0, 1.08)])
-def test_input_gradient_pass_runs_over_table_9(model, low, high):
-    """The B pass (backward without the weight-gradient GEMMs) runs over the profiled T_B: 1.101 (1.5B) and 1.031
-    (6.2B) of it today: 1.83 and 0.90 ms over, of which the data-gradient GEMMs' own excess (as the W pass's, which
-    does their FLOP on the same shapes: 0.70 and 0.75 ms) is 0.70 and 0.75 ms."""
+def test_input_gradient_pass_within_ten_percent_of_table_9(model):
+    """The B pass (backward without the weight-gradient GEMMs) is within 10% of the profiled T_B."""
     _f, b, _w, _n = _passes(model)
-    assert low < b / TABLE_9[model][1] < high
+    assert b == pytest.approx(TABLE_9[model][1], rel=0.10)
 
 
-@pytest.mark.parametrize("model,low,high", [("1.5b", 0.80, 0.88), ("6.2b", 0.83, 0.92)])
+@pytest.mark.parametrize("model,low,high", [("1.5b", 0.75, 0.85), ("6.2b", 0.80, 0.90)])
 def test_forward_pass_is_short_of_table_9(model, low, high):
-    """The forward is the pass simtrain misses: 0.837 (1.5B) and 0.874 (6.2B) of the profiled T_F today."""
+    """The forward is the pass simtrain misses: 0.812 (1.5B) and 0.860 (6.2B) of the profiled T_F today (with unfused
+    attention at its measured A100 rate; 0.806 and 0.856 at the streaming rate)."""
     f, _b, _w, _n = _passes(model)
     assert low < f / TABLE_9[model][0] < high

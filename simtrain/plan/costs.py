@@ -140,17 +140,20 @@ def causal_fraction(sh: LayerShape) -> float:
     return 0.5
 
 
-#: bytes per score element the memory-bound kernels of unfused attention move, with ``e`` the 16-bit element size.
+#: what the memory-bound kernels of unfused attention move per score element, in 16-bit elements (``e`` bytes each).
 #: Megatron-LM's unfused path (CoreAttention, megatron/model/transformer.py): FusedScaleMaskSoftmax, then torch
-#: dropout on the probabilities. Softmax (forward, backward): the forward reads the scores and writes the
-#: probabilities (2e); the backward reads the gradient and the probabilities and writes the score gradient (3e).
-#: Dropout, each pass: the forward reads the probabilities and writes the dropped ones and a 1-byte mask; the
-#: backward reads the gradient and the mask and writes the input gradient (2e + 1).
-UNFUSED_SOFTMAX_ELEMENTS = (2, 3)   # 16-bit elements moved per score element, (forward, backward)
+#: dropout on the probabilities. A decoder's causal mask runs the softmax as ``scaled_upper_triang_masked_softmax``
+#: (megatron/fused_kernels/scaled_upper_triang_masked_softmax.h @de7dc40f, the same @2755bcb8): row i loads only its
+#: first i + 1 scores (``local_seq = blockIdx.x + 1``) and stores the whole row, zeros above the diagonal; the
+#: backward loads the gradient and the probabilities of those i + 1 and stores the whole row of the score gradient.
+#: So (reads, writes) per element, the reads over (s + 1) / 2s of the matrix: forward (1, 1), backward (2, 1).
+UNFUSED_SOFTMAX_ELEMENTS = ((1, 1), (2, 1))
 
 
 def unfused_dropout_bytes(e: int) -> int:
-    """Bytes per score element of the attention dropout, in either pass (above)."""
+    """Bytes per score element of the attention dropout, in either pass: the forward reads the probabilities and
+    writes the dropped ones and a 1-byte mask; the backward reads the gradient and the mask and writes the input
+    gradient (2e + 1)."""
     return 2 * e + 1
 
 
@@ -170,7 +173,8 @@ def unfused_attention_time(sh: LayerShape, dev: Device) -> tuple[float, float]:
         # streaming rate (device.unfused_attention_efficiency; hardware/dgx-a100.yaml cites the measurement)
         eff = dev.unfused_attention_efficiency(backward)
         score_gemm = dev.gemm_time(sh.batch * heads_local * sh.seq, sh.seq, sh.q / sh.heads, memory_efficiency=eff)
-        softmax = UNFUSED_SOFTMAX_ELEMENTS[backward] * e * score_elems
+        reads, writes = UNFUSED_SOFTMAX_ELEMENTS[backward]
+        softmax = e * score_elems * (reads * (sh.seq + 1) / (2 * sh.seq) + writes)
         t = gemms * score_gemm + softmax / (dev.gpu.memory_bandwidth * eff) + dev.kernel_overhead
         if sh.dropout:
             t += dev.memory_time(unfused_dropout_bytes(e) * score_elems)
