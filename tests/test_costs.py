@@ -342,22 +342,26 @@ def test_the_plan_charges_the_megatron_optimizer_its_bytes():
 CAUSAL_1024 = 1025 / 2048
 
 
-@pytest.mark.parametrize("dropout,fwd_bytes,bwd_bytes", [
-    (True, 2 * (CAUSAL_1024 + 1) + 5, 5 + 2 * (2 * CAUSAL_1024 + 1)),
-    (False, 2 * (CAUSAL_1024 + 1), 2 * (2 * CAUSAL_1024 + 1)),
+@pytest.mark.parametrize("dropout,softmax,fwd_bytes,bwd_bytes", [
+    (True, "megatron", 2 * (CAUSAL_1024 + 1) + 5, 5 + 2 * (2 * CAUSAL_1024 + 1)),
+    (False, "megatron", 2 * (CAUSAL_1024 + 1), 2 * (2 * CAUSAL_1024 + 1)),
+    (True, "full_row", 2 * 2 + 5, 5 + 2 * 3),
+    (False, "full_row", 2 * 2, 2 * 3),
 ])
-def test_unfused_attention_moves_its_score_bytes(dropout, fwd_bytes, bwd_bytes):
+def test_unfused_attention_moves_its_score_bytes(dropout, softmax, fwd_bytes, bwd_bytes):
     """Unfused attention (Megatron-LM's causal fused softmax, then dropout) = the score GEMMs (forward 2, backward 4)
     plus, per bf16 score element: the forward softmax loads the lower triangle (1025/2048 of a 1,024-token row) and
     stores the whole row, 2 x (0.50049 + 1) B; the dropout 2 + 2 + 1-byte mask (5 B); backward the dropout 2 + 1 + 2
     and the softmax loading the gradient and the probabilities of the lower triangle and storing the whole row,
-    2 x (2 x 0.50049 + 1) B. Zero-bubble 1.5B layer: b 6, 24 heads of 96, s 1024: 6 x 24 x 1024^2 = 150,994,944
-    score elements; the GEMMs are memory-bound: 2 x (6 x 24 x 1024 x 96 + 96 x 1024 + 6 x 24 x 1024^2) = 330,498,048
-    B each, at 1e12 x 0.5 B/s plus the 1 us gap. Kernels over the scores: forward the softmax and the dropout (2, the
-    softmax alone without dropout), backward their two backwards (2, or 1): 1 us gap each."""
+    2 x (2 x 0.50049 + 1) B; a softmax over whole rows (full_row) 2 x 2 and 2 x 3 B. Zero-bubble 1.5B layer: b 6,
+    24 heads of 96, s 1024: 6 x 24 x 1024^2 = 150,994,944 score elements; the GEMMs are memory-bound:
+    2 x (6 x 24 x 1024 x 96 + 96 x 1024 + 6 x 24 x 1024^2) = 330,498,048 B each, at 1e12 x 0.5 B/s plus the 1 us gap.
+    Kernels over the scores: forward the softmax and the dropout (2, the softmax alone without dropout), backward
+    their two backwards (2, or 1): 1 us gap each."""
     dev = device(memory_efficiency=0.5, kernel_overhead=1e-6, gemm_efficiency=0.8)
     sh = costs.LayerShape(tokens=6 * 1024, seq=1024, batch=6, hidden=2304, ffn=9216, heads=24, kv_width=2304,
-                          mlp_matrices=2, tp=1, sequence_parallel=False, flash=False, dropout=dropout)
+                          mlp_matrices=2, tp=1, sequence_parallel=False, flash=False, dropout=dropout,
+                          unfused_softmax=softmax)
     gemm = 330_498_048 / 0.5e12 + 1e-6
     kernels = 2 if dropout else 1
     fwd, bwd = costs.unfused_attention_time(sh, dev)
@@ -392,11 +396,11 @@ FLASH_TABLES = {False: ((4.28, 0.24), (8.86, 0.29)), True: ((6.56, 0.27), (10.80
 @pytest.mark.parametrize("dropout,tolerance", [(False, 0.005), (True, 0.035)])
 def test_dgx_a100_unfused_rates_reproduce_flashattentions_megatron_rows(dropout, tolerance):
     """dgx-a100's unfused-attention fractions, carried back to the A100 40GB's 1,555 GB/s, time the paper's
-    full-row (unmasked) attention at sequence 2,048 as measured there less the 128-token row (the call's fixed cost):
-    the GEMMs' bytes, 2 x (262,144 x 64 + 64 x 2,048 + 262,144 x 2,048) each (2 forward, 4 backward), and the
-    softmax's 4 (forward) and 6 (backward) B per score element (16 x 8 x 2,048^2 = 536,870,912), at those fractions;
-    the dropout's 5 B at memory_efficiency. Within 0.5% of the rows the fractions were read from, 3.5% of the dropout
-    rows, which derived nothing."""
+    full-row (unmasked: ``unfused_softmax: full_row``) attention at sequence 2,048 as measured there less the
+    128-token row (the call's fixed cost): the GEMMs' bytes, 2 x (262,144 x 64 + 64 x 2,048 + 262,144 x 2,048) each
+    (2 forward, 4 backward), and the softmax's 4 (forward) and 6 (backward) B per score element (16 x 8 x 2,048^2 =
+    536,870,912), at those fractions; the dropout's 5 B at memory_efficiency. Within 0.5% of the rows the fractions
+    were read from, 3.5% of the dropout rows, which derived nothing."""
     from pathlib import Path
 
     from simtrain.spec.hardware import load_hardware
@@ -404,12 +408,10 @@ def test_dgx_a100_unfused_rates_reproduce_flashattentions_megatron_rows(dropout,
     hw = load_hardware("dgx-a100", base_dir=Path(__file__).parent, file="test.yaml")[0]
     gpu = hw.gpu.model_copy(update={"memory_bandwidth": 1555e9})
     dev = Device(gpu=gpu, compute=hw.compute, dtype="fp16")
-    scores = 16 * 8 * 2048 ** 2
-    got = []
-    for backward, gemms, softmax in ((False, 2, 4), (True, 4, 6)):
-        eff = dev.unfused_attention_efficiency(backward)
-        t = gemms * dev.gemm_time(16 * 8 * 2048, 2048, 64, memory_efficiency=eff) + scores * softmax / (1555e9 * eff)
-        got.append(t + (dev.memory_time(5 * scores) if dropout else 0.0))
+    sh = costs.LayerShape(tokens=16 * 2048, seq=2048, batch=16, hidden=512, ffn=2048, heads=8, kv_width=512,
+                          mlp_matrices=2, tp=1, sequence_parallel=False, flash=False, dropout=dropout,
+                          unfused_softmax="full_row")
+    got = costs.unfused_attention_time(sh, dev)
     for t, (at_2048, at_128) in zip(got, FLASH_TABLES[dropout]):
         assert t == pytest.approx((at_2048 - at_128) * 1e-3, rel=tolerance)
 

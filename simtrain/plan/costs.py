@@ -45,6 +45,7 @@ class LayerShape:
     mla: tuple[int, int, int, int, int] | None = None   # (q_lora or 0, kv_lora, qk_nope, qk_rope, v) latent attention
     layer_kernels: str = "fused"   # training.layer_kernels: whose element-wise and layout kernels (layer_kernels.py)
     attn_pad: float = 1.0  # head width the flash kernel computes / the head width (layer_floor.attention_kernel_pad)
+    unfused_softmax: str = "megatron"   # training.unfused_softmax: whose softmax unfused attention runs
 
     @property
     def q(self) -> int:
@@ -146,7 +147,8 @@ def causal_fraction(sh: LayerShape) -> float:
 #: (megatron/fused_kernels/scaled_upper_triang_masked_softmax.h @de7dc40f, the same @2755bcb8): row i loads only its
 #: first i + 1 scores (``local_seq = blockIdx.x + 1``) and stores the whole row, zeros above the diagonal; the
 #: backward loads the gradient and the probabilities of those i + 1 and stores the whole row of the score gradient.
-#: So (reads, writes) per element, the reads over (s + 1) / 2s of the matrix: forward (1, 1), backward (2, 1).
+#: So (reads, writes) per element, the reads over (s + 1) / 2s of the matrix: forward (1, 1), backward (2, 1); a
+#: softmax over whole rows (``training.unfused_softmax: full_row``) reads all of it.
 UNFUSED_SOFTMAX_ELEMENTS = ((1, 1), (2, 1))
 
 
@@ -155,6 +157,14 @@ def unfused_dropout_bytes(e: int) -> int:
     writes the dropped ones and a 1-byte mask; the backward reads the gradient and the mask and writes the input
     gradient (2e + 1)."""
     return 2 * e + 1
+
+
+def unfused_softmax_read_share(sh: LayerShape) -> float:
+    """The share of the score matrix the unfused softmax loads: Megatron's causal kernel (s + 1) / 2s; a softmax
+    over whole rows, or attention that is not plain causal (a window, no mask), all of it."""
+    if sh.unfused_softmax == "megatron" and sh.causal and not sh.window:
+        return (sh.seq + 1) / (2 * sh.seq)
+    return 1.0
 
 
 def unfused_attention_time(sh: LayerShape, dev: Device) -> tuple[float, float]:
@@ -174,7 +184,7 @@ def unfused_attention_time(sh: LayerShape, dev: Device) -> tuple[float, float]:
         eff = dev.unfused_attention_efficiency(backward)
         score_gemm = dev.gemm_time(sh.batch * heads_local * sh.seq, sh.seq, sh.q / sh.heads, memory_efficiency=eff)
         reads, writes = UNFUSED_SOFTMAX_ELEMENTS[backward]
-        softmax = e * score_elems * (reads * (sh.seq + 1) / (2 * sh.seq) + writes)
+        softmax = e * score_elems * (reads * unfused_softmax_read_share(sh) + writes)
         t = gemms * score_gemm + softmax / (dev.gpu.memory_bandwidth * eff) + dev.kernel_overhead
         if sh.dropout:
             t += dev.memory_time(unfused_dropout_bytes(e) * score_elems)

@@ -71,7 +71,7 @@ def layer_shapes(model, tr, *, tp: int, sequence_parallel: bool, cp: int,
                             mlp_matrices=model.mlp_matrices, tp=tp, sequence_parallel=sequence_parallel and tp > 1,
                             flash=tr.attention_kernel != "none", dropout=tr.dropout,
                             q_width=model.q_width if model.q_width != model.hidden else 0, mla=mla,
-                            layer_kernels=tr.layer_kernels,
+                            layer_kernels=tr.layer_kernels, unfused_softmax=tr.unfused_softmax,
                             attn_pad=attention_kernel_pad(tr.attention_kernel, model.q_width / model.heads)
                             if mla is None else 1.0)
     return full, local_shape(full, cp)

@@ -10,7 +10,7 @@ from simtrain.spec.errors import (
     display_path,
     suggest,
 )
-from simtrain.spec.scenario_rules_kernels import check_layer_kernel_rules
+from simtrain.spec.scenario_rules_kernels import check_layer_kernel_rules, unfused_softmax_warning
 from simtrain.spec.scenario_rules_long import check_long_sequence_rules
 from simtrain.spec.scenario_rules_moe import check_ep_overlap_rules, check_hybridep_scope
 from simtrain.spec.yamlio import OVERRIDE_LINE, line_of, locate
@@ -287,6 +287,10 @@ def check_rules(s, raw: dict) -> list[str]:
         warnings.append(f"training.recompute: selective recomputes the attention scores, softmax and dropout "
                         f"(Korthikanti et al. 2022, Sec. 4.2), which {tr.attention_kernel} attention never stores: it "
                         "saves no memory here and costs the attention forward again; use none, selective_op or full")
+    softmax_note = unfused_softmax_warning(m, tr, par, isinstance(raw.get("training"), dict)
+                                           and "unfused_softmax" in raw["training"])
+    if softmax_note:
+        warnings.append(softmax_note)
     warnings += setup_warnings(s)
     if par.offload_optimizer:
         warnings.append(HOST_ADAM_NOTE)

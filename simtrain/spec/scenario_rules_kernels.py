@@ -36,3 +36,25 @@ def check_layer_kernel_rules(m, tr, par, fail) -> None:
         why = f"tp {par.tp} (torchtitan shards its norms over the sequence with TP; the count is for tp 1)"
     if why:
         fail("training.layer_kernels", f"'{impl}' ({who}) is not simulated with {why} (allowed here: fused)")
+
+
+#: the longest key sequence Megatron-LM's fused softmax kernels take (megatron/core/fusions/fused_softmax.py
+#: ``is_kernel_available``, main of 2026-08: 16 < sk <= 4096; 2,048 in the code of 2021, 16,384 in some forks)
+MEGATRON_SOFTMAX_MAX_KEYS = 4096
+
+
+def unfused_softmax_warning(m, tr, par, explicit: bool) -> str | None:
+    """What a scenario should know about training.unfused_softmax: it applies only without a fused attention
+    kernel, and Megatron's fused causal softmax runs only for the shapes its ``is_kernel_available`` accepts."""
+    if tr.attention_kernel != "none":
+        return (f"training.unfused_softmax has no effect with flash_attention: {tr.flash_attention} (it describes "
+                "attention without a fused kernel)") if explicit else None
+    if tr.unfused_softmax != "megatron":
+        return None
+    batches = tr.micro_batch * m.heads // par.tp
+    if tr.seq_len > MEGATRON_SOFTMAX_MAX_KEYS or tr.seq_len % 4 or batches % 4:
+        return (f"training.unfused_softmax: megatron with seq_len {tr.seq_len} and micro_batch x heads / tp = "
+                f"{batches}: Megatron-LM's fused softmax runs only for 16 < seq_len <= {MEGATRON_SOFTMAX_MAX_KEYS}, "
+                "seq_len and micro_batch x heads / tp multiples of 4; otherwise it falls back to PyTorch's softmax "
+                "in fp32, whose casts simtrain does not count (the step is then longer than predicted)")
+    return None

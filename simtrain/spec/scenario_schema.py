@@ -82,6 +82,11 @@ class Training(Closed):
                              "key/value cat copies, flash-attn's in-place rotary); torchtitan = torchtitan's Llama 3 "
                              "block without torch.compile (eager fp32 RMSNorm and rotary, repeat_kv copies, eager "
                              "SwiGLU); each read from its code (docs/model.md section 2.12d)")
+    unfused_softmax: Literal["megatron", "full_row"] = Field(
+        "megatron", description="the softmax of attention without a fused (flash) kernel: megatron = Megatron-LM's "
+                                "fused causal kernel (scaled_upper_triang_masked_softmax), which loads only the lower "
+                                "triangle of the scores and stores whole rows; full_row = a softmax over whole rows "
+                                "(XLA, Megatron's ScaledSoftmax without a causal mask); docs/model.md section 2.4")
     recompute: Literal["none", "selective", "selective_op", "full"] = Field(
         "none", description="activation recompute: selective = Megatron-LM's (the attention core), "
                             "selective_op = torchtitan's op-level policy (matmul and attention outputs kept, "

@@ -1,0 +1,51 @@
+"""training.unfused_softmax: which softmax attention without a fused kernel runs (docs/model.md section 2.4), and
+the warnings that say when Megatron's fused causal kernel would not run."""
+
+from __future__ import annotations
+
+from conftest import make_scenario
+
+from simtrain.plan import costs
+from simtrain.plan.build import build_plan
+
+
+def _attention(softmax: str) -> tuple[float, float]:
+    s = make_scenario(training={"flash_attention": False, "seq_len": 2048, "unfused_softmax": softmax})
+    ch = build_plan(s).chunks[0]
+    return ch.fwd_layer, ch.bwd_layer
+
+
+def test_a_softmax_over_whole_rows_takes_longer_than_megatrons_causal_kernel():
+    """full_row loads the whole score matrix, Megatron's causal kernel (s + 1) / 2s of it: both passes take longer."""
+    mf, mb = _attention("megatron")
+    ff, fb = _attention("full_row")
+    assert ff > mf and fb > mb
+
+
+def test_the_read_share_follows_the_kernel_and_the_mask():
+    """(s + 1) / 2s for Megatron's causal kernel at s = 2,048: 2049 / 4096; 1 for whole rows, a window or no mask."""
+    base = dict(tokens=2048, seq=2048, batch=1, hidden=512, ffn=2048, heads=8, kv_width=512, mlp_matrices=2, tp=1,
+                sequence_parallel=False, flash=False)
+    assert costs.unfused_softmax_read_share(costs.LayerShape(**base)) == 2049 / 4096
+    assert costs.unfused_softmax_read_share(costs.LayerShape(**base, unfused_softmax="full_row")) == 1.0
+    assert costs.unfused_softmax_read_share(costs.LayerShape(**base, window=128)) == 1.0
+    assert costs.unfused_softmax_read_share(costs.LayerShape(**base, causal=False)) == 1.0
+
+
+def test_megatrons_kernel_limits_are_warned_about():
+    """Megatron-LM's fused softmax takes 16 < s <= 4,096 and micro_batch x heads / tp a multiple of 4: 8,192 tokens
+    warn, and so does one micro-batch of 2 heads (2 is not a multiple of 4); 2,048 tokens with 32 heads do not."""
+    long = make_scenario(training={"flash_attention": False, "seq_len": 8192})
+    assert any("falls back to PyTorch's softmax" in w for w in long.warnings)
+    ok = make_scenario(training={"flash_attention": False, "seq_len": 2048})
+    assert not any("unfused_softmax" in w for w in ok.warnings)
+    few = make_scenario(model={"layers": 2, "hidden": 256, "heads": 2, "ffn_hidden": 1024, "vocab": 1000},
+                        training={"flash_attention": False, "seq_len": 2048, "micro_batch": 1})
+    assert any("micro_batch x heads / tp = 2" in w for w in few.warnings)
+
+
+def test_unfused_softmax_with_a_flash_kernel_is_said_to_do_nothing():
+    """Set explicitly beside a fused attention kernel, the key warns that it has no effect; left unset it is silent."""
+    s = make_scenario(training={"flash_attention": True, "unfused_softmax": "full_row"})
+    assert any("training.unfused_softmax has no effect with flash_attention" in w for w in s.warnings)
+    assert not any("unfused_softmax" in w for w in make_scenario(training={"flash_attention": True}).warnings)
