@@ -67,6 +67,7 @@ def backward_parts(c, i: int) -> tuple[float, float, float, float, float]:
 #: the kind of a merged pair's FP8 amax all-reduce piece (played on the engine's amax stream)
 AMAX = "amax_allreduce"
 
+
 class _Streams:
     """The two streams' programs: each piece waits for the piece before it on its stream and for the piece whose
     output it needs (``after``); :meth:`play` times them."""
