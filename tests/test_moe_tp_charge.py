@@ -45,11 +45,13 @@ def test_shared_experts_add_their_pair(tmp_path):
 
 def test_leading_dense_layer_keeps_both_pairs(tmp_path):
     """A leading dense layer (DeepSeek-V3's first three) runs attention's and its MLP's pairs; a run of one dense
-    and one MoE layer, one micro-batch, exposes (2 + 1) pairs forward and as many backward on the TP lane."""
+    and one MoE layer, one micro-batch, exposes (2 + 1) pairs forward and as many backward on the TP lane, plus the
+    model's ends (plan.edge_tp, sequence parallelism, eager loss): the embedding's reduce-scatter and its backward's
+    all-gather, the output layer's input all-gather and its backward's reduce-scatter, 2 pairs more."""
     sc = _scenario(tmp_path, layers=2, dense_layers=1)
     c = build_plan(sc).chunks[0]
     assert (c.lead_layers, c.lead_tp_fwd, c.tp_fwd_layer) == (1, pytest.approx(2 * PAIR), pytest.approx(PAIR))
-    assert simulate(sc).exposed_comm_s["tp"] == pytest.approx(2 * 3 * PAIR, rel=1e-9)
+    assert simulate(sc).exposed_comm_s["tp"] == pytest.approx(2 * 3 * PAIR + 2 * PAIR, rel=1e-9)
 
 
 def test_full_recompute_runs_the_forward_pairs_again(tmp_path):

@@ -118,6 +118,7 @@ def _bucketed_backward(c: ChunkPlan, bucket: float, comm, slowdown: float) -> tu
 
     if c.has_head:
         seg(c.head_bwd)
+        seg(c.head_tp_bwd, compute=False)
         pending += c.grad_bytes_edge if not c.has_embedding else 0.0
     for i in reversed(range(c.layers)):   # the engine's order (plan.segments.backward_layers)
         _fwd, bwd, rec, _ep_fwd, ep_bwd, grads = c.layer_costs(i)   # MoE and dense leading layers differ
@@ -131,6 +132,7 @@ def _bucketed_backward(c: ChunkPlan, bucket: float, comm, slowdown: float) -> tu
             launch(pending)
             pending = 0.0
     if c.has_embedding:
+        seg(c.embed_tp_bwd, compute=False)
         seg(c.embed_bwd)
         pending += c.grad_bytes_edge
     if pending > 0:
@@ -147,8 +149,9 @@ def _zero3_op(c: ChunkPlan, forward: bool, gather: float, scatter: float, slowdo
     slower while the queue is busy. Returns (op seconds, of which waiting for gathers)."""
     waited = 0.0
     ahead = forward or prefetch == "pre"
-    t = c.embed_fwd if forward else c.head_bwd
-    head = c.head_fwd if forward else c.embed_bwd + c.metrics_bwd   # training metrics after the backward
+    t = c.embed_fwd + c.embed_tp_fwd if forward else c.head_bwd + c.head_tp_bwd
+    # training metrics after the backward
+    head = c.head_fwd + c.head_tp_fwd if forward else c.embed_bwd + c.embed_tp_bwd + c.metrics_bwd
     done = q = t + gather                # layer 0's weights; q: when the collective queue is free
     for i in range(c.layers):
         waited += max(0.0, done - t)

@@ -46,6 +46,8 @@ def play(plan: Plan, send: dict, scale: float = 1.0, pair_compute_only: bool = F
         w = weight_time(c) if split else 0.0
         # a split B waits for the TP all-reduces a whole backward hides under its weight gradients (segments.py)
         back = (c.layers - c.lead_layers) * c.tp_wgrad_hidden if split and not hidden else 0.0
+        if split:   # and the output layer's collectives its weight-gradient GEMM hid (plan.edge_tp)
+            back += c.head_tp_bwd_alone - c.head_tp_bwd
         return (c.backward_time - w - tp_b + back) * scale
 
     # an op's duration depends on its rank, kind, chunk, pairing and (a B) whether it is split, not on its

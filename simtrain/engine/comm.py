@@ -152,7 +152,7 @@ class CommMixin:
             self._collective(lane, "dp", "edp_" + grad_kind, self.plan.edp_phases(grad_kind, nbytes, lane.rank),
                              nbytes, vstage=v)
 
-        head, embed = self._edge_segments(c, part)
+        head, embed = self._edge_segments(c, part, lane.tp_scale)
         if c.offload_groups and part != "weight":
             self.host_copies.begin(lane)
         if c.has_head:
@@ -203,6 +203,7 @@ class CommMixin:
         yield from self._gather_edge(lane, c, mb)
         if c.has_embedding:
             yield from self._segment(lane, "compute", "forward", c.embed_fwd, mb, v, None)
+            yield from self._segment(lane, "tp", "tp_comm", c.embed_tp_fwd, mb, v, None)
         pending = [self._gather(lane, gather, c, mb, c.layer_lo)] if c.layers else []
         for i in range(c.layers):
             layer = c.layer_lo + i
@@ -223,6 +224,7 @@ class CommMixin:
             yield from self._segment(lane, "amax", "amax_allreduce", c.amax_fwd, mb, v, None)
         if c.has_head:
             yield from self._segment(lane, "compute", "forward", c.head_fwd, mb, v, None)
+            yield from self._segment(lane, "tp", "tp_comm", c.head_tp_fwd, mb, v, None)
         self._release_edge(lane, c)
 
     def _zero3_backward(self, lane: Lane, c: ChunkPlan, mb: int):
@@ -230,8 +232,9 @@ class CommMixin:
         gather = self._fsdp_phases(c, "all_gather", c.zero3_layer_bytes, lane.rank)
         scatter = self._fsdp_phases(c, "reduce_scatter", c.grad_bytes_layer, lane.rank)
         yield from self._gather_edge(lane, c, mb)
-        if c.has_head:
-            yield from self._segment(lane, "compute", "backward", c.head_bwd, mb, v, None)
+        head, embed = self._edge_segments(c, "full", lane.tp_scale)
+        for stream, kind, sec, lyr in head:
+            yield from self._segment(lane, stream, kind, sec, mb, v, lyr)
         layers = self._backward_layers(c, "full", lane.tp_scale)
         # when the next layer's weights are gathered (FSDP's BackwardPrefetch): "pre" as this layer's
         # gradient computation starts, "post" once it is done, "none" when the next layer starts
@@ -258,8 +261,8 @@ class CommMixin:
             done = self._collective(lane, "dp", "zero3_reduce_scatter", scatter, c.grad_bytes_layer, mb, v, layer,
                                     layer + 1)
             done.callbacks.append(lambda _e, n=c.grad_bytes_layer: self._buffer(lane, -n))
-        if c.has_embedding:
-            yield from self._segment(lane, "compute", "backward", c.embed_bwd, mb, v, None)
+        for stream, kind, sec, lyr in embed:
+            yield from self._segment(lane, stream, kind, sec, mb, v, lyr)
         self._release_edge(lane, c)
         if c.grad_bytes_edge > 0:
             edge = self._fsdp_phases(c, "reduce_scatter", c.grad_bytes_edge, lane.rank)

@@ -121,7 +121,7 @@ class SegmentMixin:
         """A backward (whole or its input-gradient half) of such a chunk: each layer's reload waited for and
         issued where the handler does, then its segments one by one."""
         self.host_copies.begin(lane)
-        head, embed = self._edge_segments(c, part)
+        head, embed = self._edge_segments(c, part, lane.tp_scale)
         for seg in head:
             yield from self._segment(lane, *seg[:3], mb, v, seg[3])
         for layer, segs in self._backward_layers(c, part, lane.tp_scale):
@@ -147,13 +147,14 @@ class SegmentMixin:
         return self._once(("B", c.vstage, part, tp_scale),
                           lambda ch: segments.backward_layers(ch, part, tp_scale), c)
 
-    def _edge_segments(self, c: ChunkPlan, part: str) -> tuple[list, list]:
-        return segments.edge_segments(c, part)
+    def _edge_segments(self, c: ChunkPlan, part: str, tp_scale: float = 1.0) -> tuple[list, list]:
+        return segments.edge_segments(c, part, tp_scale)
 
     def _backward_segments(self, c: ChunkPlan, part: str = "full", tp_scale: float = 1.0) -> list:
         """A chunk's whole backward (output layer, layers in reverse, embedding) as one segment list."""
         return self._once(("Bflat", c.vstage, part, tp_scale),
-                          lambda ch: segments.backward_segments(ch, part, self._backward_layers(ch, part, tp_scale)),
+                          lambda ch: segments.backward_segments(ch, part, self._backward_layers(ch, part, tp_scale),
+                                                                tp_scale),
                           c)
 
     def _locked(self, lane: Lane, segments: list, mb: int, v: int):

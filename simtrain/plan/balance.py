@@ -69,7 +69,7 @@ def balanced_split(scenario: Scenario) -> list[int]:
     layout = stage_layout(par.schedule, pp, par.vpp)
     c = next(ch for ch in plan.chunks if ch.layers > 0)
     t = c.fwd_layer + c.bwd_layer + c.recompute_layer + c.tp_fwd_layer + c.tp_bwd_layer
-    edge = [sum(ch.embed_fwd + ch.embed_bwd + ch.head_fwd + ch.head_bwd + ch.metrics_bwd
+    edge = [sum(ch.embed_fwd + ch.embed_bwd + ch.head_fwd + ch.head_bwd + ch.metrics_bwd + ch.edge_tp
                 for ch in plan.chunks if ch.rank == r) for r in range(pp)]
     frag = scenario.hardware.memory_overheads.fragmentation
     tr = scenario.training
@@ -114,7 +114,8 @@ def balanced_split(scenario: Scenario) -> list[int]:
     for r in range(pp):
         chunks = stage_layers(base, r)
         chunk_edge = {v: plan.chunks[v].embed_fwd + plan.chunks[v].embed_bwd + plan.chunks[v].head_fwd
-                      + plan.chunks[v].head_bwd + plan.chunks[v].metrics_bwd for v in chunks}
+                      + plan.chunks[v].head_bwd + plan.chunks[v].metrics_bwd + plan.chunks[v].edge_tp
+                      for v in chunks}
         count = {v: 0 if layout.model_stage[v] in (0, vstages - 1) else 1 for v in chunks}
         for _ in range(share[r] - sum(count.values())):
             v = min(chunks, key=lambda v: (chunk_edge[v] + count[v] * t, layout.chunk[v]))

@@ -18,6 +18,7 @@ from simtrain.plan.build_moe import chunk_fields, layer_figures, varied_layers
 from simtrain.plan.chunk import ChunkPlan
 from simtrain.plan.collectives import Phase, collective_shape, p2p_phase, stage_shape
 from simtrain.plan.context import CPFigures, cp_figures
+from simtrain.plan.edge_tp import EdgeTP, edge_tp
 from simtrain.plan.flops import model_flops_per_step
 from simtrain.plan.fp8_amax import chunk_amax
 from simtrain.plan.fsdp import fsdp_costs
@@ -188,6 +189,10 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
             tp_bwd_plain[r] = bwd
             # a recomputed forward's collectives (full: all of them; selective_op: half) overlap as the forward's
             tp_bwd_cost.append(bwd + (tp_factors[r] - 1.0) * fwd)
+    # the embedding's, output layer's and loss's TP collectives, per rank (plan.edge_tp)
+    edge_tps = [edge_tp(scenario, placement, act_full, tokens, r,
+                        head_wgrad=edge.head_backward_weight, slowdown=hw.overlap_slowdown(False))
+                for r in range(par.pp)] if par.tp > 1 else [EdgeTP()] * par.pp
     tp_wgrad_hidden = [0.0] * par.pp
     async_wgrads = async_allreduce_wgrads(scenario, shape, dev)
     async_slowdown = hw.overlap_slowdown(False)
@@ -285,7 +290,13 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
             embed_wgrad=edge.embed_backward_weight + accumulate(n_edge) if first else 0.0,
             head_wgrad=edge.head_backward_weight + head_cast + (accumulate(n_edge) if not first else 0.0)
             if last else 0.0,
-            act_w_bytes=act * w_fraction))
+            act_w_bytes=act * w_fraction,
+            embed_tp_fwd=edge_tps[rank].embed_forward if first else 0.0,
+            embed_tp_bwd=edge_tps[rank].embed_backward if first else 0.0,
+            head_tp_fwd=edge_tps[rank].head_forward if last else 0.0,
+            head_tp_bwd=edge_tps[rank].head_backward if last else 0.0,
+            head_tp_bwd_alone=edge_tps[rank].head_backward_alone if last else 0.0,
+            head_tp_async=edge_tps[rank].head_async if last else ()))
         if varied:
             fields = chunk_fields(figures[rank], lo, n_layers)
             fields["fwd_layer"] += layer_fwd_extra + cf.forward

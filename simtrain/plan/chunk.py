@@ -119,10 +119,23 @@ class ChunkPlan:
     # forward and after its first layer's backward (B) in the backward
     amax_fwd: float = 0.0
     amax_bwd: float = 0.0
+    # the embedding's, the output layer's and the loss's TP collectives on the critical path (plan.edge_tp), one
+    # micro-batch; head_tp_bwd_alone: the output layer's backward collectives without its weight-gradient GEMM (B)
+    embed_tp_fwd: float = 0.0
+    embed_tp_bwd: float = 0.0
+    head_tp_fwd: float = 0.0
+    head_tp_bwd: float = 0.0
+    head_tp_bwd_alone: float = 0.0
+    head_tp_async: tuple = ()   # (all-reduce alone, weight-gradient GEMM, slowdown) where head_tp_bwd overlaps
+
+    @property
+    def edge_tp(self) -> float:
+        """Seconds of the edge TP collectives of one micro-batch's forward and (whole) backward."""
+        return self.embed_tp_fwd + self.embed_tp_bwd + self.head_tp_fwd + self.head_tp_bwd
 
     @property
     def forward_time(self) -> float:
-        cp = self.layers * self.cp_fwd_layer + self.amax_fwd
+        cp = self.layers * self.cp_fwd_layer + self.amax_fwd + self.embed_tp_fwd + self.head_tp_fwd
         if self.lead_layers or self.ep_fwd_layer:
             main = self.layers - self.lead_layers
             return self.embed_fwd + self.lead_layers * (self.lead_fwd + self.lead_tp_fwd) + \
@@ -131,6 +144,10 @@ class ChunkPlan:
 
     @property
     def backward_time(self) -> float:
+        return self._backward_time + self.embed_tp_bwd + self.head_tp_bwd
+
+    @property
+    def _backward_time(self) -> float:
         if self.lead_layers or self.ep_fwd_layer:
             main = self.layers - self.lead_layers
             lead = self.lead_layers * (self.lead_recompute + self.lead_bwd + self.lead_tp_bwd)

@@ -159,8 +159,9 @@ def pair_pieces(cf, cb) -> list[tuple[str, str, str, int | None, float, int | No
 def pair_program(cf, cb, scale: float = 1.0) -> _Streams:
     """The two streams' programs of a merged pair (``merged_pair``), not yet timed."""
     s = _Streams(scale)
-    f_in = s.run("F", "forward", None, cf.embed_fwd) if cf.has_embedding else None
-    b_in = s.run("B", "backward", None, cb.head_bwd) if cb.has_head else None
+    # the edges' TP collectives with their compute, as a layer's are (forward_parts)
+    f_in = s.run("F", "forward", None, cf.embed_fwd + cf.embed_tp_fwd) if cf.has_embedding else None
+    b_in = s.run("B", "backward", None, cb.head_bwd + cb.head_tp_bwd) if cb.has_head else None
     nf, nb = cf.layers, cb.layers
     pairs = min(nf, nb)
     # forward layer i with backward layer nb - 1 - i, then the backward's remaining layers, then the forward's
@@ -193,9 +194,9 @@ def pair_program(cf, cb, scale: float = 1.0) -> _Streams:
     if cb.amax_bwd > 0:
         b_in = s.wait_amax("B", cb.amax_bwd, b_in)
     if cf.has_head:
-        s.run("F", "forward", None, cf.head_fwd, f_in)
+        s.run("F", "forward", None, cf.head_fwd + cf.head_tp_fwd, f_in)
     if cb.has_embedding:
-        s.run("B", "backward", None, cb.embed_bwd, b_in)
+        s.run("B", "backward", None, cb.embed_bwd + cb.embed_tp_bwd, b_in)
     if cb.metrics_bwd > 0:
         s.run("B", "backward", None, cb.metrics_bwd, b_in)
     return s

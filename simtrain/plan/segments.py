@@ -16,6 +16,8 @@ def forward_segments(c) -> list:
     segs = []
     if c.has_embedding:
         segs.append(("compute", "forward", c.embed_fwd, None))
+        if c.embed_tp_fwd > 0:   # the lookup's shards summed across the TP group (plan.edge_tp)
+            segs.append(("tp", "tp_comm", c.embed_tp_fwd, None))
     for i in range(c.layers):
         layer = c.layer_lo + i
         fwd, _bwd, _rec, ep_fwd, _ep_bwd, _grads = c.layer_costs(i)
@@ -31,6 +33,8 @@ def forward_segments(c) -> list:
         segs.append(("amax", "amax_allreduce", c.amax_fwd, None))
     if c.has_head:
         segs.append(("compute", "forward", c.head_fwd, None))
+        if c.head_tp_fwd > 0:    # the output layer's input gather and the loss's all-reduces
+            segs.append(("tp", "tp_comm", c.head_tp_fwd, None))
     return segs
 
 
@@ -74,21 +78,41 @@ def backward_layers(c, part: str = "full", tp_scale: float = 1.0) -> list:
     return out
 
 
-def edge_segments(c, part: str) -> tuple[list, list]:
-    """(the output layer's, the embedding's) backward segments for one part."""
+def edge_segments(c, part: str, tp_scale: float = 1.0) -> tuple[list, list]:
+    """(the output layer's, the embedding's) backward segments for one part; their TP collectives (plan.edge_tp)
+    belong to B, the output layer's whole where its weight-gradient GEMM, which hid part of them, moves to W. A
+    lane whose TP ring runs ``tp_scale`` times the representative's times its own overlap (as backward_layers)."""
+    head_tp = c.head_tp_bwd if part == "full" else c.head_tp_bwd_alone if part == "input" else 0.0
+    if part == "full" and c.head_tp_async and tp_scale != 1.0:
+        ar, wgrad, slowdown = c.head_tp_async
+        own, _ = exposed_async_allreduce(ar, (wgrad,), slowdown)
+        mine, _ = exposed_async_allreduce(ar * tp_scale, (wgrad,), slowdown)
+        head_tp += (mine - tp_scale * own) / tp_scale
+    embed_tp = c.embed_tp_bwd if part != "weight" else 0.0
     if part == "full":
-        return ([("compute", "backward", c.head_bwd, None)] if c.has_head else [],
-                [("compute", "backward", c.embed_bwd, None)] if c.has_embedding else [])
-    kind = "wgrad" if part == "weight" else "backward"
-    head = c.head_wgrad if part == "weight" else c.head_bwd - c.head_wgrad
-    embed = c.embed_wgrad if part == "weight" else c.embed_bwd - c.embed_wgrad
-    return ([("compute", kind, head, None)] if c.has_head and head > 0 else [],
-            [("compute", kind, embed, None)] if c.has_embedding and embed > 0 else [])
+        head_s, embed_s = c.head_bwd, c.embed_bwd
+        kind = "backward"
+    else:
+        kind = "wgrad" if part == "weight" else "backward"
+        head_s = c.head_wgrad if part == "weight" else c.head_bwd - c.head_wgrad
+        embed_s = c.embed_wgrad if part == "weight" else c.embed_bwd - c.embed_wgrad
+    head, embed = [], []
+    if c.has_head:
+        if head_s > 0 or part == "full":
+            head.append(("compute", kind, head_s, None))
+        if head_tp > 0:
+            head.append(("tp", "tp_comm", head_tp, None))
+    if c.has_embedding:
+        if embed_tp > 0:   # the reduce-scatter's backward: the output gradient gathered before the table's
+            embed.append(("tp", "tp_comm", embed_tp, None))
+        if embed_s > 0 or part == "full":
+            embed.append(("compute", kind, embed_s, None))
+    return head, embed
 
 
-def backward_segments(c, part: str = "full", layers: list | None = None) -> list:
+def backward_segments(c, part: str = "full", layers: list | None = None, tp_scale: float = 1.0) -> list:
     """A chunk's whole backward part: output layer, layers in reverse, embedding."""
-    head, embed = edge_segments(c, part)
+    head, embed = edge_segments(c, part, tp_scale)
     out = list(head)
     for _layer, segs in (backward_layers(c, part) if layers is None else layers):
         out.extend(segs)

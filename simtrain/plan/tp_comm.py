@@ -17,16 +17,18 @@ def tp_time(scenario: Scenario, placement: Placement, nbytes: float, pp_rank: in
 
 
 def tp_collectives(scenario: Scenario, placement: Placement, nbytes: float, pp_rank: int,
-                   dp_index: int | None = None) -> dict[str, float]:
+                   dp_index: int | None = None, kinds: tuple[str, ...] | None = None) -> dict[str, float]:
     """Seconds of the TP collectives of one layer pass: 2 all-reduces of the activations
     (Megatron: one after attention, one after the MLP), or with sequence parallelism
     2 all-gathers + 2 reduce-scatters of the same size (Korthikanti et al. 2022, Sec. 4.2.2).
     ``dp_index`` None: all replicas' TP groups at once (folded); an index: that replica's group alone,
-    its slowest flow setting the pace (full fidelity, degraded links)."""
+    its slowest flow setting the pace (full fidelity, degraded links). ``kinds``: other collectives of ``nbytes`` on
+    the same groups (the loss's all-reduces, ``plan.edge_tp``)."""
     if placement.tp == 1:
         return {}
     cluster = scenario.cluster
-    kinds = ("all_gather", "reduce_scatter") if scenario.parallel.sequence_parallel else ("all_reduce",)
+    if kinds is None:
+        kinds = ("all_gather", "reduce_scatter") if scenario.parallel.sequence_parallel else ("all_reduce",)
     scale = {(d.a, d.b): d.factor for d in scenario.simulation.degraded_links}
     times = {}
     for kind in kinds:

@@ -1,0 +1,79 @@
+"""The tensor-parallel collectives of the embedding, the output layer and the loss: one micro-batch, one TP rank.
+
+A layer's collectives are ``tp_comm``'s; the model's two ends run their own (NVIDIA/Megatron-LM @d98e8a6):
+
+- The embedding (``VocabParallelEmbedding.forward``, tensor_parallel/layers.py) looks up its vocabulary shard and
+  sums the shards across the TP group: an all-reduce of b x s x h (``reduce_from_tensor_model_parallel_region``), or
+  with sequence parallelism a reduce-scatter to the sequence shards (``reduce_scatter_to_sequence_parallel_region``;
+  ``LanguageModelEmbedding`` sets ``reduce_scatter_embeddings`` under sequence parallelism). The backward of an
+  all-reduce is the identity; that of a reduce-scatter an all-gather of the output gradient.
+- The output layer (``GPTModel.output_layer``, a ``ColumnParallelLinear`` with ``gather_output`` off for the
+  vocabulary-parallel loss) takes the whole input: with sequence parallelism it all-gathers the sequence shards
+  first (``LinearWithGradAccumulationAndAsyncCommunication.forward``). Its backward all-reduces the input gradient
+  (``allreduce_dgrad``), or with sequence parallelism gathers the input again under the input-gradient GEMM and
+  reduce-scatters the input gradient; both collectives are issued asynchronously and waited for after the GEMM that
+  follows them (``backward``: the weight-gradient GEMM runs under the all-reduce or reduce-scatter). As for a
+  layer's (docs/model.md section 6.1), the all-reduce is hidden under the weight gradient and, under sequence
+  parallelism, the re-gather is not counted and the reduce-scatter stays on the critical path.
+- The vocabulary-parallel loss all-reduces per-token figures in fp32 (4 bytes a token):
+  ``tensor_parallel/cross_entropy.py`` the maximum logit, the target's logit and the sum of exponentials (three);
+  ``fusions/fused_cross_entropy.py`` the maximum, then the other two concatenated (two, 4 + 8 bytes a token).
+  nanotron's ``sharded_cross_entropy`` (src/nanotron/parallel/tensor_parallel/functional.py @67c5ebb6) runs the same
+  three as Megatron-LM's. An eager loss on gathered logits is not counted here (its gather is not modelled).
+
+Where the collectives lie under a GEMM, the exposed part is ``max(0, collective - GEMM)`` and the hidden part slows
+the GEMM by the hardware's overlap slowdown (``tp_overlap.exposed_async_allreduce`` with one GEMM); a stack without
+the asynchronous backward (``parallel.tp_async_allreduce: false``) exposes them whole.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simtrain.plan.tp_comm import tp_collectives
+from simtrain.plan.tp_overlap import exposed_async_allreduce
+
+#: ``training.cross_entropy`` -> bytes per token of each all-reduce the loss's forward runs across the TP group
+LOSS_ALLREDUCE_BYTES = {"vocab_parallel": (4.0, 4.0, 4.0), "fused": (4.0, 8.0), "eager": ()}
+
+
+@dataclass(frozen=True)
+class EdgeTP:
+    """Seconds on the critical path, one micro-batch: the embedding's forward and backward, the output layer's
+    (with the loss) forward and backward; ``head_backward_alone`` is the output layer's backward collectives with the
+    weight-gradient GEMM moved away (a split backward's B, whose W runs later): what ran under it is exposed."""
+
+    embed_forward: float = 0.0
+    embed_backward: float = 0.0
+    head_forward: float = 0.0
+    head_backward: float = 0.0
+    head_backward_alone: float = 0.0
+    head_async: tuple = ()   # (all-reduce alone, weight-gradient GEMM, slowdown) where head_backward overlaps
+
+
+def edge_tp(scenario, placement, act_bytes: float, tokens: int, pp_rank: int, *, head_wgrad: float,
+            slowdown: float) -> EdgeTP:
+    """The edge collectives of stage ``pp_rank``'s TP groups (module docstring). ``act_bytes``: b x s x h of one
+    micro-batch in the activations' dtype; ``tokens``: its tokens (b x s, the loss's per-token figures);
+    ``head_wgrad``: the output layer's weight-gradient GEMM, which the backward's all-reduce runs under."""
+    par = scenario.parallel
+    if placement.tp == 1:
+        return EdgeTP()
+    one = tp_collectives(scenario, placement, act_bytes, pp_rank)
+    losses = sum(tp_collectives(scenario, placement, tokens * b, pp_rank, kinds=("all_reduce",))["all_reduce"]
+                 for b in LOSS_ALLREDUCE_BYTES[scenario.training.cross_entropy])
+
+    def under(coll: float, gemm: float) -> float:
+        if not par.tp_async_allreduce:
+            return coll
+        return exposed_async_allreduce(coll, (gemm,), slowdown)[0]
+
+    if par.sequence_parallel:
+        ag, rs = one["all_gather"], one["reduce_scatter"]
+        # the layers' convention under sequence parallelism (docs/model.md section 6.1): the backward's re-gather
+        # is not counted and its reduce-scatter is not hidden
+        return EdgeTP(embed_forward=rs, embed_backward=ag, head_forward=ag + losses, head_backward=rs,
+                      head_backward_alone=rs)
+    ar = one["all_reduce"]
+    return EdgeTP(embed_forward=ar, head_forward=losses, head_backward=under(ar, head_wgrad),
+                  head_backward_alone=ar, head_async=(ar, head_wgrad, slowdown) if par.tp_async_allreduce else ())
