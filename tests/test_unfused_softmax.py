@@ -3,6 +3,7 @@ the warnings that say when Megatron's fused causal kernel would not run."""
 
 from __future__ import annotations
 
+import pytest
 from conftest import make_scenario
 
 from simtrain.plan import costs
@@ -49,3 +50,42 @@ def test_unfused_softmax_with_a_flash_kernel_is_said_to_do_nothing():
     s = make_scenario(training={"flash_attention": True, "unfused_softmax": "full_row"})
     assert any("training.unfused_softmax has no effect with flash_attention" in w for w in s.warnings)
     assert not any("unfused_softmax" in w for w in make_scenario(training={"flash_attention": True}).warnings)
+
+
+def test_megatrons_pytorch_fallback_bytes_by_hand():
+    """forward_torch_softmax (Megatron-LM @d98e8a6) on 16-bit scores in fp32: cast (2 + 4), masked_fill_ (4 + 4),
+    softmax (4 + 4), cast back (4 + 2) = 28 bytes an element in 4 kernels; backward: the casts' gradients 6 + 6, the
+    softmax's 12, the mask's 8 = 32. On fp32 scores no casts: 16 and 20 in 2 kernels."""
+    assert costs.torch_softmax_bytes(2, backward=False) == (28, 4)
+    assert costs.torch_softmax_bytes(2, backward=True) == (32, 4)
+    assert costs.torch_softmax_bytes(4, backward=False) == (16, 2)
+    assert costs.torch_softmax_bytes(4, backward=True) == (20, 2)
+
+
+def test_beyond_the_kernels_limits_the_fallback_is_timed(tmp_path):
+    """At 8,192 tokens (beyond 4,096) Megatron's softmax is PyTorch's: on a GPU of 1 TB/s at efficiency 1 with no
+    launch cost, 16 heads, one sequence: 16 x 8,192^2 = 1.0737e9 score elements. Against a softmax over whole rows
+    (fused: read e + write e forward, 2 reads + 1 write backward), the fallback adds (28 - 4) and (32 - 6) bytes an
+    element: 25.77 ms forward and 27.92 ms backward, by hand. At 4,096 tokens the fused kernel runs."""
+    from conftest import hardware_variant
+
+    from simtrain.plan.layer_floor import layer_shapes, step_device
+
+    hw = hardware_variant(tmp_path, {"gpu.memory_bandwidth": {"value": "1 TB/s", "source": "test"},
+                                     "compute.kernel_overhead": {"value": "0 us", "source": "test"}})
+
+    def shape_dev(seq, softmax="megatron"):
+        s = make_scenario(hardware=hw, training={"flash_attention": False, "seq_len": seq,
+                                                 "unfused_softmax": softmax, "global_batch": 1})
+        _full, sh = layer_shapes(s.model, s.training, tp=1, sequence_parallel=False, cp=1, micro_batch=1)
+        return sh, step_device(s.hardware, s.training, s.training.precision)
+
+    sh, dev = shape_dev(8192)
+    assert sh.unfused_softmax == "torch"
+    assert shape_dev(4096)[0].unfused_softmax == "megatron"
+    row, _ = shape_dev(8192, "full_row")
+    elems = 16 * 8192 ** 2
+    torch_f, torch_b = costs.unfused_attention_time(sh, dev)
+    row_f, row_b = costs.unfused_attention_time(row, dev)
+    assert torch_f - row_f == pytest.approx((28 - 4) * elems / 1e12, rel=1e-9)
+    assert torch_b - row_b == pytest.approx((32 - 6) * elems / 1e12, rel=1e-9)

@@ -45,7 +45,9 @@ class LayerShape:
     mla: tuple[int, int, int, int, int] | None = None   # (q_lora or 0, kv_lora, qk_nope, qk_rope, v) latent attention
     layer_kernels: str = "fused"   # training.layer_kernels: whose element-wise and layout kernels (layer_kernels.py)
     attn_pad: float = 1.0  # head width the flash kernel computes / the head width (layer_floor.attention_kernel_pad)
-    unfused_softmax: str = "megatron"   # training.unfused_softmax: whose softmax unfused attention runs
+    # training.unfused_softmax: whose softmax unfused attention runs; "torch": Megatron's PyTorch fallback, where its
+    # fused kernel does not take the shape (plan.layer_floor.layer_shapes)
+    unfused_softmax: str = "megatron"
 
     @property
     def q(self) -> int:
@@ -167,6 +169,22 @@ def unfused_softmax_read_share(sh: LayerShape) -> float:
     return 1.0
 
 
+def torch_softmax_bytes(e: int, backward: bool) -> tuple[int, int]:
+    """(bytes per score element, kernels) of Megatron-LM's fallback softmax (``FusedScaleMaskSoftmax.
+    forward_torch_softmax``, megatron/core/fusions/fused_softmax.py @d98e8a6), which runs where the fused kernel
+    does not take the shape. With 16-bit scores and ``attention_softmax_in_fp32`` (Megatron-Core's default): the cast
+    to fp32 (read e, write 4), the causal mask ``masked_fill_`` in place (read 4, write 4; transformer/utils.py
+    ``attention_mask_func``), ``torch.nn.Softmax`` (read 4, write 4) and the cast back (read 4, write e). The backward
+    runs each one's gradient: the cast (e, 4), the softmax's (read the gradient and the output, write: 12), the
+    mask's ``masked_fill`` (4, 4) and the cast (4, e). No casts on fp32 scores. The scale is None (Megatron-Core
+    folds 1/sqrt(d) into the score GEMM; only query-key layer scaling sets one: not counted); the mask itself,
+    s^2 bytes broadcast over the batch and heads, is not counted."""
+    casts = 2 * (e + 4) if e < 4 else 0
+    if backward:
+        return casts + 12 + 8, 4 if casts else 2
+    return casts + 8 + 8, 4 if casts else 2
+
+
 def unfused_attention_time(sh: LayerShape, dev: Device) -> tuple[float, float]:
     """Forward and backward seconds of attention without a fused (flash) kernel on one TP rank: the score GEMMs,
     batched per head (QK^T writes the b a s^2 scores, AV reads the probabilities; the backward's four GEMMs, twice the
@@ -183,9 +201,14 @@ def unfused_attention_time(sh: LayerShape, dev: Device) -> tuple[float, float]:
         # streaming rate (device.unfused_attention_efficiency; hardware/dgx-a100.yaml cites the measurement)
         eff = dev.unfused_attention_efficiency(backward)
         score_gemm = dev.gemm_time(sh.batch * heads_local * sh.seq, sh.seq, sh.q / sh.heads, memory_efficiency=eff)
-        reads, writes = UNFUSED_SOFTMAX_ELEMENTS[backward]
-        softmax = e * score_elems * (reads * unfused_softmax_read_share(sh) + writes)
-        t = gemms * score_gemm + softmax / (dev.gpu.memory_bandwidth * eff) + dev.kernel_overhead
+        if sh.unfused_softmax == "torch":
+            # Megatron's PyTorch fallback: separate eager kernels at the streaming rate, beside the score GEMMs
+            per_elem, kernels = torch_softmax_bytes(e, backward)
+            t = gemms * score_gemm + dev.memory_time(per_elem * score_elems, kernels=kernels)
+        else:
+            reads, writes = UNFUSED_SOFTMAX_ELEMENTS[backward]
+            softmax = e * score_elems * (reads * unfused_softmax_read_share(sh) + writes)
+            t = gemms * score_gemm + softmax / (dev.gpu.memory_bandwidth * eff) + dev.kernel_overhead
         if sh.dropout:
             t += dev.memory_time(unfused_dropout_bytes(e) * score_elems)
         passes.append(t)

@@ -29,6 +29,7 @@ from simtrain.plan.tp_comm import TP_RECOMPUTE, tp_time
 from simtrain.plan.tp_overlap import async_allreduce_wgrads, exposed_async_allreduce
 from simtrain.spec.placement import placement_of
 from simtrain.spec.scenario import Scenario
+from simtrain.spec.scenario_rules_kernels import megatron_softmax_fused
 
 
 def step_device(hw, tr, precision: str) -> device.Device:
@@ -59,6 +60,14 @@ def attention_kernel_pad(kernel: str, head_dim: float) -> float:
     return width / head_dim
 
 
+def unfused_softmax_of(tr, attn_batches: int) -> str:
+    """The softmax unfused attention runs: ``training.unfused_softmax``, except that Megatron's falls back to PyTorch's
+    (``"torch"``, costs.torch_softmax_bytes) for the shapes its fused kernel does not take."""
+    if tr.unfused_softmax == "megatron" and not megatron_softmax_fused(tr.seq_len, attn_batches):
+        return "torch"
+    return tr.unfused_softmax
+
+
 def layer_shapes(model, tr, *, tp: int, sequence_parallel: bool, cp: int,
                  micro_batch: int) -> tuple[costs.LayerShape, costs.LayerShape]:
     """(the whole micro-batch's layer, the layer as one CP rank runs it: s / cp of its tokens)."""
@@ -71,7 +80,8 @@ def layer_shapes(model, tr, *, tp: int, sequence_parallel: bool, cp: int,
                             mlp_matrices=model.mlp_matrices, tp=tp, sequence_parallel=sequence_parallel and tp > 1,
                             flash=tr.attention_kernel != "none", dropout=tr.dropout,
                             q_width=model.q_width if model.q_width != model.hidden else 0, mla=mla,
-                            layer_kernels=tr.layer_kernels, unfused_softmax=tr.unfused_softmax,
+                            layer_kernels=tr.layer_kernels,
+                            unfused_softmax=unfused_softmax_of(tr, model.heads * micro_batch // tp),
                             attn_pad=attention_kernel_pad(tr.attention_kernel, model.q_width / model.heads)
                             if mla is None else 1.0)
     return full, local_shape(full, cp)

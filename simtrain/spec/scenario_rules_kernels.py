@@ -43,6 +43,13 @@ def check_layer_kernel_rules(m, tr, par, fail) -> None:
 MEGATRON_SOFTMAX_MAX_KEYS = 4096
 
 
+def megatron_softmax_fused(seq: int, attn_batches: int) -> bool:
+    """Whether Megatron-LM's fused softmax takes this shape (``FusedScaleMaskSoftmax.is_kernel_available``:
+    16 < sk <= MEGATRON_SOFTMAX_MAX_KEYS, sq and sk multiples of 4, micro-batch x heads per TP rank a multiple of 4,
+    which for sk > 128 is also the causal kernel's batches per block); otherwise ``forward_torch_softmax`` runs."""
+    return 16 < seq <= MEGATRON_SOFTMAX_MAX_KEYS and seq % 4 == 0 and attn_batches % 4 == 0
+
+
 def unfused_softmax_warning(m, tr, par, explicit: bool) -> str | None:
     """What a scenario should know about training.unfused_softmax: it applies only without a fused attention
     kernel, and Megatron's fused causal softmax runs only for the shapes its ``is_kernel_available`` accepts."""
@@ -52,9 +59,10 @@ def unfused_softmax_warning(m, tr, par, explicit: bool) -> str | None:
     if tr.unfused_softmax != "megatron":
         return None
     batches = tr.micro_batch * m.heads // par.tp
-    if tr.seq_len > MEGATRON_SOFTMAX_MAX_KEYS or tr.seq_len % 4 or batches % 4:
+    if not megatron_softmax_fused(tr.seq_len, batches):
         return (f"training.unfused_softmax: megatron with seq_len {tr.seq_len} and micro_batch x heads / tp = "
                 f"{batches}: Megatron-LM's fused softmax runs only for 16 < seq_len <= {MEGATRON_SOFTMAX_MAX_KEYS}, "
                 "seq_len and micro_batch x heads / tp multiples of 4; otherwise it falls back to PyTorch's softmax "
-                "in fp32, whose casts simtrain does not count (the step is then longer than predicted)")
+                "in fp32, which simtrain times as such (its casts, mask and softmax as separate kernels; its fp32 "
+                "activations are not in the memory ledger)")
     return None
