@@ -126,3 +126,36 @@ def test_a_lane_with_a_slower_ring_times_its_own_overlap(hw):
     tp = [seg[2] for seg in head if seg[0] == "tp"]
     assert len(tp) == 1
     assert 10.0 * tp[0] == pytest.approx((10 * AR - HEAD_GEMM) + 0.2 * HEAD_GEMM, rel=1e-9)
+
+
+def test_a_learned_position_table_makes_the_embedding_all_reduce_under_sequence_parallelism(hw):
+    """Megatron's LanguageModelEmbedding reduce-scatters only without a learned position table; with one (GPT-3) it
+    all-reduces (2.0972 us), adds the positions and splits to the sequence shards, whose backward all-gathers
+    (1.0486 us)."""
+    s = make_scenario(hardware=hw, model=gpt_model(vocab=VOCAB, position_embeddings=512),
+                      parallel={"tp": 2, "sequence_parallel": True})
+    c = build_plan(s).chunks[0]
+    assert c.embed_tp_fwd == pytest.approx(AR, rel=1e-9)
+    assert c.embed_tp_bwd == pytest.approx(AG, rel=1e-9)
+
+
+def test_a_split_b_waits_for_the_heads_all_reduce_whole(hw):
+    """Without sequence parallelism the whole backward hides the head's all-reduce under its weight gradient
+    (0.2 x 2.0972 us exposed); a split B has no weight gradient to hide it under: 2.0972 us; W carries none."""
+    c = _chunk(hw)
+    head_b, _ = edge_segments(c, "input")
+    head_w, _ = edge_segments(c, "weight")
+    assert [seg[2] for seg in head_b if seg[0] == "tp"] == [pytest.approx(AR, rel=1e-9)]
+    assert not [seg for seg in head_w if seg[0] == "tp"]
+
+
+def test_zero3_plays_the_edge_collectives_too(hw):
+    """ZeRO-3 (its own engine path): two replicas of TP 2, 4 micro-batches each; each lane's exposed TP is the layers'
+    collectives plus the edges' 2.0972 + 0.4194 us per micro-batch, by hand."""
+    import simtrain
+
+    s = make_scenario(hardware=hw, model=gpt_model(vocab=VOCAB), parallel={"tp": 2, "dp": 2, "zero": 3})
+    r = simtrain.simulate(s)
+    c = build_plan(s).chunks[0]
+    per_mb = c.layers * (c.tp_fwd_layer + c.tp_bwd_layer) + AR + 0.2 * AR
+    assert r.exposed_comm_s["tp"] == pytest.approx(4 * per_mb, rel=1e-6)

@@ -18,10 +18,12 @@ SEQ, HIDDEN = 1024, 1024
 PAIR = 2 * (LATENCY + 0.5 * SEQ * HIDDEN * 2 / B)
 
 
-def _scenario(tmp_path, layers=1, recompute="none", modules=None, **moe):
+def _scenario(tmp_path, layers=1, recompute="none", modules=None, mtp=0, **moe):
     hw = hardware_variant(tmp_path, {"intra_node.bandwidth": "100 GB/s", "intra_node.latency": "1 us"})
     model = {"layers": layers, "hidden": HIDDEN, "heads": 16, "ffn_hidden": 4096, "vocab": 8,
              "moe": {"experts": 4, "top_k": 2, "expert_ffn_hidden": 512, **moe}}
+    if mtp:
+        model["mtp_layers"] = mtp
     training = {"seq_len": SEQ, "global_batch": 1, "micro_batch": 1, "dropout": False, "recompute": recompute}
     if modules:
         training["recompute_modules"] = modules
@@ -95,3 +97,12 @@ def test_latent_attention_gathers_its_latents_not_the_hidden_state(tmp_path):
     assert c.tp_bwd_layer == pytest.approx(0.5 * (gathers + full) / B, rel=1e-12)
     r = build_plan(_mla(tmp_path, modules=["mla_up_proj"])).chunks[0]
     assert r.tp_bwd_layer == pytest.approx(0.5 * (gathers + full + SEQ * (256 + 128) * 2) / B, rel=1e-12)
+
+
+def test_a_multi_token_prediction_module_runs_its_own_layers_and_edges_collectives(tmp_path):
+    """One MTP module (Megatron-Core multi_token_prediction.py): its embedding (reduce-scatter; backward all-gather),
+    one MoE layer like the last (one pair each way) and its output layer (all-gather; backward reduce-scatter): two
+    pairs more forward and two backward than without it, by hand."""
+    plain = simulate(_scenario(tmp_path, layers=2, dense_layers=1)).exposed_comm_s["tp"]
+    with_mtp = simulate(_scenario(tmp_path, layers=2, dense_layers=1, mtp=1)).exposed_comm_s["tp"]
+    assert with_mtp - plain == pytest.approx(4 * PAIR, rel=1e-9)

@@ -308,7 +308,7 @@ def estimate(scenario: Scenario, plan: Plan | None = None) -> EstimateResult:
     busiest = max(range(p), key=lambda r: own[r])
     rank_chunks = [chunks[v] for v in plan.layout.stages_of(busiest)]
     recompute = per_chunk * sum(c.layers * c.recompute_layer for c in rank_chunks)
-    tp = per_chunk * sum(sum(c.tp_totals) for c in rank_chunks)
+    tp = per_chunk * sum(sum(c.tp_totals) + c.edge_tp for c in rank_chunks)
     pp_comm = 2.0 * sum(send[:p - 1])
     # idle time of the busiest rank while the pipeline fills and drains: (p - 1) t for equal stages
     bubble = max(0.0, max(ends) - own[busiest] - pp_comm) if p > 1 else 0.0

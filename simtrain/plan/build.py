@@ -18,7 +18,7 @@ from simtrain.plan.build_moe import chunk_fields, layer_figures, varied_layers
 from simtrain.plan.chunk import ChunkPlan
 from simtrain.plan.collectives import Phase, collective_shape, p2p_phase, stage_shape
 from simtrain.plan.context import CPFigures, cp_figures
-from simtrain.plan.edge_tp import EdgeTP, edge_tp
+from simtrain.plan.edge_tp import EdgeTP, edge_tp, mtp_tp_fields
 from simtrain.plan.flops import model_flops_per_step
 from simtrain.plan.fp8_amax import chunk_amax
 from simtrain.plan.fsdp import fsdp_costs
@@ -313,6 +313,10 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
                 fields.update(moe_tp_fields(tp_cost[rank] / 2.0, m.moe.shared_experts, tr.recompute, modules,
                                              main_moe=fields["expert_grad_bytes_layer"] > 0,
                                              attention=mla_tp_units(m)))
+            if last and m.mtp_layers and par.tp > 1:
+                fields.update(mtp_tp_fields(chunks[-1], edge_tps[rank], m.mtp_layers,
+                                            fields.get("tp_fwd_layer", chunks[-1].tp_fwd_layer),
+                                            fields.get("tp_bwd_layer", chunks[-1].tp_bwd_layer)))
             chunks[-1] = replace(chunks[-1], **fields)
 
     shards = scenario.dp_cp if par.zero >= 1 else 1

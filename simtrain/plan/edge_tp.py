@@ -4,9 +4,11 @@ A layer's collectives are ``tp_comm``'s; the model's two ends run their own (NVI
 
 - The embedding (``VocabParallelEmbedding.forward``, tensor_parallel/layers.py) looks up its vocabulary shard and
   sums the shards across the TP group: an all-reduce of b x s x h (``reduce_from_tensor_model_parallel_region``), or
-  with sequence parallelism a reduce-scatter to the sequence shards (``reduce_scatter_to_sequence_parallel_region``;
-  ``LanguageModelEmbedding`` sets ``reduce_scatter_embeddings`` under sequence parallelism). The backward of an
-  all-reduce is the identity; that of a reduce-scatter an all-gather of the output gradient.
+  with sequence parallelism a reduce-scatter to the sequence shards (``reduce_scatter_to_sequence_parallel_region``)
+  where ``LanguageModelEmbedding`` sets ``reduce_scatter_embeddings``: sequence parallelism and no learned position
+  table. With a learned table (GPT-3) it all-reduces, adds the positions and splits the sum to the sequence shards
+  (``scatter_to_sequence_parallel_region``, no communication). The backward of an all-reduce is the identity; that
+  of a reduce-scatter, or of the split, an all-gather of the output gradient.
 - The output layer (``GPTModel.output_layer``, a ``ColumnParallelLinear`` with ``gather_output`` off for the
   vocabulary-parallel loss) takes the whole input: with sequence parallelism it all-gathers the sequence shards
   first (``LinearWithGradAccumulationAndAsyncCommunication.forward``). Its backward all-reduces the input gradient
@@ -70,10 +72,27 @@ def edge_tp(scenario, placement, act_bytes: float, tokens: int, pp_rank: int, *,
 
     if par.sequence_parallel:
         ag, rs = one["all_gather"], one["reduce_scatter"]
+        embed = rs
+        if scenario.model.position_embeddings:   # all-reduced before the positions are added, then split
+            embed = tp_collectives(scenario, placement, act_bytes, pp_rank, kinds=("all_reduce",))["all_reduce"]
         # the layers' convention under sequence parallelism (docs/model.md section 6.1): the backward's re-gather
         # is not counted and its reduce-scatter is not hidden
-        return EdgeTP(embed_forward=rs, embed_backward=ag, head_forward=ag + losses, head_backward=rs,
+        return EdgeTP(embed_forward=embed, embed_backward=ag, head_forward=ag + losses, head_backward=rs,
                       head_backward_alone=rs)
     ar = one["all_reduce"]
     return EdgeTP(embed_forward=ar, head_forward=losses, head_backward=under(ar, head_wgrad),
                   head_backward_alone=ar, head_async=(ar, head_wgrad, slowdown) if par.tp_async_allreduce else ())
+
+
+def mtp_tp_fields(chunk, edges: EdgeTP, mtp_layers: int, layer_fwd: float, layer_bwd: float) -> dict:
+    """ChunkPlan fields of the last chunk with its multi-token-prediction modules' TP collectives added to its output
+    layer's: each module (Megatron-Core transformer/multi_token_prediction.py @d98e8a6) embeds its shifted tokens
+    (the embedding's collectives), runs one transformer layer like the model's last (``layer_fwd`` / ``layer_bwd``:
+    that layer's TP collectives, the backward's with its recompute's, as the module's compute is priced) and its own
+    output layer and loss (the output layer's); its ``eh_proj`` linear's are not counted."""
+    return {
+        "head_tp_fwd": chunk.head_tp_fwd + mtp_layers * (edges.embed_forward + layer_fwd + edges.head_forward),
+        "head_tp_bwd": chunk.head_tp_bwd + mtp_layers * (edges.embed_backward + layer_bwd + edges.head_backward),
+        "head_tp_bwd_alone": chunk.head_tp_bwd_alone
+        + mtp_layers * (edges.embed_backward + layer_bwd + edges.head_backward_alone),
+    }
