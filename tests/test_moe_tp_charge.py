@@ -106,3 +106,21 @@ def test_a_multi_token_prediction_module_runs_its_own_layers_and_edges_collectiv
     plain = simulate(_scenario(tmp_path, layers=2, dense_layers=1)).exposed_comm_s["tp"]
     with_mtp = simulate(_scenario(tmp_path, layers=2, dense_layers=1, mtp=1)).exposed_comm_s["tp"]
     assert with_mtp - plain == pytest.approx(4 * PAIR, rel=1e-9)
+
+
+def test_an_mtp_module_on_a_loss_only_last_stage_runs_a_moe_layers_pairs(tmp_path):
+    """PP 2 with the layers on the first stage and the loss (and the MTP module) alone on the last: the module's layer
+    is the model's last, a MoE layer, one pair each way, not a dense layer's two. The last chunk's output-layer TP
+    time: the head's all-gather (half a pair) + the module's embedding reduce-scatter, layer pair and output
+    all-gather = 2.5 pairs forward, and as many backward, by hand."""
+    hw = hardware_variant(tmp_path, {"intra_node.bandwidth": "100 GB/s", "intra_node.latency": "1 us"})
+    model = {"layers": 2, "hidden": HIDDEN, "heads": 16, "ffn_hidden": 4096, "vocab": 8, "mtp_layers": 1,
+             "moe": {"experts": 4, "top_k": 2, "expert_ffn_hidden": 512, "dense_layers": 1}}
+    sc = make_scenario(hardware=hw, nodes=1, gpus_per_node=4, model=model,
+                       training={"seq_len": SEQ, "global_batch": 2, "micro_batch": 1, "dropout": False},
+                       parallel={"dp": 1, "tp": 2, "pp": 2, "ep": 1, "etp": 1, "sequence_parallel": True,
+                                 "layers_per_stage": [2, 0]})
+    last = build_plan(sc).chunks[-1]
+    assert last.layers == 0 and last.has_head
+    assert last.head_tp_fwd == pytest.approx(2.5 * PAIR, rel=1e-9)
+    assert last.head_tp_bwd == pytest.approx(2.5 * PAIR, rel=1e-9)

@@ -89,3 +89,17 @@ def test_beyond_the_kernels_limits_the_fallback_is_timed(tmp_path):
     row_f, row_b = costs.unfused_attention_time(row, dev)
     assert torch_f - row_f == pytest.approx((28 - 4) * elems / 1e12, rel=1e-9)
     assert torch_b - row_b == pytest.approx((32 - 6) * elems / 1e12, rel=1e-9)
+
+
+def test_the_fused_kernel_needs_16_bit_scores_and_8_rows_a_block_up_to_128_keys():
+    """is_kernel_available requires 16-bit input: fp32 training always runs the fallback (and is warned). Up to 128
+    keys each warp of the causal kernel takes two rows, 8 a block: micro_batch x heads / tp must be a multiple of 8
+    (scaled_upper_triang_masked_softmax.h, batches_per_warp)."""
+    from simtrain.plan.layer_floor import unfused_softmax_of
+    from simtrain.spec.scenario_rules_kernels import megatron_softmax_fused
+
+    fp32 = make_scenario(training={"flash_attention": False, "seq_len": 1024, "precision": "fp32"})
+    assert unfused_softmax_of(fp32.training, 16) == "torch"
+    assert any("falls back to PyTorch's softmax" in w for w in fp32.warnings)
+    assert not megatron_softmax_fused(128, 4) and megatron_softmax_fused(128, 8)
+    assert megatron_softmax_fused(256, 4)

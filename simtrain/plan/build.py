@@ -314,9 +314,15 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
                                              main_moe=fields["expert_grad_bytes_layer"] > 0,
                                              attention=mla_tp_units(m)))
             if last and m.mtp_layers and par.tp > 1:
+                # the MTP layer is priced as the model's last layer (mtp_fwd above): a MoE layer where the model has
+                # any, whatever this chunk holds (a loss-only last stage holds none)
+                mtp_layer = fields
+                if m.moe is not None and m.layers > m.moe.dense_layers:
+                    mtp_layer = moe_tp_fields(tp_cost[rank] / 2.0, m.moe.shared_experts, tr.recompute, modules,
+                                              main_moe=True, attention=mla_tp_units(m))
                 fields.update(mtp_tp_fields(chunks[-1], edge_tps[rank], m.mtp_layers,
-                                            fields.get("tp_fwd_layer", chunks[-1].tp_fwd_layer),
-                                            fields.get("tp_bwd_layer", chunks[-1].tp_bwd_layer)))
+                                            mtp_layer.get("tp_fwd_layer", chunks[-1].tp_fwd_layer),
+                                            mtp_layer.get("tp_bwd_layer", chunks[-1].tp_bwd_layer)))
             chunks[-1] = replace(chunks[-1], **fields)
 
     shards = scenario.dp_cp if par.zero >= 1 else 1

@@ -178,7 +178,10 @@ def torch_softmax_bytes(e: int, backward: bool) -> tuple[int, int]:
     runs each one's gradient: the cast (e, 4), the softmax's (read the gradient and the output, write: 12), the
     mask's ``masked_fill`` (4, 4) and the cast (4, e). No casts on fp32 scores. The scale is None (Megatron-Core
     folds 1/sqrt(d) into the score GEMM; only query-key layer scaling sets one: not counted); the mask itself,
-    s^2 bytes broadcast over the batch and heads, is not counted."""
+    s^2 bytes broadcast over the batch and heads, is not counted. Assumed: softmax in fp32, TransformerConfig's
+    default (and Megatron-LM's of 2021-22, whose default query-key layer scaling forced it); Megatron-LM's launcher
+    of today defaults ``--attention-softmax-in-fp32`` off, which runs the mask and softmax in 16 bits (8 and 10 bytes
+    an element, 2 kernels): not distinguished."""
     casts = 2 * (e + 4) if e < 4 else 0
     if backward:
         return casts + 12 + 8, 4 if casts else 2

@@ -43,11 +43,15 @@ def check_layer_kernel_rules(m, tr, par, fail) -> None:
 MEGATRON_SOFTMAX_MAX_KEYS = 4096
 
 
-def megatron_softmax_fused(seq: int, attn_batches: int) -> bool:
-    """Whether Megatron-LM's fused softmax takes this shape (``FusedScaleMaskSoftmax.is_kernel_available``:
-    16 < sk <= MEGATRON_SOFTMAX_MAX_KEYS, sq and sk multiples of 4, micro-batch x heads per TP rank a multiple of 4,
-    which for sk > 128 is also the causal kernel's batches per block); otherwise ``forward_torch_softmax`` runs."""
-    return 16 < seq <= MEGATRON_SOFTMAX_MAX_KEYS and seq % 4 == 0 and attn_batches % 4 == 0
+def megatron_softmax_fused(seq: int, attn_batches: int, precision: str = "bf16") -> bool:
+    """Whether Megatron-LM's fused softmax takes this shape (``FusedScaleMaskSoftmax.is_kernel_available``: 16-bit
+    scores, 16 < sk <= MEGATRON_SOFTMAX_MAX_KEYS, sq and sk multiples of 4, micro-batch x heads per TP rank a multiple
+    of the causal kernel's batches per block: 4, or 8 for sk <= 128, where each warp takes two rows
+    (megatron/fused_kernels/scaled_upper_triang_masked_softmax.h at NVIDIA/Megatron-LM cd126362bb~1,
+    ``batches_per_warp``)); otherwise ``forward_torch_softmax`` runs."""
+    per_block = 8 if seq <= 128 else 4
+    return (precision in ("bf16", "fp16", "fp8") and 16 < seq <= MEGATRON_SOFTMAX_MAX_KEYS and seq % 4 == 0
+            and attn_batches % per_block == 0)
 
 
 def unfused_softmax_warning(m, tr, par, explicit: bool) -> str | None:
@@ -59,10 +63,11 @@ def unfused_softmax_warning(m, tr, par, explicit: bool) -> str | None:
     if tr.unfused_softmax != "megatron":
         return None
     batches = tr.micro_batch * m.heads // par.tp
-    if not megatron_softmax_fused(tr.seq_len, batches):
-        return (f"training.unfused_softmax: megatron with seq_len {tr.seq_len} and micro_batch x heads / tp = "
-                f"{batches}: Megatron-LM's fused softmax runs only for 16 < seq_len <= {MEGATRON_SOFTMAX_MAX_KEYS}, "
-                "seq_len and micro_batch x heads / tp multiples of 4; otherwise it falls back to PyTorch's softmax "
-                "in fp32, which simtrain times as such (its casts, mask and softmax as separate kernels; its fp32 "
-                "activations are not in the memory ledger)")
+    if not megatron_softmax_fused(tr.seq_len, batches, tr.precision):
+        return (f"training.unfused_softmax: megatron with precision {tr.precision}, seq_len {tr.seq_len} and "
+                f"micro_batch x heads / tp = {batches}: Megatron-LM's fused softmax runs only on 16-bit scores for "
+                f"16 < seq_len <= {MEGATRON_SOFTMAX_MAX_KEYS}, seq_len a multiple of 4 and micro_batch x heads / tp "
+                "a multiple of 4 (8 up to 128 tokens); otherwise it falls back to PyTorch's softmax, which simtrain "
+                "times as such (its casts, mask and softmax as separate kernels; its fp32 activations are not in "
+                "the memory ledger)")
     return None
