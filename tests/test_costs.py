@@ -2,7 +2,7 @@
 
 import pytest
 
-from simtrain.plan import costs
+from simtrain.plan import costs, unfused_attention
 from simtrain.plan.device import Device
 from simtrain.spec.hardware import ComputeModel, GpuSpec
 
@@ -364,7 +364,7 @@ def test_unfused_attention_moves_its_score_bytes(dropout, softmax, fwd_bytes, bw
                           unfused_softmax=softmax)
     gemm = 330_498_048 / 0.5e12 + 1e-6
     kernels = 2 if dropout else 1
-    fwd, bwd = costs.unfused_attention_time(sh, dev)
+    fwd, bwd = unfused_attention.unfused_attention_time(sh, dev)
     assert fwd == pytest.approx(2 * gemm + 150_994_944 * fwd_bytes / 0.5e12 + kernels * 1e-6, rel=1e-9)
     assert bwd == pytest.approx(4 * gemm + 150_994_944 * bwd_bytes / 0.5e12 + kernels * 1e-6, rel=1e-9)
 
@@ -380,7 +380,7 @@ def test_unfused_attention_runs_its_scores_at_the_measured_fraction():
                           mlp_matrices=2, tp=1, sequence_parallel=False, flash=False, dropout=True)
     e = 150_994_944
     soft_f, soft_b = 2 * (CAUSAL_1024 + 1), 2 * (2 * CAUSAL_1024 + 1)
-    fwd, bwd = costs.unfused_attention_time(sh, dev)
+    fwd, bwd = unfused_attention.unfused_attention_time(sh, dev)
     assert fwd == pytest.approx(2 * (330_498_048 / 0.4e12 + 1e-6) + (e * soft_f / 0.4e12 + 1e-6)
                                 + (e * 5 / 0.5e12 + 1e-6), rel=1e-9)
     assert bwd == pytest.approx(4 * (330_498_048 / 0.3e12 + 1e-6) + (e * soft_b / 0.3e12 + 1e-6)
@@ -411,7 +411,7 @@ def test_dgx_a100_unfused_rates_reproduce_flashattentions_megatron_rows(dropout,
     sh = costs.LayerShape(tokens=16 * 2048, seq=2048, batch=16, hidden=512, ffn=2048, heads=8, kv_width=512,
                           mlp_matrices=2, tp=1, sequence_parallel=False, flash=False, dropout=dropout,
                           unfused_softmax="full_row")
-    got = costs.unfused_attention_time(sh, dev)
+    got = unfused_attention.unfused_attention_time(sh, dev)
     for t, (at_2048, at_128) in zip(got, FLASH_TABLES[dropout]):
         assert t == pytest.approx((at_2048 - at_128) * 1e-3, rel=tolerance)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from conftest import make_scenario
 
-from simtrain.plan import costs
+from simtrain.plan import costs, unfused_attention
 from simtrain.plan.build import build_plan
 
 
@@ -27,10 +27,10 @@ def test_the_read_share_follows_the_kernel_and_the_mask():
     """(s + 1) / 2s for Megatron's causal kernel at s = 2,048: 2049 / 4096; 1 for whole rows, a window or no mask."""
     base = dict(tokens=2048, seq=2048, batch=1, hidden=512, ffn=2048, heads=8, kv_width=512, mlp_matrices=2, tp=1,
                 sequence_parallel=False, flash=False)
-    assert costs.unfused_softmax_read_share(costs.LayerShape(**base)) == 2049 / 4096
-    assert costs.unfused_softmax_read_share(costs.LayerShape(**base, unfused_softmax="full_row")) == 1.0
-    assert costs.unfused_softmax_read_share(costs.LayerShape(**base, window=128)) == 1.0
-    assert costs.unfused_softmax_read_share(costs.LayerShape(**base, causal=False)) == 1.0
+    assert unfused_attention.unfused_softmax_read_share(costs.LayerShape(**base)) == 2049 / 4096
+    assert unfused_attention.unfused_softmax_read_share(costs.LayerShape(**base, unfused_softmax="full_row")) == 1.0
+    assert unfused_attention.unfused_softmax_read_share(costs.LayerShape(**base, window=128)) == 1.0
+    assert unfused_attention.unfused_softmax_read_share(costs.LayerShape(**base, causal=False)) == 1.0
 
 
 def test_megatrons_kernel_limits_are_warned_about():
@@ -56,10 +56,10 @@ def test_megatrons_pytorch_fallback_bytes_by_hand():
     """forward_torch_softmax (Megatron-LM @d98e8a6) on 16-bit scores in fp32: cast (2 + 4), masked_fill_ (4 + 4),
     softmax (4 + 4), cast back (4 + 2) = 28 bytes an element in 4 kernels; backward: the casts' gradients 6 + 6, the
     softmax's 12, the mask's 8 = 32. On fp32 scores no casts: 16 and 20 in 2 kernels."""
-    assert costs.torch_softmax_bytes(2, backward=False) == (28, 4)
-    assert costs.torch_softmax_bytes(2, backward=True) == (32, 4)
-    assert costs.torch_softmax_bytes(4, backward=False) == (16, 2)
-    assert costs.torch_softmax_bytes(4, backward=True) == (20, 2)
+    assert unfused_attention.torch_softmax_bytes(2, backward=False) == (28, 4)
+    assert unfused_attention.torch_softmax_bytes(2, backward=True) == (32, 4)
+    assert unfused_attention.torch_softmax_bytes(4, backward=False) == (16, 2)
+    assert unfused_attention.torch_softmax_bytes(4, backward=True) == (20, 2)
 
 
 def test_beyond_the_kernels_limits_the_fallback_is_timed(tmp_path):
@@ -85,8 +85,8 @@ def test_beyond_the_kernels_limits_the_fallback_is_timed(tmp_path):
     assert shape_dev(4096)[0].unfused_softmax == "megatron"
     row, _ = shape_dev(8192, "full_row")
     elems = 16 * 8192 ** 2
-    torch_f, torch_b = costs.unfused_attention_time(sh, dev)
-    row_f, row_b = costs.unfused_attention_time(row, dev)
+    torch_f, torch_b = unfused_attention.unfused_attention_time(sh, dev)
+    row_f, row_b = unfused_attention.unfused_attention_time(row, dev)
     assert torch_f - row_f == pytest.approx((28 - 4) * elems / 1e12, rel=1e-9)
     assert torch_b - row_b == pytest.approx((32 - 6) * elems / 1e12, rel=1e-9)
 

@@ -62,7 +62,7 @@ def attention_kernel_pad(kernel: str, head_dim: float) -> float:
 
 def unfused_softmax_of(tr, attn_batches: int) -> str:
     """The softmax unfused attention runs: ``training.unfused_softmax``, except that Megatron's falls back to PyTorch's
-    (``"torch"``, costs.torch_softmax_bytes) for the shapes its fused kernel does not take."""
+    (``"torch"``, unfused_attention.torch_softmax_bytes) for the shapes its fused kernel does not take."""
     if tr.unfused_softmax == "megatron" and not megatron_softmax_fused(tr.seq_len, attn_batches, tr.precision):
         return "torch"
     return tr.unfused_softmax
