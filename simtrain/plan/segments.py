@@ -12,6 +12,14 @@ from __future__ import annotations
 from simtrain.plan.tp_overlap import exposed_async_allreduce
 
 
+def _lane_overlap(ar: float, wgrads: tuple, slowdown: float, tp_scale: float) -> float:
+    """What a TP segment carrying an asynchronous all-reduce's exposure adds so that the engine's scaling by the
+    lane's ``tp_scale`` gives the lane's own exposure (the overlap is not linear in the all-reduce)."""
+    own, _ = exposed_async_allreduce(ar, wgrads, slowdown)
+    mine, _ = exposed_async_allreduce(ar * tp_scale, wgrads, slowdown)
+    return (mine - tp_scale * own) / tp_scale
+
+
 def forward_segments(c) -> list:
     segs = []
     if c.has_embedding:
@@ -62,9 +70,7 @@ def backward_layers(c, part: str = "full", tp_scale: float = 1.0) -> list:
             # the engine multiplies TP segments by the lane's scale; the overlap is not linear in the all-reduce, so
             # the segment carries the lane's own exposure over that scale
             ar, w_qkv, w_up, slowdown = c.tp_async
-            own, _ = exposed_async_allreduce(ar, (w_qkv, w_up), slowdown)
-            mine, _ = exposed_async_allreduce(ar * tp_scale, (w_qkv, w_up), slowdown)
-            tp_bwd += (mine - tp_scale * own) / tp_scale
+            tp_bwd += _lane_overlap(ar, (w_qkv, w_up), slowdown, tp_scale)
         segs.append(("tp", "tp_comm", tp_bwd, layer))
         if cp_hidden > 0:
             segs.append(("cp_hidden", "cp_comm", cp_hidden, layer))
@@ -85,9 +91,7 @@ def edge_segments(c, part: str, tp_scale: float = 1.0) -> tuple[list, list]:
     head_tp = c.head_tp_bwd if part == "full" else c.head_tp_bwd_alone if part == "input" else 0.0
     if part == "full" and c.head_tp_async and tp_scale != 1.0:
         ar, wgrad, slowdown = c.head_tp_async
-        own, _ = exposed_async_allreduce(ar, (wgrad,), slowdown)
-        mine, _ = exposed_async_allreduce(ar * tp_scale, (wgrad,), slowdown)
-        head_tp += (mine - tp_scale * own) / tp_scale
+        head_tp += _lane_overlap(ar, (wgrad,), slowdown, tp_scale)
     embed_tp = c.embed_tp_bwd if part != "weight" else 0.0
     if part == "full":
         head_s, embed_s = c.head_bwd, c.embed_bwd
