@@ -109,6 +109,9 @@ def _pp_rank_pairs(plan: Plan) -> list[tuple[int, int]]:
         a, b = layout.rank[v], layout.rank[nxt] if nxt >= 0 else -1
         if nxt >= 0 and a != b:
             out.update({(a, b), (b, a)})
+    if plan.tied_grad_bytes and plan.tied_grad_bytes[0] > 0:   # the tied embedding's gradient sum, first <-> last
+        last = plan.scenario.parallel.pp - 1
+        out.update({(0, last), (last, 0)})
     if plan.scenario.parallel.schedule == "dualpipe":   # the mirror ranks' gradient sum
         pp = plan.scenario.parallel.pp
         out.update((r, pp - 1 - r) for r in range(pp) if r != pp - 1 - r)

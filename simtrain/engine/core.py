@@ -20,6 +20,7 @@ from simtrain.engine.classes import ReplicaClasses
 from simtrain.engine.comm import CommMixin, _buckets
 from simtrain.engine.dualpipe import mirror_gradient_sum
 from simtrain.engine.ep_flows import EPFlows
+from simtrain.engine.finalize import finalize_gradients
 from simtrain.engine.fluid import FluidNetwork, LinkCapacity
 from simtrain.engine.host_copies import HostCopies
 from simtrain.engine.lane import (  # noqa: F401  (Record, Timeline re-exported)
@@ -296,6 +297,7 @@ class Engine(CommMixin, SegmentMixin):
         if tail is not None and not tail.processed:
             yield tail
         lane.exposed["dp"] += env.now - t_compute_end
+        yield from finalize_gradients(self, lane)
         if plan.optimizer_host:   # the step on the host CPU: the GPU waits for each part in turn
             host = plan.optimizer_host[lane.rank]
             for kind, sec in (("optimizer_d2h", host.d2h), ("optimizer_cpu", host.cpu), ("optimizer_h2d", host.h2d)):

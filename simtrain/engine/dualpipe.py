@@ -11,28 +11,17 @@ replica with its counterpart), as two pipeline flows, one each way, after the ra
 
 from __future__ import annotations
 
+from simtrain.engine.finalize import exchange
 from simtrain.engine.lane import Lane
 
 
 def mirror_gradient_sum(engine, lane: Lane):
     """Send this rank's gradients to its mirror and wait for the mirror's; waiting for the mirror's backward to end
     counts as bubble, the transfer after it as exposed PP time (as a pipeline receive)."""
-    plan, env = engine.plan, engine.env
+    plan = engine.plan
     mirror = engine.pp - 1 - lane.rank
     nbytes = sum(plan.chunks[v].grad_bytes_layers + plan.chunks[v].grad_bytes_edge
                  for v in plan.layout.stages_of(lane.rank))
     if plan.has_experts:
         nbytes += plan.expert_grad_bytes[lane.rank]
-    out = (lane.dp, ("mirror", mirror), -1, "G")
-    done = engine._recv_event(out)
-    engine.sent_at[out] = env.now
-    phase = (engine.classes or plan).pp_phase(nbytes, lane.rank, mirror, lane.dp)
-
-    def send():
-        start = env.now
-        yield from engine.net.run_phase(phase)
-        engine._record(lane, "pp", "mirror_grad_sum", start, env.now, -1, -1, -1, -1, nbytes)
-        done.succeed()
-
-    env.process(send())
-    yield from engine._wait_recv(lane, (lane.dp, ("mirror", lane.rank), -1, "G"))
+    yield from exchange(engine, lane, mirror, nbytes, "mirror", "mirror_grad_sum", rendezvous=False)

@@ -22,6 +22,7 @@ from simtrain.plan.edge_tp import EdgeTP, edge_tp, mtp_tp_fields
 from simtrain.plan.flops import model_flops_per_step
 from simtrain.plan.fp8_amax import chunk_amax
 from simtrain.plan.fsdp import fsdp_costs
+from simtrain.plan.grad_finalize import replicated_grad_time, tied_embedding_grad_bytes
 from simtrain.plan.layer_floor import dense_layer_cost, layer_shapes, step_device
 from simtrain.plan.memory import (
     StageMemory,
@@ -65,6 +66,8 @@ class Plan:
     expert_grad_bytes: tuple[float, ...] = ()     # per pipeline rank: routed-expert gradient bytes of one GPU
     expert_params_local: tuple[int, ...] = ()     # per pipeline rank: routed-expert weights on one GPU
     optimizer_host: tuple = ()               # per pipeline rank: the offloaded step's parts (HostStep), if offloaded
+    tied_grad_bytes: tuple[float, ...] = ()      # per pipeline rank: tied embedding gradient summed with the other end
+    replicated_grad_tp: tuple[float, ...] = ()   # per pipeline rank: s, TP all-reduce of replicated weights' gradients
 
     # --- collectives -------------------------------------------------------
     def _groups(self, kind: str, pp_rank: int, dp_index: int | None) -> list[list[int]]:
@@ -381,5 +384,7 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
                 param_bytes=4.0 if tr.autocast_weights else float(dev.element_bytes),
                 framework_overhead_layer=unit_overhead, has_experts=experts, has_cp=cp > 1,
                 has_offload=tr.activation_offload_layers > 0, has_amax=tr.fp8_amax_reduction != "none",
-                expert_grad_bytes=tuple(n * state.grads for n in expert_local), expert_params_local=expert_local)
+                expert_grad_bytes=tuple(n * state.grads for n in expert_local), expert_params_local=expert_local,
+                tied_grad_bytes=tied_embedding_grad_bytes(scenario, state.grads),
+                replicated_grad_tp=replicated_grad_time(scenario, placement, chunks, state.grads))
 

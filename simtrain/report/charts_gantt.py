@@ -45,6 +45,8 @@ KIND_STYLE = {
     "send_act": ("#72B7B2", "PP send activations"),
     "send_grad": ("#3B8A85", "PP send gradients"),
     "mirror_grad_sum": ("#2F6F6A", "DualPipe gradient sum (mirror ranks)"),
+    "embedding_grad_sum": ("#5F8F8B", "tied embedding gradient all-reduce (first and last stage)"),
+    "tp_grad_all_reduce": ("#8E5C86", "TP all-reduce of replicated gradients (norms)"),
     "dp_all_reduce": ("#9D755D", "DP all-reduce"),
     "dp_reduce_scatter": ("#BAB0AC", "DP reduce-scatter"),
     "zero_all_gather": ("#79706E", "ZeRO all-gather (params)"),
@@ -114,6 +116,9 @@ def gantt_rows(report: dict, max_bars: int = 5000) -> tuple[list[GanttRow], str]
             row.overlay = [b for b in pieces if b.kind == "recompute"]
             inside = by_lane[lane].get("tp", []) + by_lane[lane].get("ep", []) + by_lane[lane].get("cp", [])
             _close_with_tp(row.bars, inside, tol)
+            # the TP sum of replicated gradients belongs to no operation: a bar of its own before the optimizer's
+            step_end = [r for r in by_lane[lane].get("tp", []) if r.kind == "tp_grad_all_reduce"]
+            row.bars = sorted(row.bars + merge_layers(step_end, tol), key=lambda b: b.start)
             # idle = neither computing nor in a TP or EP collective: the engine runs them synchronously
             # inside each layer, so they are part of the operation, not a bubble
             spans = [(b.start, b.end) for b in row.bars]

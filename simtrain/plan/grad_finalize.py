@@ -1,0 +1,76 @@
+"""The gradient collectives a step runs after its data-parallel reduction and before the optimizer step.
+
+Two of them, both in Megatron-LM's ``finalize_model_grads`` (megatron/core/distributed/finalize_model_grads.py
+@d98e8a6; its 2021 form is ``train_step`` in megatron/training.py @de7dc40f) and in nanotron's
+``sync_tied_weights_gradients`` (src/nanotron/trainer.py and parallel/tied_parameters.py @67c5ebb6):
+
+- **The tied word embedding** (``model.tied_embeddings`` at ``pp`` > 1): the first stage holds the embedding, the last
+  stage a copy of it as the output layer, and each computes a gradient of it. After the DP reduction the two
+  all-reduce it over the embedding group, the first and the last pipeline rank of each (DP, TP) position
+  (``_allreduce_word_embedding_grads``: ``main_grad``, else ``.grad``; nanotron: the fp32 accumulator's buffer,
+  ``ReduceOp.SUM``). Each TP rank sums its vocabulary shard, ``vocab / tp x hidden`` gradient elements. A ring
+  all-reduce over two ranks moves the whole tensor each way once (2 (n - 1) / n = 1), which the engine plays as
+  two pipeline flows, one each way. Under ZeRO-3 each rank holds a shard of the gradient, ``1 / dp`` of it
+  (Megatron-FSDP all-reduces the local shard, ``_local_tensor``). DualPipe holds both ends on the same two ranks
+  and its mirror sum already adds the copies: nothing more.
+- **Weights replicated over the TP group** whose gradients each TP rank computes from part of the tokens: under
+  sequence parallelism the layer norms (``fused_layer_norm.py`` and ``transformer_engine.py`` mark their weights
+  ``sequence_parallel``), the biases of the row-parallel linears (``RowParallelLinear``) and the MoE router
+  (``moe/router.py``); and the query/key norms (``qk_layernorm``) whenever tp > 1. Megatron sums them over the TP
+  group in one coalesced all-reduce (``_allreduce_non_tensor_model_parallel_grads``); nanotron ties every TP-unsharded
+  weight across the TP group with ``ReduceOp.SUM`` in its ``REDUCE_SCATTER`` mode
+  (``mark_unsharded_params_as_tied_across_tp``). The last stage adds its final norm.
+
+Both run on the critical path of the lanes that take part: nothing overlaps them (nanotron's TODO: "Put this in
+hooks so we can overlap communication"). Not counted: the MTP modules' own norms, MLA's latent norms and a
+learned position table shared with an encoder.
+"""
+
+from __future__ import annotations
+
+from simtrain.plan.tp_comm import tp_collectives
+
+
+def tied_embedding_grad_bytes(scenario, grad_bytes: float) -> tuple[float, ...]:
+    """Per pipeline rank: the bytes of the tied embedding's gradient that rank all-reduces with its partner
+    (module docstring); zero where nothing runs."""
+    par, m = scenario.parallel, scenario.model
+    if not m.tied_embeddings or par.pp < 2 or par.schedule == "dualpipe":
+        return (0.0,) * par.pp
+    nbytes = m.vocab * m.hidden / par.tp * grad_bytes / (par.dp if par.zero == 3 else 1)
+    return tuple(nbytes if r in (0, par.pp - 1) else 0.0 for r in range(par.pp))
+
+
+def replicated_grad_elements(model, layers: list[int], last: bool, sequence_parallel: bool) -> int:
+    """Gradient elements of the weights one TP rank holds whole and sums over its TP group after the step's
+    backward: ``layers`` are the transformer layers the rank holds (module docstring)."""
+    n = 0
+    for layer in layers:
+        if sequence_parallel:
+            n += 2 * model.norm_params
+            if model.bias:   # the attention output's and the MLP's (or a dense layer's) second linear
+                n += 2 * model.hidden
+            if model.is_moe_layer(layer):
+                n += model.router_params
+        if model.qk_norm:
+            n += 2 * model.head_size
+    if last and sequence_parallel:
+        n += model.norm_params
+    return n
+
+
+def replicated_grad_time(scenario, placement, chunks, grad_bytes: float) -> tuple[float, ...]:
+    """Per pipeline rank: seconds of the one coalesced all-reduce of the replicated weights' gradients over the
+    rank's TP groups, timed alone on the cluster graph (``tp_comm.tp_collectives``); zero at tp 1."""
+    par, m = scenario.parallel, scenario.model
+    out = [0.0] * par.pp
+    if par.tp < 2:
+        return tuple(out)
+    for r in range(par.pp):
+        own = [c for c in chunks if c.rank == r]
+        layers = [i for c in own for i in range(c.layer_lo, c.layer_lo + c.layers)]
+        n = replicated_grad_elements(m, layers, any(c.has_head for c in own), par.sequence_parallel)
+        if n:
+            nbytes = n * grad_bytes / (par.dp if par.zero == 3 else 1)
+            out[r] = tp_collectives(scenario, placement, nbytes, r, kinds=("all_reduce",))["all_reduce"]
+    return tuple(out)

@@ -1,0 +1,101 @@
+"""The gradient collectives between the DP reduction and the optimizer step (``simtrain.plan.grad_finalize``), read
+from NVIDIA/Megatron-LM ``finalize_model_grads`` @d98e8a6 (and ``train_step`` @de7dc40f) and nanotron's
+``sync_tied_weights_gradients`` @67c5ebb6:
+
+- a tied word embedding at pp > 1: the first and the last pipeline rank all-reduce its gradient, vocab / tp x h
+  elements (a two-rank ring all-reduce moves the whole tensor each way once);
+- under sequence parallelism, the TP group sums the gradients of the weights each TP rank holds whole (layer norms,
+  row-parallel biases, the router), and the query/key norms' at any tp > 1: one all-reduce.
+
+Hand calculations on ``core_ideal.yaml`` (efficiency 1, zero latency, memory time nil) with NVLink set to 100 GB/s
+per GPU and direction; 16-bit gradients (2 bytes).
+"""
+
+from __future__ import annotations
+
+import pytest
+from conftest import gpt_model, hardware_variant, make_scenario
+
+from simtrain.decide.estimate import estimate
+from simtrain.engine.simulation import simulate
+from simtrain.plan.build import build_plan
+
+H, V = 1024, 32768
+LINK = 100e9
+
+
+def _scenario(tmp_path, *, tied=True, pp=4, tp=1, sp=False, schedule="1f1b", vpp=1, zero=0, dp=1, **model):
+    hw = hardware_variant(tmp_path, {"intra_node.bandwidth": "100 GB/s"})
+    return make_scenario(hardware=hw, model=gpt_model(layers=8, hidden=H, vocab=V, tied_embeddings=tied, **model),
+                         training={"seq_len": 512, "global_batch": 8 * dp, "micro_batch": 1},
+                         parallel={"pp": pp, "tp": tp, "dp": dp, "vpp": vpp, "schedule": schedule, "zero": zero,
+                                   "sequence_parallel": sp})
+
+
+def _records(result, kind):
+    return [r for r in result.timeline.records if r[2] == kind]
+
+
+def test_first_and_last_stage_sum_the_tied_embedding_gradient(tmp_path):
+    """V x h x 2 bytes = 67,108,864 B each way between ranks 0 and 3 at 100 GB/s: 671.1 us; the middle ranks run
+    none; each end's optimizer step waits for it."""
+    result = simulate(_scenario(tmp_path))
+    nbytes = V * H * 2
+    sums = _records(result, "embedding_grad_sum")
+    lanes = {lane.index: lane for lane in result.timeline.lanes}
+    assert sorted(lanes[r[0]].rank for r in sums) == [0, 3]
+    for r in sums:
+        assert r[9] == nbytes
+        assert r[4] - r[3] == pytest.approx(nbytes / LINK, rel=1e-9)
+        assert lanes[r[0]].end >= r[4]
+
+
+def test_the_tied_sum_lengthens_the_step_by_its_transfer(tmp_path):
+    """Rank 0 ends the 1F1B step last (its last backward is the step's last); the sum adds its transfer to it,
+    671.1 us, in the simulation and in the analytic estimate alike."""
+    t = V * H * 2 / LINK
+    tied, untied = _scenario(tmp_path), _scenario(tmp_path, tied=False)
+    assert simulate(tied).step_time_s - simulate(untied).step_time_s == pytest.approx(t, rel=1e-6)
+    assert estimate(tied).step_time_s - estimate(untied).step_time_s == pytest.approx(t, rel=1e-6)
+
+
+@pytest.mark.parametrize("case", [dict(tied=False), dict(pp=1), dict(schedule="dualpipe")])
+def test_no_tied_sum_without_two_ends(tmp_path, case):
+    """Untied weights, one stage (the embedding and the output layer are one tensor), or DualPipe (whose mirror
+    sum adds the copies on the ranks that hold both ends): nothing runs."""
+    assert not _records(simulate(_scenario(tmp_path, **case)), "embedding_grad_sum")
+
+
+def test_interleaved_stages_sum_between_the_first_and_last_rank(tmp_path):
+    """With 2 virtual stages per rank the embedding is on rank 0's first chunk, the output layer on rank 3's last:
+    still ranks 0 and 3, the same bytes."""
+    plan = build_plan(_scenario(tmp_path, vpp=2, schedule="interleaved-1f1b"))
+    assert plan.tied_grad_bytes == (V * H * 2, 0.0, 0.0, V * H * 2)
+
+
+def test_tp_and_zero3_shard_the_tied_gradient(tmp_path):
+    """Each TP rank sums its vocabulary shard (V / 2 x h); under ZeRO-3 each DP rank its 1 / dp of it."""
+    assert build_plan(_scenario(tmp_path, tp=2)).tied_grad_bytes[0] == V // 2 * H * 2
+    assert build_plan(_scenario(tmp_path, zero=3, dp=2)).tied_grad_bytes[-1] == V * H * 2 / 2
+
+
+def test_sequence_parallel_sums_the_norms_gradients_over_tp(tmp_path):
+    """GPT layers with LayerNorm (weight and bias, 2h each) and no biases elsewhere: 2 norms x 2h = 4h elements a
+    layer, 2 layers a stage, the last stage adds the final norm (2h): 8h and 10h elements x 2 bytes, one all-reduce
+    over 2 GPUs, 2 (n - 1) / n x bytes / 100 GB/s."""
+    plan = build_plan(_scenario(tmp_path, tied=False, tp=2, sp=True))
+    ar = lambda elements: 2 * (2 - 1) / 2 * elements * 2 / LINK  # noqa: E731
+    assert plan.replicated_grad_tp == pytest.approx((ar(8 * H), ar(8 * H), ar(8 * H), ar(10 * H)), rel=1e-9)
+    result = simulate(_scenario(tmp_path, tied=False, tp=2, sp=True))
+    recs = _records(result, "tp_grad_all_reduce")
+    assert len(recs) == 4
+    assert max(r[4] - r[3] for r in recs) == pytest.approx(ar(10 * H), rel=1e-9)
+
+
+def test_without_sequence_parallelism_only_qk_norms_are_summed(tmp_path):
+    """Without sequence parallelism each TP rank sees every token: norms need no sum, nothing runs; query/key norms
+    (head_dim 64 each, 2 a layer) are summed at any tp > 1: 2 layers x 128 elements x 2 bytes."""
+    assert build_plan(_scenario(tmp_path, tied=False, tp=2)).replicated_grad_tp == (0.0,) * 4
+    plan = build_plan(_scenario(tmp_path, tied=False, tp=2, qk_norm=True))
+    assert plan.replicated_grad_tp[1] == pytest.approx(2 * (2 - 1) / 2 * 2 * 128 * 2 / LINK, rel=1e-9)
+    assert build_plan(_scenario(tmp_path, tied=False, tp=1, pp=4, sp=False)).replicated_grad_tp == (0.0,) * 4
