@@ -159,3 +159,22 @@ def test_zero3_plays_the_edge_collectives_too(hw):
     c = build_plan(s).chunks[0]
     per_mb = c.layers * (c.tp_fwd_layer + c.tp_bwd_layer) + AR + 0.2 * AR
     assert r.exposed_comm_s["tp"] == pytest.approx(4 * per_mb, rel=1e-6)
+
+
+def test_an_mtp_modules_eh_proj_without_sequence_parallelism(hw):
+    """Megatron-Core's MTP eh_proj (a ColumnParallelLinear from the 2h-wide [embedding, hidden] to h, its output
+    gathered over the hidden dimension): forward an all-gather of b x s x h (1.0486 us); backward an all-reduce of
+    the 2h-wide input gradient, 2 x (2 - 1) / 2 x 2 x ACT / BW = 4.1943 us, under its weight-gradient GEMM: with a
+    1 ms GEMM exposed 0 and hidden all of it at 0.2 extra, 0.8389 us; with a 1 us GEMM 3.1943 us exposed + 0.2 x
+    1 us. A split B waits for the whole all-reduce."""
+    from simtrain.plan.edge_tp import edge_tp
+    from simtrain.spec.placement import placement_of
+
+    s = make_scenario(hardware=hw, model=gpt_model(vocab=VOCAB), parallel={"tp": 2})
+    ar2 = 2 * (2 - 1) / 2 * 2 * ACT / BW
+    e = edge_tp(s, placement_of(s), ACT, 512, 0, head_wgrad=HEAD_GEMM, slowdown=1.2, mtp_wgrad=1e-3)
+    assert e.mtp_proj_forward == pytest.approx(AG, rel=1e-9)
+    assert e.mtp_proj_backward == pytest.approx(0.2 * ar2, rel=1e-9)
+    assert e.mtp_proj_backward_alone == pytest.approx(ar2, rel=1e-9)
+    short = edge_tp(s, placement_of(s), ACT, 512, 0, head_wgrad=HEAD_GEMM, slowdown=1.2, mtp_wgrad=1e-6)
+    assert short.mtp_proj_backward == pytest.approx(ar2 - 1e-6 + 0.2 * 1e-6, rel=1e-9)

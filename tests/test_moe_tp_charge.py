@@ -16,6 +16,9 @@ LATENCY = 1e-6       # GPU -> NVSwitch -> GPU
 SEQ, HIDDEN = 1024, 1024
 # one all-gather + one reduce-scatter of b x s x h BF16 activations over a 2-GPU ring, each alone
 PAIR = 2 * (LATENCY + 0.5 * SEQ * HIDDEN * 2 / B)
+# an MTP module's eh_proj under sequence parallelism: forward an all-gather of its 2h-wide input and one of its
+# output, backward the split's all-gather and the input gradient's 2h-wide reduce-scatter (each one ring step)
+EH_PROJ = (LATENCY + 0.5 * 2 * SEQ * HIDDEN * 2 / B) + (LATENCY + 0.5 * SEQ * HIDDEN * 2 / B)
 
 
 def _scenario(tmp_path, layers=1, recompute="none", modules=None, mtp=0, **moe):
@@ -106,17 +109,17 @@ def test_latent_attention_gathers_its_latents_not_the_hidden_state(tmp_path):
 def test_a_multi_token_prediction_module_runs_its_own_layers_and_edges_collectives(tmp_path):
     """One MTP module (Megatron-Core multi_token_prediction.py): its embedding (reduce-scatter; backward all-gather),
     one MoE layer like the last (one pair each way) and its output layer (all-gather; backward reduce-scatter): two
-    pairs more forward and two backward than without it, by hand."""
+    pairs more forward and two backward than without it, and its eh_proj's collectives each way, by hand."""
     plain = simulate(_scenario(tmp_path, layers=2, dense_layers=1)).exposed_comm_s["tp"]
     with_mtp = simulate(_scenario(tmp_path, layers=2, dense_layers=1, mtp=1)).exposed_comm_s["tp"]
-    assert with_mtp - plain == pytest.approx(4 * PAIR, rel=1e-9)
+    assert with_mtp - plain == pytest.approx(4 * PAIR + 2 * EH_PROJ, rel=1e-9)
 
 
 def test_an_mtp_module_on_a_loss_only_last_stage_runs_a_moe_layers_pairs(tmp_path):
     """PP 2 with the layers on the first stage and the loss (and the MTP module) alone on the last: the module's layer
     is the model's last, a MoE layer, one pair each way, not a dense layer's two. The last chunk's output-layer TP
     time: the head's all-gather (half a pair) + the module's embedding reduce-scatter, layer pair and output
-    all-gather = 2.5 pairs forward, and as many backward, by hand."""
+    all-gather = 2.5 pairs forward, and as many backward, plus its eh_proj's, by hand."""
     hw = hardware_variant(tmp_path, {"intra_node.bandwidth": "100 GB/s", "intra_node.latency": "1 us"})
     model = {"layers": 2, "hidden": HIDDEN, "heads": 16, "ffn_hidden": 4096, "vocab": 8, "mtp_layers": 1,
              "moe": {"experts": 4, "top_k": 2, "expert_ffn_hidden": 512, "dense_layers": 1}}
@@ -126,5 +129,5 @@ def test_an_mtp_module_on_a_loss_only_last_stage_runs_a_moe_layers_pairs(tmp_pat
                                  "layers_per_stage": [2, 0]})
     last = build_plan(sc).chunks[-1]
     assert last.layers == 0 and last.has_head
-    assert last.head_tp_fwd == pytest.approx(2.5 * PAIR, rel=1e-9)
-    assert last.head_tp_bwd == pytest.approx(2.5 * PAIR, rel=1e-9)
+    assert last.head_tp_fwd == pytest.approx(2.5 * PAIR + EH_PROJ, rel=1e-9)
+    assert last.head_tp_bwd == pytest.approx(2.5 * PAIR + EH_PROJ, rel=1e-9)

@@ -194,7 +194,8 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
             tp_bwd_cost.append(bwd + (tp_factors[r] - 1.0) * fwd)
     # the embedding's, output layer's and loss's TP collectives, per rank (plan.edge_tp)
     edge_tps = [edge_tp(scenario, placement, act_full, tokens, r,
-                        head_wgrad=edge.head_backward_weight, slowdown=hw.overlap_slowdown(False))
+                        head_wgrad=edge.head_backward_weight, slowdown=hw.overlap_slowdown(False),
+                        mtp_wgrad=dev.gemm_time(2 * m.hidden, m.hidden // par.tp, tokens) if m.mtp_layers else 0.0)
                 for r in range(par.pp)] if par.tp > 1 else [EdgeTP()] * par.pp
     tp_wgrad_hidden = [0.0] * par.pp
     async_wgrads = async_allreduce_wgrads(scenario, shape, dev)

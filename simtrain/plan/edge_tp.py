@@ -51,13 +51,17 @@ class EdgeTP:
     head_backward: float = 0.0
     head_backward_alone: float = 0.0
     head_async: tuple = ()   # (all-reduce alone, weight-gradient GEMM, slowdown) where head_backward overlaps
+    mtp_proj_forward: float = 0.0          # one MTP module's eh_proj, forward
+    mtp_proj_backward: float = 0.0         # and backward (its input-gradient all-reduce under its weight gradient)
+    mtp_proj_backward_alone: float = 0.0   # the same with the weight gradient moved away (a split backward's B)
 
 
 def edge_tp(scenario, placement, act_bytes: float, tokens: int, pp_rank: int, *, head_wgrad: float,
-            slowdown: float) -> EdgeTP:
+            slowdown: float, mtp_wgrad: float = 0.0) -> EdgeTP:
     """The edge collectives of stage ``pp_rank``'s TP groups (module docstring). ``act_bytes``: b x s x h of one
     micro-batch in the activations' dtype; ``tokens``: its tokens (b x s, the loss's per-token figures);
-    ``head_wgrad``: the output layer's weight-gradient GEMM, which the backward's all-reduce runs under."""
+    ``head_wgrad``: the output layer's weight-gradient GEMM, which the backward's all-reduce runs under;
+    ``mtp_wgrad``: an MTP module's ``eh_proj`` weight-gradient GEMM, likewise for its all-reduce."""
     par = scenario.parallel
     if placement.tp == 1:
         return EdgeTP()
@@ -77,11 +81,21 @@ def edge_tp(scenario, placement, act_bytes: float, tokens: int, pp_rank: int, *,
             embed = tp_collectives(scenario, placement, act_bytes, pp_rank, kinds=("all_reduce",))["all_reduce"]
         # the layers' convention under sequence parallelism (docs/model.md section 6.1): the backward's re-gather
         # is not counted and its reduce-scatter is not hidden
+        # eh_proj's input is [embedding, hidden], 2h wide: all-gathered before the GEMM, its gradient
+        # reduce-scattered; its output all-gathered over the hidden dimension and split to the sequence shards
+        # (the split's backward all-gathers)
+        two = tp_collectives(scenario, placement, 2.0 * act_bytes, pp_rank)
+        proj_bwd = ag + two["reduce_scatter"]
         return EdgeTP(embed_forward=embed, embed_backward=ag, head_forward=ag + losses, head_backward=rs,
-                      head_backward_alone=rs)
+                      head_backward_alone=rs, mtp_proj_forward=two["all_gather"] + ag, mtp_proj_backward=proj_bwd,
+                      mtp_proj_backward_alone=proj_bwd)
     ar = one["all_reduce"]
+    # eh_proj: its output all-gathered over the hidden dimension; the backward all-reduces its 2h-wide input gradient
+    ar2 = tp_collectives(scenario, placement, 2.0 * act_bytes, pp_rank, kinds=("all_reduce",))["all_reduce"]
+    gather = tp_collectives(scenario, placement, act_bytes, pp_rank, kinds=("all_gather",))["all_gather"]
     return EdgeTP(embed_forward=ar, head_forward=losses, head_backward=under(ar, head_wgrad),
-                  head_backward_alone=ar, head_async=(ar, head_wgrad, slowdown) if par.tp_async_allreduce else ())
+                  head_backward_alone=ar, head_async=(ar, head_wgrad, slowdown) if par.tp_async_allreduce else (),
+                  mtp_proj_forward=gather, mtp_proj_backward=under(ar2, mtp_wgrad), mtp_proj_backward_alone=ar2)
 
 
 def mtp_tp_fields(chunk, edges: EdgeTP, mtp_layers: int, layer_fwd: float, layer_bwd: float) -> dict:
@@ -89,10 +103,16 @@ def mtp_tp_fields(chunk, edges: EdgeTP, mtp_layers: int, layer_fwd: float, layer
     layer's: each module (Megatron-Core transformer/multi_token_prediction.py @d98e8a6) embeds its shifted tokens
     (the embedding's collectives), runs one transformer layer like the model's last (``layer_fwd`` / ``layer_bwd``:
     that layer's TP collectives, the backward's with its recompute's, as the module's compute is priced) and its own
-    output layer and loss (the output layer's); its ``eh_proj`` linear's are not counted."""
+    output layer and loss (the output layer's), and before its layer the ``eh_proj`` linear that projects the
+    concatenated [embedding, hidden] (2h) to h (``MultiTokenPredictionLayer._concat_embeddings``): a
+    ``ColumnParallelLinear`` without gathered output, then ``gather_from_tensor_model_parallel_region`` and, under
+    sequence parallelism, ``scatter_to_sequence_parallel_region``. On a degraded lane its all-reduce scales with the
+    lane's TP time (its overlap is not timed again as the output layer's is)."""
     return {
-        "head_tp_fwd": chunk.head_tp_fwd + mtp_layers * (edges.embed_forward + layer_fwd + edges.head_forward),
-        "head_tp_bwd": chunk.head_tp_bwd + mtp_layers * (edges.embed_backward + layer_bwd + edges.head_backward),
+        "head_tp_fwd": chunk.head_tp_fwd + mtp_layers * (edges.embed_forward + edges.mtp_proj_forward + layer_fwd
+                                                         + edges.head_forward),
+        "head_tp_bwd": chunk.head_tp_bwd + mtp_layers * (edges.embed_backward + edges.mtp_proj_backward + layer_bwd
+                                                         + edges.head_backward),
         "head_tp_bwd_alone": chunk.head_tp_bwd_alone
-        + mtp_layers * (edges.embed_backward + layer_bwd + edges.head_backward_alone),
+        + mtp_layers * (edges.embed_backward + edges.mtp_proj_backward_alone + layer_bwd + edges.head_backward_alone),
     }
