@@ -230,6 +230,7 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
         return dev.memory_time(n_params * acc_pp, kernels=1) if acc_pp and n_params else 0.0
     # part of the weight-gradient work, a split backward's W: the accumulation, and autocast's cast of the gradients
     acc_layer = accumulate(per_layer_local) + layer_cast
+    table_join = costs.embedding_grad_join_time(scenario, state.weights, state.grads, edge_dev)
     layer_bwd_extra = fsdp.backward(dev, per_layer_local) + 2.0 * unit_overhead / 3.0 + acc_layer
     vstages = scenario.virtual_stages
     varied = varied_layers(scenario)
@@ -280,7 +281,8 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
             tp_fwd_layer=tp_fwd, tp_bwd_layer=tp_bwd, tp_wgrad_hidden=tp_wgrad_hidden[rank],
             tp_async=(tp_cost[rank] / 2.0, *async_wgrads, async_slowdown) if async_wgrads is not None else (),
             embed_fwd=edge.embed_forward + fsdp.forward(dev, n_edge) if first else 0.0,
-            embed_bwd=edge.embed_backward + fsdp.backward(dev, n_edge) + accumulate(n_edge) if first else 0.0,
+            embed_bwd=edge.embed_backward + fsdp.backward(dev, n_edge) + accumulate(n_edge) + table_join
+            if first else 0.0,
             head_fwd=edge.head_forward + (fsdp.forward(dev, n_edge) if not first else 0.0) + head_cast
             if last else 0.0,
             head_bwd=edge.head_backward + head_cast + (fsdp.backward(dev, n_edge) + accumulate(n_edge) if not first
@@ -291,7 +293,7 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
             metrics_bwd=metrics if last else 0.0, grad_prep_per_byte=fsdp.grad_prep_per_byte,
             gather_prep_per_byte=fsdp.gather_prep_per_byte,
             wgrad_layer=lc.backward_weight + acc_layer,
-            embed_wgrad=edge.embed_backward_weight + accumulate(n_edge) if first else 0.0,
+            embed_wgrad=edge.embed_backward_weight + accumulate(n_edge) + table_join if first else 0.0,
             head_wgrad=edge.head_backward_weight + head_cast + (accumulate(n_edge) if not first else 0.0)
             if last else 0.0,
             act_w_bytes=act * w_fraction,
