@@ -235,7 +235,7 @@ def test_fsdp1_zero3_fp32_reduce_exposes_its_cast_at_micro_batch_boundaries(tmp_
     negligible network the layers' p hide behind the next layer's backward, but after the last layer the DP
     stream still runs p (layer 0) and p_e (the edge gradients) when the next micro-batch's first gather is queued
     behind them, where the generic step only ran the embedding backward e_b ((V h e + T h (2e + 8)) / B: PyTorch's
-    dense table gradient and the tokens' fp32 partial sums, costs.embedding_backward_time). Per micro-batch:
+    dense table gradient and the tokens' fp32 partial sums, embedding_costs.embedding_backward_time). Per micro-batch:
     L c + p + p_e - e_b (the edge's own concatenation hides inside p), plus FSDP1's fixed cost per unit,
     L x 1.875 ms. m = 4, L = 2, T = 1024, h = 1024, B = 1 TB/s."""
     hw = hardware_variant(tmp_path, {"gpu.memory_bandwidth": "1 TB/s"}, name="hbm1")

@@ -107,3 +107,11 @@ def test_a_tied_table_on_one_stage_sums_its_two_gradients(tmp_path):
     tied = _embedding_unit(tmp_path, grad_accumulation="autograd", tied=True)
     untied = _embedding_unit(tmp_path, grad_accumulation="autograd")
     assert tied.embed_bwd - untied.embed_bwd == pytest.approx(32768 * 1024 * 6 / B, rel=1e-9)
+
+
+def test_fused_accumulation_of_a_tied_table_sums_megatrons_zeroed_dummy(tmp_path):
+    """At pp 1 Megatron's fused output layer hands autograd a zero-filled dummy gradient of the table
+    (zero_out_wgrad): filled (2 B) and summed with the lookup's (6 B) before the hook adds it (10 B, fp32)."""
+    tied = _embedding_unit(tmp_path, grad_dtype="fp32", tied=True)
+    untied = _embedding_unit(tmp_path, grad_dtype="fp32")
+    assert tied.embed_bwd - untied.embed_bwd == pytest.approx(32768 * 1024 * 8 / B, rel=1e-9)

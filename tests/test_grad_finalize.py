@@ -85,7 +85,8 @@ def test_sequence_parallel_sums_the_norms_gradients_over_tp(tmp_path):
     over 2 GPUs, 2 (n - 1) / n x bytes / 100 GB/s."""
     plan = build_plan(_scenario(tmp_path, tied=False, tp=2, sp=True))
     ar = lambda elements: 2 * (2 - 1) / 2 * elements * 2 / LINK  # noqa: E731
-    assert plan.replicated_grad_tp == pytest.approx((ar(8 * H), ar(8 * H), ar(8 * H), ar(10 * H)), rel=1e-9)
+    assert [t for t, _ in plan.replicated_grad_tp] == pytest.approx([ar(8 * H)] * 3 + [ar(10 * H)], rel=1e-9)
+    assert [b for _, b in plan.replicated_grad_tp] == [8 * H * 2] * 3 + [10 * H * 2]
     result = simulate(_scenario(tmp_path, tied=False, tp=2, sp=True))
     recs = _records(result, "tp_grad_all_reduce")
     assert len(recs) == 4
@@ -95,7 +96,60 @@ def test_sequence_parallel_sums_the_norms_gradients_over_tp(tmp_path):
 def test_without_sequence_parallelism_only_qk_norms_are_summed(tmp_path):
     """Without sequence parallelism each TP rank sees every token: norms need no sum, nothing runs; query/key norms
     (head_dim 64 each, 2 a layer) are summed at any tp > 1: 2 layers x 128 elements x 2 bytes."""
-    assert build_plan(_scenario(tmp_path, tied=False, tp=2)).replicated_grad_tp == (0.0,) * 4
+    assert build_plan(_scenario(tmp_path, tied=False, tp=2)).replicated_grad_tp == ((0.0, 0.0),) * 4
     plan = build_plan(_scenario(tmp_path, tied=False, tp=2, qk_norm=True))
-    assert plan.replicated_grad_tp[1] == pytest.approx(2 * (2 - 1) / 2 * 2 * 128 * 2 / LINK, rel=1e-9)
-    assert build_plan(_scenario(tmp_path, tied=False, tp=1, pp=4, sp=False)).replicated_grad_tp == (0.0,) * 4
+    assert plan.replicated_grad_tp[1][0] == pytest.approx(2 * (2 - 1) / 2 * 2 * 128 * 2 / LINK, rel=1e-9)
+    assert build_plan(_scenario(tmp_path, tied=False, tp=1, pp=4, sp=False)).replicated_grad_tp == ((0.0, 0.0),) * 4
+
+
+@pytest.mark.parametrize("schedule", ["zb-v", "dualpipev"])
+def test_a_v_shaped_layout_holds_both_ends_on_rank_0(tmp_path, schedule):
+    """zb-v and dualpipev place virtual stages 0 and 2 pp - 1 on rank 0 (ranks 0 1 2 3 3 2 1 0): the embedding and
+    its copy are one rank's, nothing crosses the pipeline."""
+    plan = build_plan(_scenario(tmp_path, schedule=schedule, vpp=2))
+    assert plan.layout.rank[0] == plan.layout.rank[-1] == 0
+    assert plan.tied_grad_bytes == (0.0,) * 4
+    assert not _records(simulate(_scenario(tmp_path, schedule=schedule, vpp=2)), "embedding_grad_sum")
+
+
+def test_the_tied_sum_is_gradient_synchronisation_time(tmp_path):
+    """Reported with the step's gradient synchronisation: the end rank's exposed DP time grows by the transfer,
+    its exposed PP time (pipeline sends) does not."""
+    tied = simulate(_scenario(tmp_path))
+    untied = simulate(_scenario(tmp_path, tied=False))
+    t = V * H * 2 / LINK
+    assert tied.stages[0].exposed_comm_s["dp"] - untied.stages[0].exposed_comm_s["dp"] == pytest.approx(t, rel=1e-6)
+    assert tied.stages[0].exposed_comm_s["pp"] == pytest.approx(untied.stages[0].exposed_comm_s["pp"], abs=1e-12)
+
+
+def test_an_untied_model_with_mtp_sums_its_embedding_copy(tmp_path):
+    """Megatron keeps a copy of the embedding on the last stage for the multi-token-prediction module's own lookup,
+    tied or not (``share_embeddings_and_output_weights or mtp_num_layers``): V x h x 2 bytes between ranks 0 and 3;
+    the last stage's ledger holds the copy beside its output layer (2 V h of edge weights, + the final norm)."""
+    from simtrain.plan.memory import edge_params
+
+    plan = build_plan(_scenario(tmp_path, tied=False, mtp_layers=1))
+    assert plan.tied_grad_bytes == (V * H * 2, 0.0, 0.0, V * H * 2)
+    m = plan.scenario.model
+    assert edge_params(m, 1, 4, first=False, last=True) == 2 * V * H + m.norm_params
+    assert edge_params(m, 1, 1, first=True, last=True) == 2 * V * H + m.norm_params   # pp 1: the lookup's own table
+    assert build_plan(_scenario(tmp_path, tied=False, mtp_layers=1, pp=1)).tied_grad_bytes == (0.0,)
+    assert simulate(_scenario(tmp_path, tied=False, mtp_layers=1)).step_time_s > 0   # a dense model's MTP layer runs
+
+
+def test_latent_attention_sums_its_duplicated_down_projections(tmp_path):
+    """Multi-head latent attention's down projections are duplicated over the TP group (TELinear parallel_mode
+    'duplicated', marked sequence_parallel) as are its latents' norms: under sequence parallelism one MLA layer adds
+    h x (256 + 128 + 64) + 256 + 128 elements to its two norms (2 x 2h, LayerNorm) and its router (4 x h)."""
+    from simtrain.plan.grad_finalize import replicated_grad_elements
+
+    hw = hardware_variant(tmp_path, {"intra_node.bandwidth": "100 GB/s"})
+    model = {"layers": 1, "hidden": H, "heads": 16, "ffn_hidden": 4096, "vocab": 8,
+             "attention": {"kind": "mla", "q_lora_rank": 256, "kv_lora_rank": 128, "qk_nope_head_dim": 64,
+                           "qk_rope_head_dim": 64, "v_head_dim": 64},
+             "moe": {"experts": 4, "top_k": 2, "expert_ffn_hidden": 512}}
+    s = make_scenario(hardware=hw, nodes=1, gpus_per_node=2, model=model,
+                      training={"seq_len": 512, "global_batch": 1, "micro_batch": 1},
+                      parallel={"tp": 2, "ep": 1, "etp": 1, "sequence_parallel": True})
+    assert replicated_grad_elements(s.model, [0], False, True) == \
+        2 * 2 * H + 4 * H + H * (256 + 128 + 64) + 256 + 128

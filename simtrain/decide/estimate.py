@@ -41,6 +41,7 @@ from simtrain.plan.balance import resolve_split
 from simtrain.plan.build import Plan, build_plan
 from simtrain.plan.chunk import ChunkPlan
 from simtrain.plan.collectives import phase_time_alone
+from simtrain.plan.grad_finalize import tied_ends, tied_partner
 from simtrain.plan.schedules import SPLIT_BACKWARD
 from simtrain.spec.scenario import Scenario
 
@@ -278,10 +279,11 @@ def estimate(scenario: Scenario, plan: Plan | None = None) -> EstimateResult:
             dp_est = dp_lb
         # the tied embedding's gradient sum with the other end, the TP sum of replicated weights' (grad_finalize)
         tied_bytes = plan.tied_grad_bytes[r] if plan.tied_grad_bytes else 0.0
-        tied = _alone(plan, [plan.pp_phase(tied_bytes, r, p - 1 - r, 0 if full else None)]) if tied_bytes else 0.0
-        tp_grads = plan.replicated_grad_tp[r] if plan.replicated_grad_tp else 0.0
+        tied = _alone(plan, [plan.pp_phase(tied_bytes, r, tied_partner(tied_ends(s, plan.layout), r),
+                                           0 if full else None)]) if tied_bytes else 0.0
+        tp_grads = plan.replicated_grad_tp[r][0] if plan.replicated_grad_tp else 0.0
         tail_lb.append(dp_lb + tied + tp_grads + opt * slow_lb + gather)
-        tail_est.append((dp_est, opt, gather_est, tied, tp_grads))
+        tail_est.append((dp_est + tied, opt, gather_est, tp_grads))
 
     if played:   # split backwards, V layouts, two directions, overlapped pairs: play the op lists out
         layout = plan.layout
@@ -305,14 +307,14 @@ def estimate(scenario: Scenario, plan: Plan | None = None) -> EstimateResult:
     finish = [e + sum(t) for e, t in zip(ends, tail_est)]
     crit = max(range(p), key=lambda r: (finish[r], -r))
     step = finish[crit]
-    dp_exp, opt, gather, tied, _ = tail_est[crit]
+    dp_exp, opt, gather, _ = tail_est[crit]
     # micro-batches through each chunk of a rank (DualPipe's two copies see half of them each)
     per_chunk = m / 2 if par.schedule == "dualpipe" else m
     own = [sum(f_est[v] + b_est[v] for v in plan.layout.stages_of(r)) * per_chunk for r in range(p)]
     busiest = max(range(p), key=lambda r: own[r])
     rank_chunks = [chunks[v] for v in plan.layout.stages_of(busiest)]
     recompute = per_chunk * sum(c.layers * c.recompute_layer for c in rank_chunks)
-    tp = per_chunk * sum(sum(c.tp_totals) + c.edge_tp for c in rank_chunks) + tail_est[busiest][4]
+    tp = per_chunk * sum(sum(c.tp_totals) + c.edge_tp for c in rank_chunks) + tail_est[busiest][3]
     pp_comm = 2.0 * sum(send[:p - 1])
     # idle time of the busiest rank while the pipeline fills and drains: (p - 1) t for equal stages
     bubble = max(0.0, max(ends) - own[busiest] - pp_comm) if p > 1 else 0.0
@@ -321,6 +323,6 @@ def estimate(scenario: Scenario, plan: Plan | None = None) -> EstimateResult:
     peak = s.hardware.gpu.peak("bf16" if s.training.precision == "fp8" else s.training.precision)   # MFU: BF16
     return EstimateResult(
         step_time_s=step, lower_bound_s=lower, compute_s=own[busiest], recompute_s=recompute, tp_comm_s=tp,
-        bubble_s=bubble, pp_comm_s=pp_comm + tied, dp_comm_s=dp_exp + gather,
+        bubble_s=bubble, pp_comm_s=pp_comm, dp_comm_s=dp_exp + gather,
         optimizer_s=opt, tokens_per_s=s.tokens_per_step / step,
         mfu=plan.model_flops_per_step / (step * s.gpus * peak))

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 from simtrain.plan.build import Plan
 from simtrain.plan.collectives import Phase, collective_shape, p2p_phase
+from simtrain.plan.grad_finalize import tied_ends
 from simtrain.spec.topology import Link
 
 
@@ -109,9 +110,9 @@ def _pp_rank_pairs(plan: Plan) -> list[tuple[int, int]]:
         a, b = layout.rank[v], layout.rank[nxt] if nxt >= 0 else -1
         if nxt >= 0 and a != b:
             out.update({(a, b), (b, a)})
-    if plan.tied_grad_bytes and plan.tied_grad_bytes[0] > 0:   # the tied embedding's gradient sum, first <-> last
-        last = plan.scenario.parallel.pp - 1
-        out.update({(0, last), (last, 0)})
+    ends = tied_ends(plan.scenario, layout)
+    if ends is not None:   # the embedding's gradient sum between the ranks that hold it and its copy
+        out.update({ends, ends[::-1]})
     if plan.scenario.parallel.schedule == "dualpipe":   # the mirror ranks' gradient sum
         pp = plan.scenario.parallel.pp
         out.update((r, pp - 1 - r) for r in range(pp) if r != pp - 1 - r)

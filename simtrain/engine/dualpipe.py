@@ -24,4 +24,4 @@ def mirror_gradient_sum(engine, lane: Lane):
                  for v in plan.layout.stages_of(lane.rank))
     if plan.has_experts:
         nbytes += plan.expert_grad_bytes[lane.rank]
-    yield from exchange(engine, lane, mirror, nbytes, "mirror", "mirror_grad_sum", rendezvous=False)
+    yield from exchange(engine, lane, mirror, nbytes, "mirror", "mirror_grad_sum")

@@ -29,7 +29,8 @@ MFU_DEFINITION = ("MFU = (6 N + 12 L h s) x tokens / (step time x GPUs x peak FL
 #: use them read as before the keys existed (fp8_recipe only with precision fp8)
 _SHOWN_WHEN_SET = {"training": {"fp8_recipe": "tensorwise", "cuda_graphs": "none", "recompute_layers": None,
                                 "recompute_modules": None, "activation_offload_layers": 0},
-                   "parallel": {"tp_comm_overlap": False, "cp": 1, "cp_comm": "p2p", "offload_optimizer": False}}
+                   "parallel": {"tp_comm_overlap": False, "tp_async_linears": False, "cp": 1, "cp_comm": "p2p",
+                                "offload_optimizer": False}}
 
 
 def _dump(section: str, value, s: Scenario) -> dict:

@@ -19,10 +19,11 @@ from simtrain.plan.chunk import ChunkPlan
 from simtrain.plan.collectives import Phase, collective_shape, p2p_phase, stage_shape
 from simtrain.plan.context import CPFigures, cp_figures
 from simtrain.plan.edge_tp import EdgeTP, edge_tp, mtp_tp_fields
+from simtrain.plan.embedding_costs import embedding_grad_join_time
 from simtrain.plan.flops import model_flops_per_step
 from simtrain.plan.fp8_amax import chunk_amax
 from simtrain.plan.fsdp import fsdp_costs
-from simtrain.plan.grad_finalize import replicated_grad_time, tied_embedding_grad_bytes
+from simtrain.plan.grad_finalize import replicated_grad_sums, tied_embedding_grad_bytes
 from simtrain.plan.layer_floor import dense_layer_cost, layer_shapes, step_device
 from simtrain.plan.memory import (
     StageMemory,
@@ -38,7 +39,12 @@ from simtrain.plan.offload_optimizer import cpu_adam_bandwidth, host_step
 from simtrain.plan.recompute import dense_share, modules_of, selective_tp_factor
 from simtrain.plan.schedules import Op, StageLayout, rank_schedules, stage_layout
 from simtrain.plan.tp_comm import TP_RECOMPUTE, mla_tp_units, moe_tp_fields, tp_collectives, tp_time
-from simtrain.plan.tp_overlap import async_allreduce_wgrads, exposed_async_allreduce, exposed_tp
+from simtrain.plan.tp_overlap import (
+    async_allreduce_wgrads,
+    exposed_async_allreduce,
+    exposed_tp,
+    exposed_tp_async_linears,
+)
 from simtrain.spec.placement import Placement, placement_of
 from simtrain.spec.scenario import Scenario
 
@@ -66,8 +72,8 @@ class Plan:
     expert_grad_bytes: tuple[float, ...] = ()     # per pipeline rank: routed-expert gradient bytes of one GPU
     expert_params_local: tuple[int, ...] = ()     # per pipeline rank: routed-expert weights on one GPU
     optimizer_host: tuple = ()               # per pipeline rank: the offloaded step's parts (HostStep), if offloaded
-    tied_grad_bytes: tuple[float, ...] = ()      # per pipeline rank: tied embedding gradient summed with the other end
-    replicated_grad_tp: tuple[float, ...] = ()   # per pipeline rank: s, TP all-reduce of replicated weights' gradients
+    tied_grad_bytes: tuple[float, ...] = ()   # per pipeline rank: embedding gradient summed with its copy's
+    replicated_grad_tp: tuple = ()   # per pipeline rank: (s, bytes) of the TP sum of replicated weights' gradients
 
     # --- collectives -------------------------------------------------------
     def _groups(self, kind: str, pp_rank: int, dp_index: int | None) -> list[list[int]]:
@@ -180,14 +186,15 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
                   TP_RECOMPUTE.get(tr.recompute, 1.0) for r in range(par.pp)]
     tp_bwd_cost = [t * f for t, f in zip(tp_cost, tp_factors)]
     tp_bwd_plain = list(tp_cost)
-    if par.tp_comm_overlap and par.sequence_parallel and par.tp > 1:
+    if (par.tp_comm_overlap or par.tp_async_linears) and par.sequence_parallel and par.tp > 1:
         gemm_times = [(dev.linear_gemm_time(mm, n, k), dev.linear_gemm_time(mm, k, n), dev.linear_gemm_time(k, n, mm))
                       for mm, n, k in costs.gemm_shapes(shape)]
         slowdown = hw.overlap_slowdown(False)
         tp_cost, tp_bwd_cost = [], []
         for r in range(par.pp):
             parts = tp_collectives(scenario, placement, act_full, r)
-            fwd, bwd = exposed_tp(parts["all_gather"], parts["reduce_scatter"], gemm_times, par.tp, slowdown)
+            fwd, bwd = (exposed_tp_async_linears if par.tp_async_linears else exposed_tp)(
+                parts["all_gather"], parts["reduce_scatter"], gemm_times, par.tp, slowdown)
             tp_cost.append(fwd)
             tp_bwd_plain[r] = bwd
             # a recomputed forward's collectives (full: all of them; selective_op: half) overlap as the forward's
@@ -230,7 +237,7 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
         return dev.memory_time(n_params * acc_pp, kernels=1) if acc_pp and n_params else 0.0
     # part of the weight-gradient work, a split backward's W: the accumulation, and autocast's cast of the gradients
     acc_layer = accumulate(per_layer_local) + layer_cast
-    table_join = costs.embedding_grad_join_time(scenario, state.weights, state.grads, edge_dev)
+    table_join = embedding_grad_join_time(scenario, state.weights, state.grads, edge_dev)
     layer_bwd_extra = fsdp.backward(dev, per_layer_local) + 2.0 * unit_overhead / 3.0 + acc_layer
     vstages = scenario.virtual_stages
     varied = varied_layers(scenario)
@@ -388,6 +395,6 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
                 framework_overhead_layer=unit_overhead, has_experts=experts, has_cp=cp > 1,
                 has_offload=tr.activation_offload_layers > 0, has_amax=tr.fp8_amax_reduction != "none",
                 expert_grad_bytes=tuple(n * state.grads for n in expert_local), expert_params_local=expert_local,
-                tied_grad_bytes=tied_embedding_grad_bytes(scenario, state.grads),
-                replicated_grad_tp=replicated_grad_time(scenario, placement, chunks, state.grads))
+                tied_grad_bytes=tied_embedding_grad_bytes(scenario, layout, state.grads),
+                replicated_grad_tp=replicated_grad_sums(scenario, placement, chunks, state.grads))
 

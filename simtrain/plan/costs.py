@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from simtrain.plan import layer_kernels
 from simtrain.plan.device import Device
+from simtrain.plan.embedding_costs import embedding_backward_time
 from simtrain.plan.layer_shape import LayerShape
 from simtrain.plan.unfused_attention import unfused_attention_time
 
@@ -215,42 +216,6 @@ CROSS_ENTROPY_BYTES = {
     "fused": (lambda e: e, lambda e: 2 * e, 1, 1),
     "vocab_parallel": (lambda e: e + 4 + 4 + 8 + 8 + 4 + 8, lambda e: 8 + 4 + e, 6, 2),
 }
-
-
-def embedding_backward_time(tokens: int, hidden: int, rows: float, dev: Device) -> float:
-    """The backward of one micro-batch's embedding lookup into a table shard of ``rows`` rows. PyTorch's CUDA
-    embedding backward returns a dense gradient of the whole shard: ``at::zeros({num_weights, grad.size(-1)})``
-    (pytorch/pytorch aten/src/ATen/native/cuda/EmbeddingBackwardKernel.cu, ``embedding_backward_cuda_kernel``; the
-    same zero-filled table in the 2018 aten/src/ATen/native/cuda/Embedding.cu), e bytes per entry written. It then
-    sorts the token indices and sums each token's output-gradient row into fp32 partial sums
-    (``compute_grad_weight``: read e, write 4) that ``sum_and_scatter`` reads (4) and scatters into the table (write
-    e): (2e + 8) bytes per token and hidden unit. About 10 kernels: the fill, the index sort, ``unique_by_key``,
-    four segment-bookkeeping kernels, the partial sums, the scatter."""
-    e = dev.element_bytes
-    return dev.memory_time(rows * hidden * e + tokens * hidden * (2 * e + 8), kernels=10)
-
-
-def embedding_grad_join_time(scenario, weight_bytes: float, grad_bytes: float, dev: Device) -> float:
-    """Per micro-batch: moving the embedding table's dense gradient (``embedding_backward_time``) into the
-    gradient buffer beyond what ``grad_accumulation_bytes`` charges every parameter:
-
-    - ``fused`` accumulation (Megatron-LM's gradient_accumulation_fusion) fuses only the linears' weight gradients;
-      the embedding's ``.grad`` is added into ``main_grad`` by the DDP's backward hook (Megatron-Core
-      distributed/distributed_data_parallel.py ``_make_backward_post_hook``: ``param.main_grad.add_(param.grad.data)``
-      @d98e8a6): read w, read g, write g per entry. Not under ZeRO-3 (FSDP reduces the gradient itself).
-    - A tied table on one stage (pp 1) receives two gradients, the output layer's and the lookup's, which autograd
-      sums before the parameter's hook or accumulation (torch/csrc/autograd/input_buffer.cpp, ``InputBuffer::add``):
-      read w twice, write w. Counted for ``unfused`` and ``autograd`` accumulation; under ``fused`` the output layer's
-      gradient goes to ``main_grad`` inside its GEMM.
-    """
-    par, m, acc = scenario.parallel, scenario.model, scenario.training.grad_accumulation
-    table = m.vocab * m.hidden / par.tp
-    nbytes = 0.0
-    if acc == "fused" and par.zero < 3:
-        nbytes += table * (weight_bytes + 2.0 * grad_bytes)
-    if m.tied_embeddings and par.pp == 1 and acc != "fused":
-        nbytes += table * 3.0 * weight_bytes
-    return dev.memory_time(nbytes, kernels=1) if nbytes else 0.0
 
 
 def edge_cost(tokens: int, hidden: int, vocab: int, tp: int, dev: Device,

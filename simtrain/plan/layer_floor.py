@@ -125,7 +125,7 @@ def layer_floor(scenario: Scenario, *, micro_batch: int, precision: str, recompu
     # TP groups alike: every group of a uniform cluster lies in one node's scale-up domain the same way; a degraded
     # link or an explicit topology makes groups differ, and one group's time would bound no other: left out there
     alike = not scenario.hardware.explicit and not scenario.simulation.degraded_links
-    if par.tp > 1 and alike and not (par.tp_comm_overlap and par.sequence_parallel):
+    if par.tp > 1 and alike and not ((par.tp_comm_overlap or par.tp_async_linears) and par.sequence_parallel):
         tp_fwd = tp_time(scenario, placement_of(scenario), shape.tokens * scenario.model.hidden * dev.element_bytes, 0)
         modules = modules_for(recompute, tr.recompute_modules)
         factor = selective_tp_factor(modules) if modules else TP_RECOMPUTE.get(recompute, 1.0)

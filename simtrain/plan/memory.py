@@ -217,7 +217,9 @@ def edge_params(model, tp: int, pp: int, *, first: bool, last: bool) -> int:
 
     First: the vocab-parallel embedding (Megatron splits it by t) and any learned position table.
     Last: the final norm and the output layer, split by t; with tied embeddings and pp > 1 Megatron
-    keeps a copy of the embedding on the last stage, so only pp = 1 saves it."""
+    keeps a copy of the embedding on the last stage, so only pp = 1 saves it. Untied, multi-token-prediction
+    modules embed with a copy of the embedding on the last stage too (Megatron-Core language_module.py
+    ``setup_embeddings_and_output_layer``: ``share_embeddings_and_output_weights or mtp_num_layers``)."""
     h = model.hidden
     count = 0
     if first:
@@ -225,6 +227,8 @@ def edge_params(model, tp: int, pp: int, *, first: bool, last: bool) -> int:
     if last:
         count += model.norm_params
         if not model.tied_embeddings or pp > 1:
+            count += model.vocab * h // tp
+        if model.mtp_layers and pp > 1 and not model.tied_embeddings:
             count += model.vocab * h // tp
     return count
 
@@ -256,7 +260,9 @@ def _local_params(scenario: Scenario, pp_rank: int) -> tuple[int, int]:
     first, last = rank_edges(scenario, pp_rank)
     count += edge_params(m, t, par.pp, first=first, last=last)
     if m.mtp_layers and holds_last_stage(scenario, pp_rank):
-        count += mtp_dense_params_local(scenario, pp_rank) + m.mtp_layers * experts_per_rank(m, par.ep, par.etp or t)
+        count += mtp_dense_params_local(scenario, pp_rank)
+        if m.moe is not None:   # a dense model's MTP layer is dense: mtp_dense_params_local holds all of it
+            count += m.mtp_layers * experts_per_rank(m, par.ep, par.etp or t)
     return count, layers
 
 

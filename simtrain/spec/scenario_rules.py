@@ -249,6 +249,14 @@ def check_rules(s, raw: dict) -> list[str]:
         warnings.append("parallel.tp_comm_overlap has no effect without tp > 1 and sequence_parallel: true "
                         "(Transformer Engine's userbuffers overlap the all-gathers and reduce-scatters of "
                         "sequence parallelism)")
+    if par.tp_async_linears and par.tp_comm_overlap:
+        fail("parallel.tp_async_linears", "true together with parallel.tp_comm_overlap: true: they are two stacks' "
+             "ways to overlap the same collectives (nanotron's asynchronous linears, Transformer Engine's "
+             "userbuffers); set one of them to false")
+    if par.tp_async_linears and (par.tp == 1 or not par.sequence_parallel):
+        warnings.append("parallel.tp_async_linears has no effect without tp > 1 and sequence_parallel: true "
+                        "(nanotron's REDUCE_SCATTER mode; without it the backward all-reduce's overlap is "
+                        "parallel.tp_async_allreduce)")
     if tr.fp8_amax_reduction != "per_chunk" and isinstance(raw.get("training"), dict) \
             and "fp8_amax_group" in raw["training"]:
         warnings.append(f"training.fp8_amax_group has no effect with fp8_amax_reduction {tr.fp8_amax_reduction} (it "
@@ -320,9 +328,10 @@ def check_moe_rules(s, raw: dict, fail) -> None:
         if par.etp is not None and par.etp != par.tp:
             fail("parallel.etp", f"{par.etp}: the model has no experts to split (model.moe is not set); leave it out")
         return
-    if par.tp_comm_overlap:
-        fail("parallel.tp_comm_overlap", "true with a mixture of experts is not simulated yet (the overlap is costed "
-             "under a dense layer's GEMMs); use false")
+    for key in ("tp_comm_overlap", "tp_async_linears"):
+        if getattr(par, key):
+            fail(f"parallel.{key}", "true with a mixture of experts is not simulated yet (the overlap is costed "
+                 "under a dense layer's GEMMs); use false")
     if par.tp > 1 and not par.sequence_parallel:
         fail("parallel.sequence_parallel", f"false with tp {par.tp} and a mixture of experts: Megatron-Core refuses "
              "to train a MoE layer with tensor parallelism but no sequence parallelism (megatron/core/transformer/"
