@@ -9,9 +9,10 @@ from simtrain.plan.grad_finalize import tied_ends, tied_partner
 
 
 def finalize_gradients(engine, lane: Lane):
-    """Both collectives on the lane's critical path, exposed as the step's gradient synchronisation (DP time). The
-    embedding sum starts when both ends have reached it (waiting for the other end's backward counts as bubble) and
-    ends for both when both flows have (the two ranks' ring all-reduce moves the whole tensor each way once)."""
+    """Both collectives on the lane's critical path: the TP sum as exposed TP time, the embedding sum as the step's
+    gradient synchronisation (DP time). The embedding sum starts when both ends have reached it (waiting for the
+    other end's backward counts as bubble) and ends for both when both flows have (the two ranks' ring all-reduce
+    moves the whole tensor each way once)."""
     plan, env = engine.plan, engine.env
     sec, nbytes = plan.replicated_grad_tp[lane.rank] if plan.replicated_grad_tp else (0.0, 0.0)
     if sec > 0:

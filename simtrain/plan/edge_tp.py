@@ -86,17 +86,14 @@ def edge_tp(scenario, placement, act_bytes: float, tokens: int, pp_rank: int, *,
         # (the split's backward all-gathers)
         two = tp_collectives(scenario, placement, 2.0 * act_bytes, pp_rank)
         proj_bwd = ag + two["reduce_scatter"]
-        head_f, head_b, head_alone = ag, rs, rs
+        head_f = ag
         if par.tp_async_linears:
-            # nanotron's LM head is an asynchronous column-parallel linear (tp_overlap.exposed_tp_async_linears):
-            # its input's gather under its own shard's GEMM, the backward's re-gather under the data gradient and
-            # reduce-scatter under the weight gradient (the three GEMMs multiply the same sizes: one time)
-            def hidden(comm: float, gemm: float) -> float:
-                return max(0.0, comm - gemm) + (slowdown - 1.0) * min(comm, gemm)
-            head_f = hidden(ag, head_wgrad / placement.tp)
-            head_b, head_alone = hidden(ag, head_wgrad) + hidden(rs, head_wgrad), hidden(ag, head_wgrad) + rs
-        return EdgeTP(embed_forward=embed, embed_backward=ag, head_forward=head_f + losses, head_backward=head_b,
-                      head_backward_alone=head_alone, mtp_proj_forward=two["all_gather"] + ag,
+            # nanotron's LM head is an asynchronous column-parallel linear (tp_overlap.exposed_tp_async_linears): its
+            # input's gather runs under its own shard's GEMM (the forward multiplies the weight-gradient GEMM's
+            # sizes: one time); its backward keeps the layers' convention
+            head_f = max(0.0, ag - head_wgrad / placement.tp) + (slowdown - 1.0) * min(ag, head_wgrad / placement.tp)
+        return EdgeTP(embed_forward=embed, embed_backward=ag, head_forward=head_f + losses, head_backward=rs,
+                      head_backward_alone=rs, mtp_proj_forward=two["all_gather"] + ag,
                       mtp_proj_backward=proj_bwd, mtp_proj_backward_alone=proj_bwd)
     ar = one["all_reduce"]
     # eh_proj: its output all-gathered over the hidden dimension; the backward all-reduces its 2h-wide input gradient

@@ -68,27 +68,28 @@ def exposed_tp_async_linears(ag: float, rs: float, gemms: list[tuple[float, floa
                              slowdown: float) -> tuple[float, float]:
     """(forward, backward) seconds of one layer's TP communication left on the critical path under nanotron's
     asynchronous linears (``parallel.tp_async_linears``; huggingface/nanotron
-    src/nanotron/parallel/tensor_parallel/functional.py @67c5ebb6, REDUCE_SCATTER mode):
+    src/nanotron/parallel/tensor_parallel/functional.py @67c5ebb6, REDUCE_SCATTER mode). Where nanotron does what
+    Megatron does without Transformer Engine's overlap, the layers' convention stands (docs/model.md section 6.1);
+    where it does more, its overlap is played:
 
     - column-parallel (QKV, MLP up), ``_ColumnLinearAsyncCommunication``: the forward issues the input's all-gather
       asynchronously and multiplies its own shard (1/t of the GEMM) meanwhile, then the others: exposed
-      max(0, AG - GEMM / t). The backward (``tp_recompute_allgather``, the default) gathers the input again under
-      the data-gradient GEMM and reduce-scatters the data gradient under the weight-gradient GEMM: exposed
-      max(0, AG - DGRAD) + max(0, RS - WGRAD);
+      max(0, AG - GEMM / t). Its backward is Megatron's (the input gathered again under the data-gradient GEMM, the
+      data gradient reduce-scattered under the weight gradient): by the convention the re-gather is not counted and
+      the reduce-scatter is exposed;
     - row-parallel (attention output, MLP down), ``_RowLinearAsyncCommunication``: the forward's reduce-scatter
       (``differentiable_reduce_scatter_sum``) waits, exposed whole; the backward all-gathers the output gradient
       asynchronously under its own shard's data-gradient GEMM: exposed max(0, AG - DGRAD / t).
 
     The hidden parts slow the GEMMs they run under at ``slowdown``, as ``exposed_tp``'s."""
-    (qkv_f, qkv_d, qkv_w), (proj_f, proj_d, _), (up_f, up_d, up_w), (down_f, down_d, _) = gemms
+    (qkv_f, _, _), (_, proj_d, _), (up_f, _, _), (_, down_d, _) = gemms
 
     def under(comm: float, gemm: float) -> tuple[float, float]:
         exposed = max(0.0, comm - gemm)
         return exposed, comm - exposed
 
     fwd = [under(ag, qkv_f / tp), (rs, 0.0), under(ag, up_f / tp), (rs, 0.0)]
-    bwd = [under(ag, qkv_d), under(rs, qkv_w), under(ag, proj_d / tp),
-           under(ag, up_d), under(rs, up_w), under(ag, down_d / tp)]
+    bwd = [(rs, 0.0), under(ag, proj_d / tp), (rs, 0.0), under(ag, down_d / tp)]
     extra = slowdown - 1.0
     return tuple(sum(exposed + extra * hidden for exposed, hidden in parts) for parts in (fwd, bwd))
 

@@ -249,6 +249,10 @@ def check_rules(s, raw: dict) -> list[str]:
         warnings.append("parallel.tp_comm_overlap has no effect without tp > 1 and sequence_parallel: true "
                         "(Transformer Engine's userbuffers overlap the all-gathers and reduce-scatters of "
                         "sequence parallelism)")
+    for key in ("tp_comm_overlap", "tp_async_linears"):
+        if getattr(par, key) and m.attention.kind == "mla" and par.tp > 1 and par.sequence_parallel:
+            fail(f"parallel.{key}", "true with multi-head latent attention is not simulated yet (the overlap is "
+                 "costed under the four GEMMs of a multi-head attention layer); use false")
     if par.tp_async_linears and par.tp_comm_overlap:
         fail("parallel.tp_async_linears", "true together with parallel.tp_comm_overlap: true: they are two stacks' "
              "ways to overlap the same collectives (nanotron's asynchronous linears, Transformer Engine's "

@@ -169,11 +169,9 @@ class Parallel(Closed):
                            "GEMMs; what stays exposed: docs/model.md")
     tp_async_linears: bool = Field(
         False, description="nanotron's tp_linear_async_communication (its REDUCE_SCATTER mode, sequence parallelism): "
-                           "each column-parallel linear all-gathers its input while it multiplies its own shard, and "
-                           "in the backward gathers it again under the data-gradient GEMM and reduce-scatters under "
-                           "the weight gradient; each row-parallel linear reduce-scatters its output exposed and "
-                           "gathers its output gradient under its own shard's data-gradient GEMM (docs/model.md "
-                           "section 6.1)")
+                           "each column-parallel linear all-gathers its input while it multiplies its own shard; "
+                           "each row-parallel linear reduce-scatters its output exposed and gathers its output "
+                           "gradient under its own shard's data-gradient GEMM (docs/model.md section 2.14)")
     tp_async_allreduce: bool = Field(
         True, description="without sequence parallelism: each column-parallel linear all-reduces its input "
                           "gradient while it computes its weight gradient (Megatron-LM's default since 2021-09, "
