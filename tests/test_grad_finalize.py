@@ -153,3 +153,27 @@ def test_latent_attention_sums_its_duplicated_down_projections(tmp_path):
                       parallel={"tp": 2, "ep": 1, "etp": 1, "sequence_parallel": True})
     assert replicated_grad_elements(s.model, [0], False, True) == \
         2 * 2 * H + 4 * H + H * (256 + 128 + 64) + 256 + 128
+
+
+def test_a_degraded_link_slows_both_ends_of_the_sum_alike_in_every_fidelity(tmp_path):
+    """Rank 0's GPU link to its NVSwitch at 1/4 (25 GB/s): the sum's flow out of rank 0 takes 4 x 671.1 us, and a
+    two-rank ring all-reduce ends for both ends with its slower direction: the tied step is 4 x 671.1 us longer than
+    the untied one on the same degraded node (rank 0 ends the step last), and folded (symmetry classes) and full
+    fidelity agree."""
+    hw = hardware_variant(tmp_path, {"intra_node.bandwidth": "100 GB/s"})
+    slow = {"degraded_links": [{"a": "gpu0", "b": "nvsw0", "factor": 0.25}]}
+
+    def run(tied, fidelity=None):
+        sc = make_scenario(hardware=hw, model=gpt_model(layers=8, hidden=H, vocab=V, tied_embeddings=tied),
+                           training={"seq_len": 512, "global_batch": 8, "micro_batch": 1}, parallel={"pp": 4},
+                           simulation=slow)
+        return simulate(sc, fidelity=fidelity)
+
+    t = V * H * 2 / LINK
+    tied, untied = run(True), run(False)
+    flows = _records(tied, "embedding_grad_sum")
+    assert max(r[4] - r[3] for r in flows) == pytest.approx(4 * t, rel=1e-6)
+    done = max(r[4] for r in flows)   # the fast end (rank 3) starts its optimizer step only then
+    assert all(r[3] >= done - 1e-12 for r in _records(tied, "optimizer") if r[0] in {f[0] for f in flows})
+    assert tied.step_time_s - untied.step_time_s == pytest.approx(4 * t, rel=1e-6)
+    assert run(True, "full").step_time_s == pytest.approx(tied.step_time_s, rel=1e-12)
