@@ -41,7 +41,7 @@ from simtrain.plan.balance import resolve_split
 from simtrain.plan.build import Plan, build_plan
 from simtrain.plan.chunk import ChunkPlan
 from simtrain.plan.collectives import phase_time_alone
-from simtrain.plan.grad_finalize import tied_ends, tied_partner
+from simtrain.plan.grad_finalize import tied_partner
 from simtrain.plan.schedules import SPLIT_BACKWARD
 from simtrain.spec.scenario import Scenario
 
@@ -279,8 +279,8 @@ def estimate(scenario: Scenario, plan: Plan | None = None) -> EstimateResult:
             dp_est = dp_lb
         # the tied embedding's gradient sum with the other end, the TP sum of replicated weights' (grad_finalize)
         tied_bytes = plan.tied_grad_bytes[r] if plan.tied_grad_bytes else 0.0
-        tied = _alone(plan, [plan.pp_phase(tied_bytes, r, tied_partner(tied_ends(s, plan.layout), r),
-                                           0 if full else None)]) if tied_bytes else 0.0
+        tied = _alone(plan, [plan.pp_phase(tied_bytes, r, tied_partner(plan.tied_ends, r), 0 if full else None)]) \
+            if tied_bytes else 0.0
         tp_grads = plan.replicated_grad_tp[r][0] if plan.replicated_grad_tp else 0.0
         tail_lb.append(dp_lb + tied + tp_grads + opt * slow_lb + gather)
         tail_est.append((dp_est + tied, opt, gather_est, tp_grads))

@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 
 from simtrain.plan.build import Plan
 from simtrain.plan.collectives import Phase, collective_shape, p2p_phase
-from simtrain.plan.grad_finalize import tied_ends
 from simtrain.spec.topology import Link
 
 
@@ -110,9 +109,8 @@ def _pp_rank_pairs(plan: Plan) -> list[tuple[int, int]]:
         a, b = layout.rank[v], layout.rank[nxt] if nxt >= 0 else -1
         if nxt >= 0 and a != b:
             out.update({(a, b), (b, a)})
-    ends = tied_ends(plan.scenario, layout)
-    if ends is not None:   # the embedding's gradient sum between the ranks that hold it and its copy
-        out.update({ends, ends[::-1]})
+    if plan.tied_ends is not None:   # the embedding's gradient sum between the ranks that hold it and its copy
+        out.update({plan.tied_ends, plan.tied_ends[::-1]})
     if plan.scenario.parallel.schedule == "dualpipe":   # the mirror ranks' gradient sum
         pp = plan.scenario.parallel.pp
         out.update((r, pp - 1 - r) for r in range(pp) if r != pp - 1 - r)

@@ -5,7 +5,7 @@ that hold it and its copy, in Megatron-LM's order (``finalize_model_grads`` @d98
 from __future__ import annotations
 
 from simtrain.engine.lane import Lane
-from simtrain.plan.grad_finalize import tied_ends, tied_partner
+from simtrain.plan.grad_finalize import tied_partner
 
 
 def finalize_gradients(engine, lane: Lane):
@@ -24,7 +24,7 @@ def finalize_gradients(engine, lane: Lane):
     nbytes = plan.tied_grad_bytes[lane.rank] if plan.tied_grad_bytes else 0.0
     if nbytes <= 0:
         return
-    partner = tied_partner(tied_ends(plan.scenario, plan.layout), lane.rank)
+    partner = tied_partner(plan.tied_ends, lane.rank)
     # a collective: neither end starts before both have called it
     engine._recv_event((lane.dp, ("tied_ready", lane.rank), -1, "G")).succeed()
     ready = engine._recv_event((lane.dp, ("tied_ready", partner), -1, "G"))

@@ -23,7 +23,7 @@ from simtrain.plan.embedding_costs import embedding_grad_join_time
 from simtrain.plan.flops import model_flops_per_step
 from simtrain.plan.fp8_amax import chunk_amax
 from simtrain.plan.fsdp import fsdp_costs
-from simtrain.plan.grad_finalize import replicated_grad_sums, tied_embedding_grad_bytes
+from simtrain.plan.grad_finalize import replicated_grad_sums, tied_embedding_grad_bytes, tied_ends
 from simtrain.plan.layer_floor import dense_layer_cost, layer_shapes, step_device
 from simtrain.plan.memory import (
     StageMemory,
@@ -39,12 +39,7 @@ from simtrain.plan.offload_optimizer import cpu_adam_bandwidth, host_step
 from simtrain.plan.recompute import dense_share, modules_of, selective_tp_factor
 from simtrain.plan.schedules import Op, StageLayout, rank_schedules, stage_layout
 from simtrain.plan.tp_comm import TP_RECOMPUTE, mla_tp_units, moe_tp_fields, tp_collectives, tp_time
-from simtrain.plan.tp_overlap import (
-    async_allreduce_wgrads,
-    exposed_async_allreduce,
-    exposed_tp,
-    exposed_tp_async_linears,
-)
+from simtrain.plan.tp_overlap import async_allreduce_wgrads, exposed_async_allreduce, exposed_tp
 from simtrain.spec.placement import Placement, placement_of
 from simtrain.spec.scenario import Scenario
 
@@ -73,6 +68,7 @@ class Plan:
     expert_params_local: tuple[int, ...] = ()     # per pipeline rank: routed-expert weights on one GPU
     optimizer_host: tuple = ()               # per pipeline rank: the offloaded step's parts (HostStep), if offloaded
     tied_grad_bytes: tuple[float, ...] = ()   # per pipeline rank: embedding gradient summed with its copy's
+    tied_ends: tuple[int, int] | None = None   # the pipeline ranks holding the embedding and its copy, if summed
     replicated_grad_tp: tuple = ()   # per pipeline rank: (s, bytes) of the TP sum of replicated weights' gradients
 
     # --- collectives -------------------------------------------------------
@@ -193,8 +189,8 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
         tp_cost, tp_bwd_cost = [], []
         for r in range(par.pp):
             parts = tp_collectives(scenario, placement, act_full, r)
-            fwd, bwd = (exposed_tp_async_linears if par.tp_async_linears else exposed_tp)(
-                parts["all_gather"], parts["reduce_scatter"], gemm_times, par.tp, slowdown)
+            fwd, bwd = exposed_tp(parts["all_gather"], parts["reduce_scatter"], gemm_times, par.tp, slowdown,
+                                  nanotron=par.tp_async_linears)
             tp_cost.append(fwd)
             tp_bwd_plain[r] = bwd
             # a recomputed forward's collectives (full: all of them; selective_op: half) overlap as the forward's
@@ -396,5 +392,6 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
                 has_offload=tr.activation_offload_layers > 0, has_amax=tr.fp8_amax_reduction != "none",
                 expert_grad_bytes=tuple(n * state.grads for n in expert_local), expert_params_local=expert_local,
                 tied_grad_bytes=tied_embedding_grad_bytes(scenario, layout, state.grads),
+                tied_ends=tied_ends(scenario, layout),
                 replicated_grad_tp=replicated_grad_sums(scenario, placement, chunks, state.grads))
 

@@ -34,11 +34,15 @@ RS_SPLITS = 4
 
 
 def exposed_tp(ag: float, rs: float, gemms: list[tuple[float, float, float]], tp: int,
-               slowdown: float) -> tuple[float, float]:
+               slowdown: float, nanotron: bool = False) -> tuple[float, float]:
     """(forward, backward) seconds of one layer's TP communication left on the critical path.
 
     ``ag``/``rs``: one all-gather / reduce-scatter of the layer's activations, alone on the fabric; ``gemms``:
-    (forward, data-gradient, weight-gradient) seconds of the layer's QKV, output, MLP-up and MLP-down GEMMs."""
+    (forward, data-gradient, weight-gradient) seconds of the layer's QKV, output, MLP-up and MLP-down GEMMs.
+    ``nanotron``: nanotron's asynchronous linears instead of Transformer Engine's userbuffers
+    (``exposed_tp_async_linears``)."""
+    if nanotron:
+        return exposed_tp_async_linears(ag, rs, gemms, tp, slowdown)
     (qkv_f, qkv_d, qkv_w), (proj_f, proj_d, _), (up_f, up_d, up_w), (down_f, down_d, _) = gemms
     hide = (tp - 1) / tp
 
