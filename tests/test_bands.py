@@ -77,6 +77,24 @@ def test_a_frameworks_layer_kernels_are_a_stack_of_their_own():
     assert (b.low_s, b.high_s) == pytest.approx((1 / 0.9, 1 / 0.9))
 
 
+def test_nanotrons_async_tp_is_a_stack_of_its_own():
+    """nanotron's asynchronous TP linears (tp > 1, sequence parallelism) name their own stack, after the kernels: its
+    validated runs sit on a host-bound floor the TP-1 runs do not. A TP-2 playbook run's band is drawn from the 43
+    gated one-node playbook runs with TP > 1 (ultrascale_playbook.yaml), the TP-1 run's from the 23 with TP 1."""
+    import simtrain
+    from simtrain.decide.cases import load_cases
+    from simtrain.spec.scenario import scenario_from_dict
+
+    assert stack_of(1, grad_accumulation="unfused", layer_kernels="nanotron", async_tp=True) == \
+        "DDP/ZeRO-1/2, unfused accumulation, nanotron kernels, nanotron async TP"
+    assert stack_of(0, async_tp=False) == stack_of(0)
+    cases, path = load_cases("ultrascale_playbook")
+    by_id = {c["id"]: c for c in cases}
+    for cid, count in (("usp_1b_1n_dp4_tp2_pp1_mbs1_z0", 43), ("usp_1b_1n_dp8_tp1_pp1_mbs1_z0", 23)):
+        sc = scenario_from_dict(dict(by_id[cid]["scenario"]), file=str(path), base_dir=path.parent)
+        assert len(simtrain.simulate(sc).step_time_band["cases"]) == count, cid
+
+
 def test_names_of_gpu_and_stack():
     """The GPU family is the name's first part; ZeRO-3 is the FSDP stack, the others Megatron-style."""
     assert gpu_family("H200-SXM-141GB") == "H200"

@@ -237,9 +237,10 @@ def add_bands(top: list[dict[str, Any]], scenario: Scenario) -> None:
 
     gpu = gpu_family(scenario.hardware.gpu.name)
     for r in top:
+        async_tp = scenario.parallel.tp_async_linears and r["tp"] > 1 and scenario.parallel.sequence_parallel
         b = band(r["step_time_s"], gpu, stack_of(r["zero"], scenario.model.moe is not None,
                                                   scenario.training.grad_accumulation,
-                                                  scenario.training.layer_kernels))
+                                                  scenario.training.layer_kernels, async_tp))
         r["step_time_band_low_s"], r["step_time_band_high_s"] = (b.low_s, b.high_s) if b else (None, None)
 
 

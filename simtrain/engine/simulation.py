@@ -283,9 +283,10 @@ def simulate(scenario: Scenario, *, fidelity: str | None = None, seed: int | Non
     warnings += _replica_waits(tl.lanes, step)
     gpu_peak = s.hardware.gpu.peak("bf16" if s.training.precision == "fp8" else s.training.precision)
     fp8_peak = s.hardware.gpu.gemm_peak("fp8", s.training.fp8_recipe) if s.training.precision == "fp8" else 0.0
-    gpu, stack = gpu_family(s.hardware.gpu.name), stack_of(s.parallel.zero, s.model.moe is not None,
-                                                                 s.training.grad_accumulation,
-                                                                 s.training.layer_kernels)
+    par = s.parallel
+    gpu, stack = gpu_family(s.hardware.gpu.name), stack_of(
+        par.zero, s.model.moe is not None, s.training.grad_accumulation, s.training.layer_kernels,
+        par.tp_async_linears and par.tp > 1 and par.sequence_parallel)
     measured = band(step, gpu, stack)
     return Result(
         scenario=s.name, gpus=s.gpus, microbatches=s.microbatches, params_total=rep.params_total,

@@ -31,19 +31,24 @@ def gpu_family(gpu_name: str) -> str:
     return gpu_name.split("-")[0] if gpu_name else ""
 
 
-def stack_of(zero: int, moe: bool = False, grad_accumulation: str = "fused", layer_kernels: str = "fused") -> str:
+def stack_of(zero: int, moe: bool = False, grad_accumulation: str = "fused", layer_kernels: str = "fused",
+             async_tp: bool = False) -> str:
     """The software stack a layout stands for, as far as the validation errors tell them apart: a mixture of
     experts is a stack of its own (its errors come from the MoE layer's costs, which dense runs do not have), and so
     is a stack that accumulates gradients outside the GEMMs (``training.grad_accumulation: unfused``, nanotron's
     way, or ``autograd``, PyTorch's ``.grad +=``), whose runs miss differently from those that fuse it into the GEMM
     (Megatron's), and one that runs a framework's own layer kernels (``training.layer_kernels``: nanotron's,
-    torchtitan's eager block). A stack with fewer than :data:`MIN_CASES` cases falls back to the GPU family's cases
-    of any stack (:func:`band`)."""
+    torchtitan's eager block), and one whose TP collectives run under nanotron's asynchronous linears
+    (``async_tp``: ``parallel.tp_async_linears`` at tp > 1 with sequence parallelism), whose validated runs sit on a
+    host-bound floor the others do not (docs/validation.md). A stack with fewer than :data:`MIN_CASES` cases falls
+    back to the GPU family's cases of any stack (:func:`band`)."""
     base = "ZeRO-3/FSDP" if zero == 3 else "DDP/ZeRO-1/2"
     if grad_accumulation != "fused":
         base += f", {grad_accumulation} accumulation"
     if layer_kernels != "fused":
         base += f", {layer_kernels} kernels"
+    if async_tp:
+        base += ", nanotron async TP"
     return f"MoE, {base}" if moe else base
 
 
