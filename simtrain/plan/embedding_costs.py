@@ -13,7 +13,8 @@ def embedding_backward_time(tokens: int, hidden: int, rows: float, dev: Device) 
     same zero-filled table in the 2018 aten/src/ATen/native/cuda/Embedding.cu), e bytes per entry written. It then
     sorts the token indices and sums each token's output-gradient row into fp32 partial sums
     (``compute_grad_weight``: read e, write 4) that ``sum_and_scatter`` reads (4) and scatters into the table (write
-    e): (2e + 8) bytes per token and hidden unit. About 10 kernels: the fill, the index sort, ``unique_by_key``,
+    e): at most (2e + 8) bytes per token and hidden unit (a partial per run of equal indices: one per token when
+    they differ; counted so). About 10 kernels: the fill, the index sort, ``unique_by_key``,
     four segment-bookkeeping kernels, the partial sums, the scatter."""
     e = dev.element_bytes
     return dev.memory_time(rows * hidden * e + tokens * hidden * (2 * e + 8), kernels=10)
