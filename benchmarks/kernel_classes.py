@@ -14,14 +14,14 @@ from __future__ import annotations
 import sys
 
 from simtrain import load_scenario, simulate
-from simtrain.plan import costs, device
+from simtrain.plan import costs
+from simtrain.plan.layer_floor import step_device
 
 
 def layer_classes(sc) -> dict[str, float]:
     """Seconds per class for one layer and one micro-batch (forward, backward and recompute)."""
     tr, m, par, hw = sc.training, sc.model, sc.parallel, sc.hardware
-    dev = device.Device(gpu=hw.gpu, compute=hw.compute, dtype=tr.precision,
-                        attention_speed=hw.compute.attention_speed(tr.attention_kernel))
+    dev = step_device(hw, tr, tr.precision, m)   # the plan's kernel model (flash kernel speed at its head width)
     sh = costs.LayerShape(tokens=tr.micro_batch * tr.seq_len, seq=tr.seq_len, batch=tr.micro_batch, hidden=m.hidden,
                           ffn=m.ffn_hidden, heads=m.heads, kv_width=m.kv_width, mlp_matrices=m.mlp_matrices,
                           tp=par.tp, sequence_parallel=par.sequence_parallel and par.tp > 1,

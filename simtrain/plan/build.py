@@ -150,7 +150,7 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
     has it already (``memory_report(scenario).stages``, as a search's screening does)."""
     par, tr, m, hw = scenario.parallel, scenario.training, scenario.model, scenario.hardware
     graphs = tr.cuda_graphs
-    dev = step_device(hw, tr, tr.precision)
+    dev = step_device(hw, tr, tr.precision, m)
     # partial capture graphs the transformer layers (TE make_graphed_callables); full also the embedding, output
     # layer and loss (Megatron-Core full_iteration); the optimizer step runs eagerly in both
     edge_dev = dev if graphs == "full" else replace(dev, graph_gap=None)

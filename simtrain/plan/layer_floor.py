@@ -32,10 +32,18 @@ from simtrain.spec.scenario import Scenario
 from simtrain.spec.scenario_rules_kernels import megatron_softmax_fused
 
 
-def step_device(hw, tr, precision: str) -> device.Device:
-    """The kernel model of a step in ``precision`` (CUDA-graph launch gaps where the training captures graphs)."""
+def step_device(hw, tr, precision: str, model=None) -> device.Device:
+    """The kernel model of a step in ``precision`` (CUDA-graph launch gaps where the training captures graphs); with
+    ``model``, its flash kernel's speed at the head width the kernel computes (``attention_head_width``)."""
+    kernel = tr.attention_kernel
+    width = None
+    if model is not None and model.attention.kind == "mla":
+        width = model.attention.qk_nope_head_dim + model.attention.qk_rope_head_dim   # the query-key head width
+    elif model is not None:
+        head = model.q_width / model.heads
+        width = head * attention_kernel_pad(kernel, head)
     return device.Device(gpu=hw.gpu, compute=hw.compute, dtype=precision,
-                         attention_speed=hw.compute.attention_speed(tr.attention_kernel), fp8_recipe=tr.fp8_recipe,
+                         attention_speed=hw.compute.attention_speed(kernel, width), fp8_recipe=tr.fp8_recipe,
                          graph_gap=device.graph_gap(hw.compute) if tr.cuda_graphs != "none" else None)
 
 
@@ -115,7 +123,7 @@ def layer_floor(scenario: Scenario, *, micro_batch: int, precision: str, recompu
     uniform cluster (no explicit topology, no degraded link) every TP group of every layout matches; elsewhere the
     TP collectives are left out."""
     par, tr, hw = scenario.parallel, scenario.training, scenario.hardware
-    dev = step_device(hw, tr, precision)
+    dev = step_device(hw, tr, precision, scenario.model)
     full, shape = layer_shapes(scenario.model, tr, tp=par.tp, sequence_parallel=par.sequence_parallel, cp=par.cp,
                                micro_batch=micro_batch)
     lc = dense_layer_cost(shape, dev, tr, recompute)

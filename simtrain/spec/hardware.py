@@ -115,6 +115,16 @@ def _curve(value: object) -> tuple[tuple[float, float], ...]:
 Curve = Annotated[tuple[tuple[float, float], ...], BeforeValidator(_curve)]
 
 
+def _interpolate_linear(curve: tuple[tuple[float, float], ...], x: float) -> float:
+    """Piecewise-linear in x through a curve's points, flat beyond the ends."""
+    if x <= curve[0][0]:
+        return curve[0][1]
+    for (x0, y0), (x1, y1) in zip(curve, curve[1:]):
+        if x <= x1:
+            return y0 + (x - x0) / (x1 - x0) * (y1 - y0)
+    return curve[-1][1]
+
+
 def _count(value: object) -> object:
     """A whole number, bare or as ``{value: ..., source: ...}``."""
     if isinstance(value, dict) and "value" in value and set(value) <= {"value", "source", "note"}:
@@ -196,6 +206,11 @@ class ComputeModel(Closed):
     attention_kernels: dict[Literal["flash1", "flash3", "cudnn"], PositiveNumber] = Field(
         default_factory=dict, description="other flash-attention kernels this GPU runs, as their speed relative "
                                           "to the FlashAttention-2 figures above (absent = not available)")
+    attention_head_width: dict[Literal["flash1", "flash2", "flash3", "cudnn"], Curve] = Field(
+        default_factory=dict, description="a flash-attention kernel's measured speed at a head width relative to its "
+                                          "speed at the width the figures above were taken at: [[head width, "
+                                          "relative speed], ...], linear in the width between points, flat beyond "
+                                          "the ends (absent = the same speed at every width)")
     sustained_fraction: Fraction = Field(
         1.0, description="fraction of a short benchmark's matmul rate the GPU holds under a sustained training load, "
                          "once its power limit has settled the clock below boost (the maximum sustainable over the "
@@ -218,9 +233,14 @@ class ComputeModel(Closed):
     kernel_overhead: Seconds = Field(0.0, description="per-kernel launch/gap")
     overlap_slowdown: PositiveNumber = Field(1.0, description="compute slows by this factor while a collective runs")
 
-    def attention_speed(self, kernel: str) -> float:
-        """Speed of a flash-attention kernel relative to the FlashAttention-2 curve (1.0 for flash2 / none)."""
-        return self.attention_kernels.get(kernel, 1.0)
+    def attention_speed(self, kernel: str, head_width: float | None = None) -> float:
+        """Speed of a flash-attention kernel relative to the FlashAttention-2 curve (1.0 for flash2 / none), at
+        ``head_width`` (the width the kernel computes) where ``attention_head_width`` measures the kernel's."""
+        speed = self.attention_kernels.get(kernel, 1.0)
+        curve = self.attention_head_width.get(kernel)
+        if curve is None or head_width is None:
+            return speed
+        return speed * _interpolate_linear(curve, head_width)
 
 
 class MemoryOverheads(Closed):

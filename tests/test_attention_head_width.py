@@ -1,0 +1,94 @@
+"""A flash-attention kernel's speed at the head width it computes (``compute.attention_head_width``): on H100,
+FlashAttention-2 and -3 run head width 64 slower per FLOP than 128 (Shah et al. 2024, arXiv:2407.08608, Figs. 5-6).
+Expected values come from the paper's bars (docs/sources.md section 2) or are hand calculations."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import gpt_model, hardware_variant, make_scenario, run_cli
+
+from simtrain.plan.layer_floor import step_device
+
+HARDWARE = Path(__file__).resolve().parents[1] / "hardware"
+
+#: Shah et al. 2024 Figs. 5a-5d and 6a-6b, FA2 bars at 512, 1k, 2k, 4k, 8k, 16k tokens (TFLOP/s), as docs/sources.md
+#: section 2 transcribes them: forward causal, forward non-causal, backward non-causal; head width 64 and 128
+FA2 = {64: ([180, 229, 262, 284, 295, 299], [282, 306, 318, 321, 322, 324], [198, 238, 264, 279, 287, 291]),
+       128: ([191, 260, 298, 319, 333, 335], [309, 350, 362, 368, 370, 370], [214, 260, 291, 310, 318, 322])}
+
+
+def _combined(fwd_causal, fwd_full, bwd_full):
+    """Forward + backward of a causal call (the backward 2.5x the forward's FLOP), its causal backward estimated
+    as the non-causal one times the forward's causal/non-causal ratio, as hardware/dgx-h100.yaml does."""
+    return [3.5 / (1 / f + 2.5 / (b * f / n)) for f, n, b in zip(fwd_causal, fwd_full, bwd_full)]
+
+
+def _device(hardware, heads, hidden=2048, kernel="flash2", **model):
+    sc = make_scenario(hardware=hardware, model=gpt_model(layers=2, hidden=hidden, heads=heads, **model),
+                       training={"seq_len": 4096, "global_batch": 8, "micro_batch": 1, "flash_attention": kernel})
+    return step_device(sc.hardware, sc.training, sc.training.precision, sc.model)
+
+
+def test_the_h100_file_carries_the_papers_ratio():
+    """The mean over the six lengths of FA2's combined rate at width 64 over width 128 is the file's 0.917."""
+    ratios = [a / b for a, b in zip(_combined(*FA2[64]), _combined(*FA2[128]))]
+    assert sum(ratios) / len(ratios) == pytest.approx(0.917, abs=5e-4)
+    dev = _device(HARDWARE / "dgx-h100.yaml", heads=32)
+    assert dev.attention_speed == pytest.approx(0.917)
+
+
+def test_width_64_takes_longer_than_128_for_the_same_flop():
+    """h 2,048 as 32 heads of 64 or 16 of 128: the same attention FLOP (4 s^2 h), so the kernel time net of the
+    launch gap differs by exactly 1 / 0.917 on dgx-h100; on dgx-a100, which has no head-width figure, not at all."""
+    flop = 4 * 4096**2 * 2048 / 2
+    for name, ratio in (("dgx-h100", 1 / 0.917), ("dgx-a100", 1.0)):
+        hw = HARDWARE / f"{name}.yaml"
+        d64, d128 = _device(hw, heads=32), _device(hw, heads=16)
+        gap = d64.kernel_overhead
+        assert (d64.attention_time(flop, 4096) - gap) / (d128.attention_time(flop, 4096) - gap) == \
+            pytest.approx(ratio, rel=1e-12)
+
+
+def test_between_and_beyond_the_measured_widths(tmp_path):
+    """A curve [[64, 0.8], [128, 1.0]]: width 96 is halfway (0.9), 80 runs flash-attn 2's 96-wide kernel (0.9, not
+    0.85), 32 holds the 64 value (0.8), 256 the 128 one (1.0); flash3's own curve times its 1.5 speed: 0.6 x 1.5."""
+    hw = hardware_variant(tmp_path, {"compute.attention_kernels": {"flash3": 1.5},
+                                     "compute.attention_head_width": {"flash2": [[64, 0.8], [128, 1.0]],
+                                                                      "flash3": [[64, 0.6], [128, 1.0]]}})
+    assert _device(hw, heads=16, hidden=1536).attention_speed == pytest.approx(0.9)     # 96
+    assert _device(hw, heads=16, hidden=1280).attention_speed == pytest.approx(0.9)     # 80 -> 96-wide kernel
+    assert _device(hw, heads=32, hidden=1024).attention_speed == pytest.approx(0.8)     # 32
+    assert _device(hw, heads=8, hidden=2048).attention_speed == pytest.approx(1.0)      # 256
+    assert _device(hw, heads=32, kernel="flash3").attention_speed == pytest.approx(0.9)
+
+
+def test_a_step_of_a_width_64_model_grows_by_its_attention_share():
+    """The Ultra-Scale Playbook's 1B layer (h 2,048, 32 heads of 64, 4,096 tokens, FA2) on dgx-h100: only the
+    attention kernels change, by 1 / 0.917 of their time net of the launch gaps."""
+    from simtrain.plan import costs
+    from simtrain.plan.layer_floor import dense_layer_cost, layer_shapes
+    sc = make_scenario(hardware=HARDWARE / "dgx-h100.yaml",
+                       model=gpt_model(layers=2, hidden=2048, heads=32, ffn_hidden=8192, mlp="swiglu"),
+                       training={"seq_len": 4096, "global_batch": 8, "micro_batch": 1, "flash_attention": True})
+    tr = sc.training
+    _, shape = layer_shapes(sc.model, tr, tp=1, sequence_parallel=False, cp=1, micro_batch=1)
+    dev = step_device(sc.hardware, tr, tr.precision, sc.model)
+    flat = step_device(sc.hardware, tr, tr.precision)            # no model: the width-128 speed
+    grown = dense_layer_cost(shape, dev, tr, "none")
+    base = dense_layer_cost(shape, flat, tr, "none")
+    executed = costs.attention_flops(shape) * 0.5
+    attn = [flat.attention_time(f, 4096) - flat.kernel_overhead for f in (executed, 2.5 * executed)]
+    assert grown.forward - base.forward == pytest.approx(attn[0] * (1 / 0.917 - 1), rel=1e-9)
+    assert grown.backward - base.backward == pytest.approx(attn[1] * (1 / 0.917 - 1), rel=1e-9)
+
+
+def test_an_unknown_kernel_is_bad_input(tmp_path, capsys):
+    hw = hardware_variant(tmp_path, {"compute.attention_head_width": {"flash9": [[64, 0.8], [128, 1.0]]}})
+    sc = tmp_path / "s.yaml"
+    sc.write_text(f"hardware: {hw}\nmodel: {{layers: 2, hidden: 1024, heads: 16, vocab: 8}}\n"
+                  "training: {seq_len: 512, global_batch: 1, micro_batch: 1}\n", encoding="utf-8")
+    code, _, err = run_cli(["run", str(sc)], capsys)
+    assert code == 2
+    assert "attention_head_width" in err and "flash9" in err and "Traceback" not in err
