@@ -15,17 +15,15 @@ import sys
 
 from simtrain import load_scenario, simulate
 from simtrain.plan import costs
-from simtrain.plan.layer_floor import step_device
+from simtrain.plan.layer_floor import layer_shapes, step_device
 
 
 def layer_classes(sc) -> dict[str, float]:
     """Seconds per class for one layer and one micro-batch (forward, backward and recompute)."""
     tr, m, par, hw = sc.training, sc.model, sc.parallel, sc.hardware
     dev = step_device(hw, tr, tr.precision, m)   # the plan's kernel model (flash kernel speed at its head width)
-    sh = costs.LayerShape(tokens=tr.micro_batch * tr.seq_len, seq=tr.seq_len, batch=tr.micro_batch, hidden=m.hidden,
-                          ffn=m.ffn_hidden, heads=m.heads, kv_width=m.kv_width, mlp_matrices=m.mlp_matrices,
-                          tp=par.tp, sequence_parallel=par.sequence_parallel and par.tp > 1,
-                          flash=tr.attention_kernel != "none", dropout=tr.dropout)
+    _, sh = layer_shapes(m, tr, tp=par.tp, sequence_parallel=par.sequence_parallel, cp=par.cp,
+                         micro_batch=tr.micro_batch)   # the plan's own layer shape (kernel widths, layer kernels)
     # the whole layer with each class priced apart: zero one class's cost at a time by difference
     whole = costs.layer_cost(sh, dev, tr.recompute)
     total = whole.forward + whole.backward + whole.recompute
@@ -41,7 +39,7 @@ def layer_classes(sc) -> dict[str, float]:
     norms = norm_f + dev.norm_time(2 * 3 * sbh, backward=True, kernels=4)
     if tr.recompute in ("full", "selective_op"):
         norms += norm_f
-    executed = costs.attention_flops(sh) * (0.5 if sh.causal else 1.0)
+    executed = costs.attention_flops(sh) * costs.causal_fraction(sh) * sh.attn_pad   # as costs.layer_cost times it
     attention = dev.attention_time(executed, sh.seq) + dev.attention_time(2.5 * executed, sh.seq) if sh.flash else 0.0
     if sh.flash and tr.recompute in ("full", "selective"):
         attention += dev.attention_time(executed, sh.seq)

@@ -4,6 +4,7 @@ Expected values come from the paper's bars (docs/sources.md section 2) or are ha
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,13 @@ HARDWARE = Path(__file__).resolve().parents[1] / "hardware"
 #: section 2 transcribes them: forward causal, forward non-causal, backward non-causal; head width 64 and 128
 FA2 = {64: ([180, 229, 262, 284, 295, 299], [282, 306, 318, 321, 322, 324], [198, 238, 264, 279, 287, 291]),
        128: ([191, 260, 298, 319, 333, 335], [309, 350, 362, 368, 370, 370], [214, 260, 291, 310, 318, 322])}
+#: the same panels' FlashAttention-3 and cuDNN bars
+FA3 = {64: ([197, 265, 371, 420, 460, 473], [333, 392, 460, 476, 496, 497], [272, 363, 422, 453, 472, 474]),
+       128: ([292, 423, 521, 579, 602, 616], [467, 565, 625, 638, 646, 648], [316, 424, 501, 542, 559, 561])}
+CUDNN = {64: ([225, 288, 334, 363, 379, 388], [335, 373, 395, 408, 412, 413], [266, 348, 395, 417, 432, 433]),
+         128: ([315, 410, 484, 518, 529, 539], [497, 574, 617, 609, 600, 595], [305, 408, 465, 499, 518, 516])}
+HOPPER = ("dgx-h100", "azure-nd-h100-v5", "coreweave-hgx-h100", "grand-teton-h100-96gb", "hgx-h200", "nebius-h200",
+          "hgx-h800")
 
 
 def _combined(fwd_causal, fwd_full, bwd_full):
@@ -31,12 +39,38 @@ def _device(hardware, heads, hidden=2048, kernel="flash2", **model):
     return step_device(sc.hardware, sc.training, sc.training.precision, sc.model)
 
 
-def test_the_h100_file_carries_the_papers_ratio():
-    """The mean over the six lengths of FA2's combined rate at width 64 over width 128 is the file's 0.917."""
-    ratios = [a / b for a, b in zip(_combined(*FA2[64]), _combined(*FA2[128]))]
-    assert sum(ratios) / len(ratios) == pytest.approx(0.917, abs=5e-4)
-    dev = _device(HARDWARE / "dgx-h100.yaml", heads=32)
-    assert dev.attention_speed == pytest.approx(0.917)
+@pytest.mark.parametrize(("kernel", "bars", "mean"), [("flash2", FA2, 0.917), ("flash3", FA3, 0.789),
+                                                      ("cudnn", CUDNN, 0.844)])
+def test_the_hopper_files_carry_the_papers_ratio(kernel, bars, mean):
+    """The mean over the six lengths of each kernel's combined rate at width 64 over width 128 is the value every
+    Hopper file carries (cuDNN where the file runs it), with 1.0 at width 128."""
+    ratios = [a / b for a, b in zip(_combined(*bars[64]), _combined(*bars[128]))]
+    assert sum(ratios) / len(ratios) == pytest.approx(mean, abs=5e-4)
+    from simtrain.spec.hardware import load_hardware
+    for name in HOPPER:
+        hw, _ = load_hardware(name, base_dir=HARDWARE, file=None)
+        if kernel in hw.compute.attention_kernels or kernel == "flash2":
+            assert hw.compute.attention_head_width[kernel] == ((64.0, mean), (128.0, 1.0)), name
+    dev = _device(HARDWARE / "dgx-h100.yaml", heads=32, kernel=kernel if kernel != "flash2" else True)
+    speed = {"flash2": 1.0, "flash3": 1.66, "cudnn": 1.66}[kernel]   # dgx-h100's attention_kernels
+    assert dev.attention_speed == pytest.approx(speed * mean)
+
+
+def test_flash1_keeps_its_speed_at_every_width():
+    """No head-width figure exists for FlashAttention-1: 0.55 of FA2's width-128 rate at width 64 too."""
+    assert _device(HARDWARE / "dgx-h100.yaml", heads=32, kernel="flash1").attention_speed == pytest.approx(0.55)
+
+
+def test_latent_attention_runs_at_its_query_key_width():
+    """Multi-head latent attention computes query-key heads nope + rope = 128 + 64 = 192 wide, beyond the curve's
+    last point: flash3's full 1.66. Its hidden / heads (2,048 / 64 = 32) would read the width-64 speed, 1.66 x 0.789."""
+    model = gpt_model(layers=2, hidden=2048, heads=64,
+                      attention={"kind": "mla", "q_lora_rank": 256, "kv_lora_rank": 128, "qk_nope_head_dim": 128,
+                                 "qk_rope_head_dim": 64, "v_head_dim": 128})
+    sc = make_scenario(hardware=HARDWARE / "dgx-h100.yaml", model=model,
+                       training={"seq_len": 4096, "global_batch": 8, "micro_batch": 1, "flash_attention": "flash3"})
+    dev = step_device(sc.hardware, sc.training, sc.training.precision, sc.model)
+    assert dev.attention_speed == pytest.approx(1.66)
 
 
 def test_width_64_takes_longer_than_128_for_the_same_flop():
@@ -75,7 +109,7 @@ def test_a_step_of_a_width_64_model_grows_by_its_attention_share():
     tr = sc.training
     _, shape = layer_shapes(sc.model, tr, tp=1, sequence_parallel=False, cp=1, micro_batch=1)
     dev = step_device(sc.hardware, tr, tr.precision, sc.model)
-    flat = step_device(sc.hardware, tr, tr.precision)            # no model: the width-128 speed
+    flat = replace(dev, attention_speed=1.0)                     # the width-128 speed
     grown = dense_layer_cost(shape, dev, tr, "none")
     base = dense_layer_cost(shape, flat, tr, "none")
     executed = costs.attention_flops(shape) * 0.5
@@ -84,11 +118,44 @@ def test_a_step_of_a_width_64_model_grows_by_its_attention_share():
     assert grown.backward - base.backward == pytest.approx(attn[1] * (1 / 0.917 - 1), rel=1e-9)
 
 
-def test_an_unknown_kernel_is_bad_input(tmp_path, capsys):
-    hw = hardware_variant(tmp_path, {"compute.attention_head_width": {"flash9": [[64, 0.8], [128, 1.0]]}})
+@pytest.mark.parametrize(("curve", "words"), [
+    ({"flash9": [[64, 0.8], [128, 1.0]]}, ("flash9",)),
+    ({"flash2": [[128, 1.0], [64, 0.8]]}, ("must increase", "64 follows 128")),
+    ({"flash2": [[64, -0.8], [128, 1.0]]}, ("[64, -0.8]", "> 0")),
+    ({"flash2": [[64, 0.8, 1], [128, 1.0]]}, ("[64, 0.8, 1]", "head width, relative speed")),
+])
+def test_a_bad_curve_is_bad_input(tmp_path, capsys, curve, words):
+    """Exit 2 and one sentence that names the field and the value."""
+    hw = hardware_variant(tmp_path, {"compute.attention_head_width": curve})
     sc = tmp_path / "s.yaml"
     sc.write_text(f"hardware: {hw}\nmodel: {{layers: 2, hidden: 1024, heads: 16, vocab: 8}}\n"
                   "training: {seq_len: 512, global_batch: 1, micro_batch: 1}\n", encoding="utf-8")
     code, _, err = run_cli(["run", str(sc)], capsys)
     assert code == 2
-    assert "attention_head_width" in err and "flash9" in err and "Traceback" not in err
+    assert "attention_head_width" in err and all(w in err for w in words) and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_a_kernel_may_be_faster_at_another_width(tmp_path):
+    """A relative speed above 1 is allowed (FlashAttention-3's forward at width 256 runs 1.04-1.17x its width-128
+    rate, Shah et al. 2024 Figs. 5e/5f): [[128, 1.0], [256, 1.1]] at width 192 (16 heads of 192) gives 1.05."""
+    hw = hardware_variant(tmp_path, {"compute.attention_head_width": {"flash2": [[128, 1.0], [256, 1.1]]}})
+    assert _device(hw, heads=16, hidden=3072).attention_speed == pytest.approx(1.05)
+
+
+def test_the_search_floor_prices_the_same_width():
+    """A search's per-layer floor (layer_floor) is the plan's own figure for a width-64 layer, which is above what
+    the width-128 speed would give: the floor reads the head width as the plan does."""
+    from simtrain.plan.build import build_plan
+    from simtrain.plan.layer_floor import dense_layer_cost, layer_floor, layer_shapes
+    sc = make_scenario(hardware=HARDWARE / "dgx-h100.yaml", nodes=1, gpus_per_node=1,
+                       model=gpt_model(layers=2, hidden=2048, heads=32, ffn_hidden=8192, mlp="swiglu"),
+                       training={"seq_len": 4096, "global_batch": 1, "micro_batch": 1, "flash_attention": True})
+    chunk = build_plan(sc).chunks[0]
+    lf = layer_floor(sc, micro_batch=1, precision="bf16", recompute="none")
+    assert lf.compute == chunk.fwd_layer + chunk.bwd_layer + chunk.recompute_layer
+    tr = sc.training
+    _, shape = layer_shapes(sc.model, tr, tp=1, sequence_parallel=False, cp=1, micro_batch=1)
+    flat = replace(step_device(sc.hardware, tr, tr.precision, sc.model), attention_speed=1.0)
+    at_128 = dense_layer_cost(shape, flat, tr, "none")
+    assert lf.compute > at_128.forward + at_128.backward

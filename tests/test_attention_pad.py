@@ -67,7 +67,7 @@ def test_context_parallel_pads_the_whole_attention():
                       training={"seq_len": 8192, "flash_attention": True}, parallel={"cp": 2}, gpus_per_node=2)
     full, local = layer_shapes(s.model, s.training, tp=1, sequence_parallel=False, cp=2, micro_batch=1)
     assert full.attn_pad == pytest.approx(96 / 80)
-    dev = step_device(s.hardware, s.training, s.training.precision)
+    dev = step_device(s.hardware, s.training, s.training.precision, s.model)
     placement = placement_of(s)
 
     def forward(shape_full, shape_local):

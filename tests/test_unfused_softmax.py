@@ -78,7 +78,7 @@ def test_beyond_the_kernels_limits_the_fallback_is_timed(tmp_path):
         s = make_scenario(hardware=hw, training={"flash_attention": False, "seq_len": seq,
                                                  "unfused_softmax": softmax, "global_batch": 1})
         _full, sh = layer_shapes(s.model, s.training, tp=1, sequence_parallel=False, cp=1, micro_batch=1)
-        return sh, step_device(s.hardware, s.training, s.training.precision)
+        return sh, step_device(s.hardware, s.training, s.training.precision, s.model)
 
     sh, dev = shape_dev(8192)
     assert sh.unfused_softmax == "torch"

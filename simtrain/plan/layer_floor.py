@@ -32,16 +32,20 @@ from simtrain.spec.scenario import Scenario
 from simtrain.spec.scenario_rules_kernels import megatron_softmax_fused
 
 
-def step_device(hw, tr, precision: str, model=None) -> device.Device:
-    """The kernel model of a step in ``precision`` (CUDA-graph launch gaps where the training captures graphs); with
-    ``model``, its flash kernel's speed at the head width the kernel computes (``attention_head_width``)."""
+def attention_kernel_width(kernel: str, model) -> float:
+    """The head width ``kernel`` computes for ``model``: latent attention's query-key width (nope + rope), else the
+    head width rounded up to the kernel's own widths (:func:`attention_kernel_pad`; flash3 and cuDNN unpadded)."""
+    if model.attention.kind == "mla":
+        return model.attention.qk_nope_head_dim + model.attention.qk_rope_head_dim
+    head = model.q_width / model.heads
+    return head * attention_kernel_pad(kernel, head)
+
+
+def step_device(hw, tr, precision: str, model) -> device.Device:
+    """The kernel model of a step of ``model`` in ``precision``: its flash kernel at the speed of the head width the
+    kernel computes (``compute.attention_head_width``), CUDA-graph launch gaps where the training captures graphs."""
     kernel = tr.attention_kernel
-    width = None
-    if model is not None and model.attention.kind == "mla":
-        width = model.attention.qk_nope_head_dim + model.attention.qk_rope_head_dim   # the query-key head width
-    elif model is not None:
-        head = model.q_width / model.heads
-        width = head * attention_kernel_pad(kernel, head)
+    width = attention_kernel_width(kernel, model)
     return device.Device(gpu=hw.gpu, compute=hw.compute, dtype=precision,
                          attention_speed=hw.compute.attention_speed(kernel, width), fp8_recipe=tr.fp8_recipe,
                          graph_gap=device.graph_gap(hw.compute) if tr.cuda_graphs != "none" else None)

@@ -9,6 +9,7 @@ Every number in a bundled file carries a ``source:``.
 
 from __future__ import annotations
 
+import math
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -92,27 +93,46 @@ class GpuSpec(Closed):
         return self.peak("bf16")
 
 
-def _curve(value: object) -> tuple[tuple[float, float], ...]:
-    """A measured curve: [[size, fraction of peak], ...] (or {value: [...], source: ...}), sizes increasing."""
+def _pairs(value: object, kind: str, names: tuple[str, str], valid, rule: str) -> tuple[tuple[float, float], ...]:
+    """[[x, y], ...] (or {value: [...], source: ...}) with x increasing and each pair ``valid``; ``kind`` and
+    ``names`` word the error, ``rule`` says what ``valid`` allows."""
     if isinstance(value, dict):
         value = value.get("value")
+    pair = f"[{names[0]}, {names[1]}]"
     if not isinstance(value, list) or len(value) < 2:
-        raise ValueError("a curve is a list of at least two [size, fraction] pairs")
+        raise ValueError(f"a {kind} is a list of at least two {pair} pairs")
     points = []
     for item in value:
-        if not (isinstance(item, list) and len(item) == 2
-                and all(is_number(x) for x in item)):
-            raise ValueError(f"curve point {item!r} is not a [size, fraction] pair")
-        size, frac = float(item[0]), float(item[1])
-        if size <= 0 or not 0 < frac <= 1:
-            raise ValueError(f"curve point {item!r}: size must be > 0 and fraction in (0, 1]")
-        points.append((size, frac))
-    if any(b[0] <= a[0] for a, b in zip(points, points[1:])):
-        raise ValueError("curve sizes must increase")
+        if not (isinstance(item, list) and len(item) == 2 and all(is_number(x) for x in item)):
+            raise ValueError(f"{kind} point {item!r} is not a {pair} pair")
+        x, y = float(item[0]), float(item[1])
+        if not valid(x, y):
+            raise ValueError(f"{kind} point {item!r}: {rule}")
+        points.append((x, y))
+    for a, b in zip(points, points[1:]):
+        if b[0] <= a[0]:
+            raise ValueError(f"{kind} {names[0]}s must increase: {b[0]:g} follows {a[0]:g}")
     return tuple(points)
 
 
+def _curve(value: object) -> tuple[tuple[float, float], ...]:
+    """A measured curve: [[size, fraction of peak], ...] (or {value: [...], source: ...}), sizes increasing."""
+    return _pairs(value, "curve", ("size", "fraction"), lambda x, y: x > 0 and 0 < y <= 1,
+                  "size must be > 0 and fraction in (0, 1]")
+
+
 Curve = Annotated[tuple[tuple[float, float], ...], BeforeValidator(_curve)]
+
+
+def _width_curve(value: object) -> tuple[tuple[float, float], ...]:
+    """A kernel's relative speed by head width: [[head width, speed relative to the reference width], ...] (or
+    {value: [...], source: ...}), widths increasing; a speed may exceed 1 (a kernel can be faster at a wider head)."""
+    return _pairs(value, "head-width curve", ("head width", "relative speed"),
+                  lambda x, y: 0 < x < math.inf and 0 < y < math.inf,
+                  "the head width and the relative speed must be finite numbers > 0")
+
+
+WidthCurve = Annotated[tuple[tuple[float, float], ...], BeforeValidator(_width_curve)]
 
 
 def _interpolate_linear(curve: tuple[tuple[float, float], ...], x: float) -> float:
@@ -206,7 +226,7 @@ class ComputeModel(Closed):
     attention_kernels: dict[Literal["flash1", "flash3", "cudnn"], PositiveNumber] = Field(
         default_factory=dict, description="other flash-attention kernels this GPU runs, as their speed relative "
                                           "to the FlashAttention-2 figures above (absent = not available)")
-    attention_head_width: dict[Literal["flash1", "flash2", "flash3", "cudnn"], Curve] = Field(
+    attention_head_width: dict[Literal["flash1", "flash2", "flash3", "cudnn"], WidthCurve] = Field(
         default_factory=dict, description="a flash-attention kernel's measured speed at a head width relative to its "
                                           "speed at the width the figures above were taken at: [[head width, "
                                           "relative speed], ...], linear in the width between points, flat beyond "
