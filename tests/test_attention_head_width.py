@@ -88,7 +88,7 @@ def test_width_64_takes_longer_than_128_for_the_same_flop():
 def test_between_and_beyond_the_measured_widths(tmp_path):
     """A curve [[64, 0.8], [128, 1.0]]: width 96 is halfway (0.9), 80 runs flash-attn 2's 96-wide kernel (0.9, not
     0.85), 32 holds the 64 value (0.8), 256 the 128 one (1.0); flash3's own curve times its 1.5 speed: 0.6 x 1.5."""
-    hw = hardware_variant(tmp_path, {"compute.attention_kernels": {"flash3": 1.5},
+    hw = hardware_variant(tmp_path, {"compute.attention_kernels": {"flash3": 1.5}, "compute.attention_efficiency": 0.5,
                                      "compute.attention_head_width": {"flash2": [[64, 0.8], [128, 1.0]],
                                                                       "flash3": [[64, 0.6], [128, 1.0]]}})
     assert _device(hw, heads=16, hidden=1536).attention_speed == pytest.approx(0.9)     # 96
@@ -123,6 +123,8 @@ def test_a_step_of_a_width_64_model_grows_by_its_attention_share():
     ({"flash2": [[128, 1.0], [64, 0.8]]}, ("must increase", "64 follows 128")),
     ({"flash2": [[64, -0.8], [128, 1.0]]}, ("[64, -0.8]", "> 0")),
     ({"flash2": [[64, 0.8, 1], [128, 1.0]]}, ("[64, 0.8, 1]", "head width, relative speed")),
+    ({"flash2": 0.9}, ("at least two", "not 0.9")),
+    ({"flash2": [[128, 1.0], [256, 4.0]]}, ("flash2", "4 of the GPU's peak", "at most 1")),
 ])
 def test_a_bad_curve_is_bad_input(tmp_path, capsys, curve, words):
     """Exit 2 and one sentence that names the field and the value."""
@@ -137,9 +139,11 @@ def test_a_bad_curve_is_bad_input(tmp_path, capsys, curve, words):
 
 
 def test_a_kernel_may_be_faster_at_another_width(tmp_path):
-    """A relative speed above 1 is allowed (FlashAttention-3's forward at width 256 runs 1.04-1.17x its width-128
-    rate, Shah et al. 2024 Figs. 5e/5f): [[128, 1.0], [256, 1.1]] at width 192 (16 heads of 192) gives 1.05."""
-    hw = hardware_variant(tmp_path, {"compute.attention_head_width": {"flash2": [[128, 1.0], [256, 1.1]]}})
+    """A relative speed above 1 is allowed (FlashAttention-3's causal forward at width 256 runs 0.98-1.06x its
+    width-128 rate, Shah et al. 2024 Figs. 5d/5f), as long as no kernel would exceed the peak:
+    [[128, 1.0], [256, 1.1]] at width 192 (16 heads of 192) gives 1.05."""
+    hw = hardware_variant(tmp_path, {"compute.attention_efficiency": 0.5,
+                                     "compute.attention_head_width": {"flash2": [[128, 1.0], [256, 1.1]]}})
     assert _device(hw, heads=16, hidden=3072).attention_speed == pytest.approx(1.05)
 
 
@@ -159,3 +163,16 @@ def test_the_search_floor_prices_the_same_width():
     flat = replace(step_device(sc.hardware, tr, tr.precision, sc.model), attention_speed=1.0)
     at_128 = dense_layer_cost(shape, flat, tr, "none")
     assert lf.compute > at_128.forward + at_128.backward
+
+
+def test_flash3_runs_the_next_of_its_kernel_widths(tmp_path):
+    """FlashAttention-3 has kernels 64, 96, 128, 192 and 256 wide (hopper/flash_api.cpp round_up_headdim): a width of
+    80 runs the 96 kernel, so its speed is read at 96 (halfway on [[64, 0.6], [128, 1.0]]: 0.8, times flash3's 1.5)
+    and its FLOP are padded by 96 / 80; 112 runs the 128 kernel (1.0 x 1.5)."""
+    from simtrain.plan.layer_floor import attention_kernel_pad
+    hw = hardware_variant(tmp_path, {"compute.attention_kernels": {"flash3": 1.5}, "compute.attention_efficiency": 0.5,
+                                     "compute.attention_head_width": {"flash3": [[64, 0.6], [128, 1.0]]}})
+    assert _device(hw, heads=16, hidden=1280, kernel="flash3").attention_speed == pytest.approx(1.2)
+    assert _device(hw, heads=16, hidden=1792, kernel="flash3").attention_speed == pytest.approx(1.5)
+    assert attention_kernel_pad("flash3", 80) == pytest.approx(96 / 80)
+    assert attention_kernel_pad("flash3", 200) == pytest.approx(256 / 200)

@@ -1,7 +1,8 @@
 """A head width between two of FlashAttention's kernels runs at the wider kernel's cost (plan.layer_floor
 ``attention_kernel_pad``): flash-attn 0.2 to 1.0 dispatch d <= 32 / 64 / 128 to the 32, 64 and 128 kernels
 (csrc/flash_attn/fmha_api.cpp ``run_fmha_fwd``, ``run_fmha_bwd`` @4a6eaa9f and v1.0.5); flash-attn 2.0 to 2.6 have
-a kernel per multiple of 32 up to 256 (static_switch.h ``HEADDIM_SWITCH``, v2.0.8). Expected values are the widths'
+a kernel per multiple of 32 up to 256 (static_switch.h ``HEADDIM_SWITCH``, v2.0.8); FlashAttention-3 rounds up to
+64, 96, 128, 192 or 256 (hopper/flash_api.cpp ``round_up_headdim`` @000090d0). Expected values are the widths'
 ratios."""
 
 from __future__ import annotations
@@ -23,8 +24,10 @@ from simtrain.spec.scenario_schema import Training
     ("flash2", 96, 1.0),         # FlashAttention-2 has a 96 kernel
     ("flash2", 80, 96 / 80),
     ("flash2", 72, 96 / 72),
-    ("cudnn", 96, 1.0),          # no width table claimed for cuDNN, FlashAttention-3 or unfused attention
-    ("flash3", 80, 1.0),
+    ("cudnn", 96, 1.0),          # no width table claimed for cuDNN or unfused attention
+    ("flash3", 80, 96 / 80),     # FlashAttention-3: 64, 96, 128, 192, 256 kernels (hopper/flash_api.cpp)
+    ("flash3", 96, 1.0),
+    ("flash3", 160, 192 / 160),
     ("none", 96, 1.0),
 ])
 def test_kernel_width_over_head_width(kernel, head_dim, pad):
@@ -49,6 +52,17 @@ def test_flash1_refuses_head_widths_above_128():
         make_scenario(hardware="dgx-a100", nodes=1, model={"layers": 2, "hidden": 2048, "heads": 8,
                                                            "ffn_hidden": 8192, "vocab": 128},
                       training={"flash_attention": "flash1"}, parallel={"dp": 8})
+
+
+def test_flash3_refuses_head_widths_above_256():
+    """FlashAttention-3 checks head_size <= get_max_headdim() = 256 (hopper/flash_api.cpp): 320 is refused."""
+    from conftest import make_scenario
+
+    from simtrain.spec.errors import InputError
+    with pytest.raises(InputError, match="runs head widths up to 256.*this model's is 320"):
+        make_scenario(hardware="dgx-h100", nodes=1, model={"layers": 2, "hidden": 2560, "heads": 8,
+                                                           "ffn_hidden": 8192, "vocab": 128},
+                      training={"flash_attention": "flash3"}, parallel={"dp": 8})
 
 
 def test_context_parallel_pads_the_whole_attention():

@@ -34,7 +34,7 @@ from simtrain.spec.scenario_rules_kernels import megatron_softmax_fused
 
 def attention_kernel_width(kernel: str, model) -> float:
     """The head width ``kernel`` computes for ``model``: latent attention's query-key width (nope + rope), else the
-    head width rounded up to the kernel's own widths (:func:`attention_kernel_pad`; flash3 and cuDNN unpadded)."""
+    head width rounded up to the kernel's own widths (:func:`attention_kernel_pad`; no table is claimed for cuDNN)."""
     if model.attention.kind == "mla":
         return model.attention.qk_nope_head_dim + model.attention.qk_rope_head_dim
     head = model.q_width / model.heads
@@ -57,14 +57,18 @@ def step_device(hw, tr, precision: str, model) -> device.Device:
 #: (csrc/flash_attn/src/static_switch.h ``HEADDIM_SWITCH``, v2.0.8; 2.7 drops 224 and 2.8 drops 160, which then run
 #: the next kernel up: not modelled)
 FLASH1_WIDTHS = (32, 64, 128)
+#: FlashAttention-3 (``flash3``) runs a head width on the next of its 64, 96, 128, 192 and 256 kernels
+#: (Dao-AILab/flash-attention hopper/flash_api.cpp ``round_up_headdim`` and ``run_mha_fwd`` @000090d0)
+FLASH3_WIDTHS = (64, 96, 128, 192, 256)
 
 
 def attention_kernel_pad(kernel: str, head_dim: float) -> float:
     """The attention kernel's head width over the model's (>= 1): the wider kernel's tiles span the whole of it."""
     if head_dim <= 0:
         return 1.0
-    if kernel == "flash1":
-        width = next((w for w in FLASH1_WIDTHS if head_dim <= w), head_dim)
+    if kernel in ("flash1", "flash3"):
+        widths = FLASH1_WIDTHS if kernel == "flash1" else FLASH3_WIDTHS
+        width = next((w for w in widths if head_dim <= w), head_dim)
     elif kernel == "flash2":
         width = 32 * math.ceil(head_dim / 32)
     else:

@@ -100,7 +100,7 @@ def _pairs(value: object, kind: str, names: tuple[str, str], valid, rule: str) -
         value = value.get("value")
     pair = f"[{names[0]}, {names[1]}]"
     if not isinstance(value, list) or len(value) < 2:
-        raise ValueError(f"a {kind} is a list of at least two {pair} pairs")
+        raise ValueError(f"a {kind} is a list of at least two {pair} pairs, not {value!r}")
     points = []
     for item in value:
         if not (isinstance(item, list) and len(item) == 2 and all(is_number(x) for x in item)):
@@ -252,6 +252,19 @@ class ComputeModel(Closed):
                           "memory_efficiency)")
     kernel_overhead: Seconds = Field(0.0, description="per-kernel launch/gap")
     overlap_slowdown: PositiveNumber = Field(1.0, description="compute slows by this factor while a collective runs")
+
+    @model_validator(mode="after")
+    def _attention_below_peak(self) -> ComputeModel:
+        for kernel in ("flash2", *self.attention_kernels):
+            curve = self.attention_head_width.get(kernel, ((1.0, 1.0),))
+            fastest = self.attention_efficiency * self.attention_speed(kernel) * max(y for _, y in curve)
+            if fastest > 1:
+                where = (("attention_head_width", kernel) if kernel in self.attention_head_width
+                         else ("attention_kernels", kernel) if kernel != "flash2" else ("attention_efficiency",))
+                raise FieldError(f"would run {kernel} attention at {fastest:.3g} of the GPU's peak "
+                                 "(attention_efficiency x the kernel's speed x its fastest head-width speed; "
+                                 "allowed: at most 1)", *where)
+        return self
 
     def attention_speed(self, kernel: str, head_width: float | None = None) -> float:
         """Speed of a flash-attention kernel relative to the FlashAttention-2 curve (1.0 for flash2 / none), at

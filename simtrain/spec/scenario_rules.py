@@ -133,6 +133,10 @@ def check_rules(s, raw: dict) -> list[str]:
         fail("training.flash_attention", f"'flash1' (flash-attn 0.2 to 1.0) runs head widths up to 128 "
              f"(fmha_api.cpp: head_size <= 128), and this model's is {head_width:g} (allowed here: true, false, "
              "flash2, or a kernel the hardware file lists)")
+    if kernel == "flash3" and m.attention.kind != "mla" and head_width > 256:
+        fail("training.flash_attention", f"'flash3' (FlashAttention-3) runs head widths up to 256 "
+             f"(hopper/flash_api.cpp: head_size <= 256), and this model's is {head_width:g} (allowed here: true, "
+             "false, flash2, or another kernel the hardware file lists)")
     if tr.optimizer_kernel == "megatron" and (tr.optimizer != "adam" or tr.precision == "fp32"):
         what = f"optimizer '{tr.optimizer}'" if tr.optimizer != "adam" else "precision 'fp32'"
         fail("training.optimizer_kernel", f"'megatron' is Megatron-LM's mixed-precision Adam (fp32 main copies of "
