@@ -233,14 +233,11 @@ def _band_text(row: dict[str, Any]) -> str:
 def add_bands(top: list[dict[str, Any]], scenario: Scenario) -> None:
     """Each top layout's step-time band (``step_time_band_low_s``/``_high_s``): the errors of validated runs of the
     same GPU family and stack (report.bands), None where none resembles it."""
-    from simtrain.report.bands import band, gpu_family, stack_of
+    from simtrain.report.bands import band, gpu_family, scenario_stack
 
     gpu = gpu_family(scenario.hardware.gpu.name)
     for r in top:
-        async_tp = scenario.parallel.tp_async_linears and r["tp"] > 1 and scenario.parallel.sequence_parallel
-        b = band(r["step_time_s"], gpu, stack_of(r["zero"], scenario.model.moe is not None,
-                                                  scenario.training.grad_accumulation,
-                                                  scenario.training.layer_kernels, async_tp))
+        b = band(r["step_time_s"], gpu, scenario_stack(scenario, zero=r["zero"], tp=r["tp"]))
         r["step_time_band_low_s"], r["step_time_band_high_s"] = (b.low_s, b.high_s) if b else (None, None)
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from simtrain.decide.cases import dev_case_files, load_cases, resolve_cases
-from simtrain.report.bands import gpu_family, stack_of
+from simtrain.report.bands import gpu_family, scenario_stack
 from simtrain.spec.errors import InputError, display_path
 from simtrain.spec.scenario import scenario_from_dict
 
@@ -224,10 +224,7 @@ def run_case(case: dict, base_dir: Path, file: str | None = None, file_name: str
     except InputError as err:
         return CaseResult(predicted_step_time_s=None, error=None, failure=str(err), **common)
     common["gpu"] = gpu_family(scenario.hardware.gpu.name)
-    par = scenario.parallel
-    common["stack"] = stack_of(par.zero, scenario.model.moe is not None, scenario.training.grad_accumulation,
-                               scenario.training.layer_kernels,
-                               par.tp_async_linears and par.tp > 1 and par.sequence_parallel)
+    common["stack"] = scenario_stack(scenario)
     step = result.step_time_s
     predicted: dict[str, float] = {"mfu_simtrain": result.mfu, "peak_memory_GB": result.peak_memory_bytes_max / 1e9,
                                    "memory_capacity_GB": scenario.hardware.gpu.memory / 1e9}

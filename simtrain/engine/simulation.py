@@ -14,7 +14,7 @@ from simtrain.plan.balance import resolve_split
 from simtrain.plan.build import build_plan
 from simtrain.plan.memory import EDGE_OF_MEMORY, StageMemory, memory_report
 from simtrain.plan.offload import host_memory_warning
-from simtrain.report.bands import band, gpu_family, no_band_text, stack_of
+from simtrain.report.bands import band, gpu_family, no_band_text, scenario_stack
 from simtrain.report.result import BUBBLE_PARTS, DEVICE_LIST_LIMIT, DeviceResult, Result, StageSummary
 from simtrain.spec.errors import InputError
 from simtrain.spec.placement import placement_of
@@ -283,10 +283,7 @@ def simulate(scenario: Scenario, *, fidelity: str | None = None, seed: int | Non
     warnings += _replica_waits(tl.lanes, step)
     gpu_peak = s.hardware.gpu.peak("bf16" if s.training.precision == "fp8" else s.training.precision)
     fp8_peak = s.hardware.gpu.gemm_peak("fp8", s.training.fp8_recipe) if s.training.precision == "fp8" else 0.0
-    par = s.parallel
-    gpu, stack = gpu_family(s.hardware.gpu.name), stack_of(
-        par.zero, s.model.moe is not None, s.training.grad_accumulation, s.training.layer_kernels,
-        par.tp_async_linears and par.tp > 1 and par.sequence_parallel)
+    gpu, stack = gpu_family(s.hardware.gpu.name), scenario_stack(s)
     measured = band(step, gpu, stack)
     return Result(
         scenario=s.name, gpus=s.gpus, microbatches=s.microbatches, params_total=rep.params_total,

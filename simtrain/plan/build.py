@@ -383,6 +383,7 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
         chunks = [with_offload(c, tr.activation_offload_layers, mems[c.rank].offload_layer_bytes,
                                scenario.hardware.inter_node.pcie_bandwidth) for c in chunks]
     experts = m.moe is not None
+    ends = tied_ends(scenario, layout)   # the embedding's gradient sum between its two holders (grad_finalize)
     return Plan(scenario=scenario, placement=placement, chunks=tuple(chunks), schedule=schedule, layout=layout,
                 microbatches=mb,
                 stage_memory=mems, optimizer_time=opt, optimizer_host=host, model_flops_per_step=model_flops,
@@ -391,7 +392,6 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
                 framework_overhead_layer=unit_overhead, has_experts=experts, has_cp=cp > 1,
                 has_offload=tr.activation_offload_layers > 0, has_amax=tr.fp8_amax_reduction != "none",
                 expert_grad_bytes=tuple(n * state.grads for n in expert_local), expert_params_local=expert_local,
-                tied_grad_bytes=tied_embedding_grad_bytes(scenario, layout, state.grads),
-                tied_ends=tied_ends(scenario, layout),
+                tied_grad_bytes=tied_embedding_grad_bytes(scenario, ends, state.grads), tied_ends=ends,
                 replicated_grad_tp=replicated_grad_sums(scenario, placement, chunks, state.grads))
 

@@ -50,13 +50,13 @@ def tied_partner(ends: tuple[int, int], rank: int) -> int:
     return ends[1] if rank == ends[0] else ends[0]
 
 
-def tied_embedding_grad_bytes(scenario, layout, grad_bytes: float) -> tuple[float, ...]:
+def tied_embedding_grad_bytes(scenario, ends: tuple[int, int] | None, grad_bytes: float) -> tuple[float, ...]:
     """Per pipeline rank: the bytes of the embedding gradient that rank all-reduces with the other end (module
-    docstring); zero where nothing runs. Megatron keeps the copy on the last stage for a tied output layer and for
-    the multi-token-prediction modules' embedding, tied or not (``_get_shared_word_embedding_weight``:
-    ``share_embeddings_and_output_weights or mtp_num_layers``; language_module.py)."""
+    docstring) between ``ends`` (:func:`tied_ends`); zero where nothing runs. Megatron keeps the copy on the last
+    stage for a tied output layer and for the multi-token-prediction modules' embedding, tied or not
+    (``_get_shared_word_embedding_weight``: ``share_embeddings_and_output_weights or mtp_num_layers``;
+    language_module.py)."""
     par, m = scenario.parallel, scenario.model
-    ends = tied_ends(scenario, layout)
     if ends is None:
         return (0.0,) * par.pp
     nbytes = m.vocab * m.hidden / par.tp * grad_bytes / (par.dp if par.zero == 3 else 1)

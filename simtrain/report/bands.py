@@ -52,6 +52,14 @@ def stack_of(zero: int, moe: bool = False, grad_accumulation: str = "fused", lay
     return f"MoE, {base}" if moe else base
 
 
+def scenario_stack(scenario, *, zero: int | None = None, tp: int | None = None) -> str:
+    """:func:`stack_of` for a scenario, or for one of its layouts (a search row's ``zero`` and ``tp``)."""
+    par, tr = scenario.parallel, scenario.training
+    tp = par.tp if tp is None else tp
+    return stack_of(par.zero if zero is None else zero, scenario.model.moe is not None, tr.grad_accumulation,
+                    tr.layer_kernels, par.tp_async_linears and tp > 1 and par.sequence_parallel)
+
+
 @dataclass(frozen=True)
 class Band:
     low_s: float
