@@ -12,6 +12,7 @@ from simtrain.engine.core import Engine
 from simtrain.plan.advice import advice
 from simtrain.plan.balance import resolve_split
 from simtrain.plan.build import build_plan
+from simtrain.plan.layer_kernels import host_floor_warning
 from simtrain.plan.memory import EDGE_OF_MEMORY, StageMemory, memory_report
 from simtrain.plan.offload import host_memory_warning
 from simtrain.report.bands import band, gpu_family, no_band_text, scenario_stack
@@ -275,6 +276,11 @@ def simulate(scenario: Scenario, *, fidelity: str | None = None, seed: int | Non
                         f"{rep.capacity / 1e9:.1f} GB; PyTorch's caching allocator then frees and retries (cudaMalloc "
                         "retries), which simtrain does not time (in `simtrain validate`, the runs simtrain puts above "
                         "100% measured 1.5-27% slower than predicted; docs/model.md section 11)")
+    floor = host_floor_warning(s.training.layer_kernels, [
+        (st.pp, (st.compute_s + sum(st.exposed_comm_s.values())) / (plan.microbatches * st.layers))
+        for st in stages if st.layers])
+    if floor:
+        warnings.append(floor)
     host = host_memory_warning(s, rep)
     if host:
         fits = False

@@ -75,6 +75,31 @@ from dataclasses import dataclass
 
 IMPLEMENTATIONS = ("fused", "nanotron", "torchtitan")
 
+#: The lowest time per layer and micro-batch nanotron's eager layer was measured at: in the Ultra-Scale Playbook's
+#: one-node, PP-1 runs with one sequence per micro-batch (nanotron/ultrascale-playbook benchmarks_interactive.html
+#: @e3bcfc5c, simtrain/validation/ultrascale_playbook.yaml), step / (micro-batches x layers) never fell below
+#: 4.31 ms (3B at DP 2 TP 4 ZeRO-0: 256 x 4096 / (8 x 8,488 tok/s/GPU) = 15.44 s over 128 x 28), where simtrain
+#: gives the nine such runs 1.5-3.2 ms; measured 4.31-4.63 ms whatever the model (1B-8B) and the TP degree (2-8).
+#: A floor that moves with neither is the host issuing the layer (docs/validation.md, nanotron). A threshold for a
+#: warning, read off published runs: simtrain times no host work and this value never enters a step time.
+NANOTRON_HOST_FLOOR_S = 4.31e-3
+
+
+def host_floor_warning(impl: str, per_layer_s: list[tuple[int, float]]) -> str | None:
+    """A warning when a nanotron layer's simulated time per layer and micro-batch is under the floor its measured
+    runs never went below (``NANOTRON_HOST_FLOOR_S``); ``per_layer_s`` holds (pipeline rank, seconds) for the
+    stages that hold layers. None for other implementations or when every stage is above it."""
+    if impl != "nanotron" or not per_layer_s:
+        return None
+    rank, fastest = min(per_layer_s, key=lambda item: (item[1], item[0]))
+    if fastest >= NANOTRON_HOST_FLOOR_S:
+        return None
+    return (f"host-bound risk: stage {rank} runs {fastest * 1e3:.2f} ms per layer and micro-batch, below "
+            f"{NANOTRON_HOST_FLOOR_S * 1e3:.2f} ms, the least nanotron's eager layer took in any measured run "
+            "(Ultra-Scale Playbook, one node: runs simtrain puts at 1.5-3.2 ms measured 4.31-4.63 ms); simtrain does "
+            "not time the host that issues the layer's kernels, so the step may be longer than predicted "
+            "(docs/validation.md, nanotron)")
+
 
 @dataclass(frozen=True)
 class ExtraWork:
