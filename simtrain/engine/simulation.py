@@ -276,9 +276,7 @@ def simulate(scenario: Scenario, *, fidelity: str | None = None, seed: int | Non
                         f"{rep.capacity / 1e9:.1f} GB; PyTorch's caching allocator then frees and retries (cudaMalloc "
                         "retries), which simtrain does not time (in `simtrain validate`, the runs simtrain puts above "
                         "100% measured 1.5-27% slower than predicted; docs/model.md section 11)")
-    floor = host_floor_warning(s.training.layer_kernels, [
-        (st.pp, (st.compute_s + sum(st.exposed_comm_s.values())) / (plan.microbatches * st.layers))
-        for st in stages if st.layers])
+    floor = host_floor_warning(s.training.layer_kernels, s.parallel.pp, step / (plan.microbatches * s.model.layers))
     if floor:
         warnings.append(floor)
     host = host_memory_warning(s, rep)
