@@ -1,6 +1,8 @@
 """A flash-attention kernel's speed at the head width it computes (``compute.attention_head_width``): on H100,
-FlashAttention-2 and -3 run head width 64 slower per FLOP than 128 (Shah et al. 2024, arXiv:2407.08608, Figs. 5-6).
-Expected values come from the paper's bars (docs/sources.md section 2) or are hand calculations."""
+FlashAttention-2 and -3 run head width 64 slower per FLOP than 128 (Shah et al. 2024, arXiv:2407.08608, Figs. 5-6);
+on A100 FlashAttention-2 too, and FlashAttention-1 runs it faster on both (the flash-attn README's FlashAttention-2
+release figures). Expected values come from the published bars (docs/sources.md section 2) or are hand
+calculations."""
 
 from __future__ import annotations
 
@@ -23,6 +25,14 @@ FA3 = {64: ([197, 265, 371, 420, 460, 473], [333, 392, 460, 476, 496, 497], [272
        128: ([292, 423, 521, 579, 602, 616], [467, 565, 625, 638, 646, 648], [316, 424, 501, 542, 559, 561])}
 CUDNN = {64: ([225, 288, 334, 363, 379, 388], [335, 373, 395, 408, 412, 413], [266, 348, 395, 417, 432, 433]),
          128: ([315, 410, 484, 518, 529, 539], [497, 574, 617, 609, 600, 595], [305, 408, 465, 499, 518, 516])}
+#: the flash-attn README's FlashAttention-2 release figures (Dao-AILab/flash-attention @4f285b35,
+#: assets/flash2_{a100,h100}_fwd_bwd_benchmark.png), forward + backward with the causal mask, panels c (head width 64)
+#: and d (128), at 512, 1k, 2k, 4k, 8k, 16k tokens (TFLOP/s), as docs/sources.md section 2 transcribes them
+RELEASE = {("a100", "flash2"): ([88, 119, 140, 156, 165, 171], [99, 133, 155, 173, 182, 189]),
+           ("a100", "flash1"): ([58, 70, 77, 87, 92, 97], [55, 62, 69, 76, 80, 83]),
+           ("a100", "triton"): ([59, 75, 79, 76, 79, 80], [50, 61, 68, 74, 78, 80]),
+           ("h100", "flash2"): ([141, 192, 232, 257, 273, 284], [163, 221, 265, 294, 308, 328]),
+           ("h100", "flash1"): ([104, 123, 136, 138, 149, 156], [98, 109, 108, 126, 135, 137])}
 HOPPER = ("dgx-h100", "azure-nd-h100-v5", "coreweave-hgx-h100", "grand-teton-h100-96gb", "hgx-h200", "nebius-h200",
           "hgx-h800")
 
@@ -56,9 +66,44 @@ def test_the_hopper_files_carry_the_papers_ratio(kernel, bars, mean):
     assert dev.attention_speed == pytest.approx(speed * mean)
 
 
-def test_flash1_keeps_its_speed_at_every_width():
-    """No head-width figure exists for FlashAttention-1: 0.55 of FA2's width-128 rate at width 64 too."""
-    assert _device(HARDWARE / "dgx-h100.yaml", heads=32, kernel="flash1").attention_speed == pytest.approx(0.55)
+def test_dgx_a100_carries_the_release_figures_flash2_ratio():
+    """FlashAttention-2 on A100: the mean over the six lengths of the width-64 over width-128 rate (fwd + bwd measured
+    together, so no combination) is 0.900, dgx-a100's curve."""
+    w64, w128 = RELEASE[("a100", "flash2")]
+    ratios = [a / b for a, b in zip(w64, w128)]
+    assert sum(ratios) / len(ratios) == pytest.approx(0.900, abs=5e-4)
+    from simtrain.spec.hardware import load_hardware
+    hw, _ = load_hardware("dgx-a100", base_dir=HARDWARE, file=None)
+    assert hw.compute.attention_head_width["flash2"] == ((64.0, 0.900), (128.0, 1.0))
+
+
+def test_flash1_has_no_width_curve_because_its_two_kernels_disagree():
+    """`flash1` stands for FlashAttention v1 (CUDA) and the Triton FlashAttention MPT runs. At width 64 over 128 on
+    A100 the CUDA kernel's ratio rises with the length (1.05 at 512 to 1.17 at 16k) while Triton's falls (1.18 to
+    1.00), so no one curve holds for both: no file carries a flash1 curve, and flash1 runs every width at its
+    width-128 speed (dgx-h100: 0.42)."""
+    cuda = [a / b for a, b in zip(*RELEASE[("a100", "flash1")])]
+    triton = [a / b for a, b in zip(*RELEASE[("a100", "triton")])]
+    assert cuda[-1] > cuda[0] + 0.1 and triton[-1] < triton[0] - 0.1
+    from simtrain.spec.hardware import load_hardware
+    for name in ("dgx-a100", *HOPPER):
+        hw, _ = load_hardware(name, base_dir=HARDWARE, file=None)
+        assert "flash1" not in hw.compute.attention_head_width, name
+    h100 = HARDWARE / "dgx-h100.yaml"
+    for heads, hidden in ((32, 2048), (16, 2048)):   # widths 64 and 128
+        assert _device(h100, heads=heads, hidden=hidden, kernel="flash1").attention_speed == pytest.approx(0.42)
+
+
+@pytest.mark.parametrize(("gpu", "speed", "files"), [("a100", 0.44, ("dgx-a100",)), ("h100", 0.42, HOPPER)])
+def test_flash1_speed_is_the_release_figures_ratio_at_16k(gpu, speed, files):
+    """FlashAttention-1 over FlashAttention-2 at width 128, causal, 16k tokens (where attention_efficiency is taken):
+    A100 83/189 = 0.439, H100 137/328 = 0.418, rounded to the files' 0.44 and 0.42."""
+    fa1, fa2 = RELEASE[(gpu, "flash1")][1][-1], RELEASE[(gpu, "flash2")][1][-1]
+    assert fa1 / fa2 == pytest.approx(speed, abs=0.005)
+    from simtrain.spec.hardware import load_hardware
+    for name in files:
+        hw, _ = load_hardware(name, base_dir=HARDWARE, file=None)
+        assert hw.compute.attention_kernels["flash1"] == speed, name
 
 
 def test_latent_attention_runs_at_its_query_key_width():
@@ -75,9 +120,10 @@ def test_latent_attention_runs_at_its_query_key_width():
 
 def test_width_64_takes_longer_than_128_for_the_same_flop():
     """h 2,048 as 32 heads of 64 or 16 of 128: the same attention FLOP (4 s^2 h), so the kernel time net of the
-    launch gap differs by exactly 1 / 0.917 on dgx-h100; on dgx-a100, which has no head-width figure, not at all."""
+    launch gap differs by exactly 1 / 0.917 on dgx-h100, 1 / 0.900 on dgx-a100, and not at all on dgx-b200, which has
+    no head-width figure."""
     flop = 4 * 4096**2 * 2048 / 2
-    for name, ratio in (("dgx-h100", 1 / 0.917), ("dgx-a100", 1.0)):
+    for name, ratio in (("dgx-h100", 1 / 0.917), ("dgx-a100", 1 / 0.900), ("dgx-b200", 1.0)):
         hw = HARDWARE / f"{name}.yaml"
         d64, d128 = _device(hw, heads=32), _device(hw, heads=16)
         gap = d64.kernel_overhead
