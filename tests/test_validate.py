@@ -62,7 +62,7 @@ def test_summary_statistics_by_hand():
 # cases: mean 6.9 %, worst 14.1 %. A change that makes them worse fails here. These record today's state; the
 # issue's targets are test_targets_met below. Thirteenth session: FlashAttention-1's speed read from its measured
 # bars (0.42 of FA2 on H100 where 0.55 came from an abstract; docs/validation.md) moves the MosaicML runs to 8.9 %,
-# worst 33.0 % (MPT's Triton kernel ran faster at long sequences than the measured FA1): guards 9 % / 34 %.
+# worst 33.0 % (its runs of 4k tokens and more predicted too slow; the cause is not established): guards 9 % / 34 %.
 MOSAIC = "mosaicml/llm-foundry scripts/train/benchmarking/README.md"
 
 
