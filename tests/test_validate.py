@@ -63,16 +63,19 @@ def test_summary_statistics_by_hand():
 # issue's targets are test_targets_met below. Thirteenth session: FlashAttention-1's speed read from its measured
 # bars (0.42 of FA2 on H100 where 0.55 came from an abstract; docs/validation.md) moves the MosaicML runs to 8.9 %,
 # worst 33.0 % (its runs of 4k tokens and more predicted too slow; the cause is not established): guards 9 % / 34 %.
+# Fourteenth session: MPT's Triton kernel as its own (flash1_triton: its forward 1.48x its backward's rate, Triton's
+# own per-pass reference; docs/model.md §2.4) prices full recompute's repeated forward lower: 8.1 %, worst 26.5 %;
+# guards 9 % / 27 %.
 MOSAIC = "mosaicml/llm-foundry scripts/train/benchmarking/README.md"
 
 
 def test_gated_error_does_not_regress(results):
-    """The gated MosaicML cases' mean |error| stays at or below 9% and the worst at or below 34% (today's state,
-    rounded up: 8.9% and 33.0%)."""
+    """The gated MosaicML cases' mean |error| stays at or below 9% and the worst at or below 27% (today's state,
+    rounded up: 8.1% and 26.5%)."""
     s = v.summarize([r for r in results if r.gate and r.source_name == MOSAIC])
     assert s.cases == 70
     assert s.mean_abs_error <= 0.09
-    assert s.worst_abs_error <= 0.34
+    assert s.worst_abs_error <= 0.27
 
 
 def test_megatron_a100_cases_stay_within_17_percent(results):
@@ -195,7 +198,7 @@ def test_bundled_cases_files_by_name(tmp_path, monkeypatch):
 
 def test_configuration_names_non_default_kernels(results):
     """The printed configuration says which attention kernel a case runs when it is not FlashAttention-2
-    and which loss kernel when it is not the eager one: the MosaicML cases run flash1 (their MPT yamls:
+    and which loss kernel when it is not the eager one: the MosaicML cases run flash1_triton (their MPT yamls:
     attn_impl triton), the fused cross entropy (llm-foundry's default loss_fn) and no dropout (MPT's pdrops are
     0) with fp32 gradients (Composer's DEFAULT mixed precision) and Composer's two per-micro-batch train metrics,
     the 2021 Megatron runs no flash, Megatron-LM's vocab-parallel loss,
@@ -203,7 +206,7 @@ def test_configuration_names_non_default_kernels(results):
     runs name their layer kernels."""
     by_id = {r.id: r for r in results}
     assert by_id["mosaic_h100_80gb_13b_s2048_8gpu_33"].config.endswith(
-        " attn=flash1 ce=fused nodrop grad=fp32 metrics=2")
+        " attn=flash1_triton ce=fused nodrop grad=fp32 metrics=2")
     assert by_id["narayanan21_t1_1.7B"].config.endswith(" attn=none ce=vocab_parallel acc=autograd")
     assert by_id["usp_1b_1n_dp8_tp1_pp1_mbs1_z0"].config.endswith(
         " ce=vocab_parallel kernels=nanotron nodrop grad=fp32 acc=unfused")

@@ -112,11 +112,11 @@ def cp_figures(scenario: Scenario, placement: Placement, full: costs.LayerShape,
     total = costs.attention_flops(full) * cf / cp * full.attn_pad
     own = costs.attention_flops(local) * costs.causal_fraction(local) * local.attn_pad   # what layer_cost timed
     own_f = dev.attention_time(own, local.seq)
-    own_b = dev.attention_time(2.5 * own, local.seq)       # FlashAttention's backward: 2.5x the forward FLOP
+    own_b = dev.attention_time(2.5 * own, local.seq, backward=True)   # the backward: 2.5x the forward FLOP
     e = dev.element_bytes
     if mode == "p2p":
         step_f = dev.attention_time(total / cp, local.seq)
-        step_b = dev.attention_time(2.5 * total / cp, local.seq)
+        step_b = dev.attention_time(2.5 * total / cp, local.seq, backward=True)
         att_f, att_b = cp * step_f, cp * step_b
         x = ring_transfer_time(scenario, placement, kv_bytes(local, e), pp_rank)
         # forward: steps 0..cp-2 each max(block, transfer), the last block alone
@@ -127,7 +127,7 @@ def cp_figures(scenario: Scenario, placement: Placement, full: costs.LayerShape,
         b_hid = min(x, step_b) + (cp - 2) * min(2 * x, step_b)
     elif mode == "a2a":
         att_f = dev.attention_time(total, full.seq)
-        att_b = dev.attention_time(2.5 * total, full.seq)
+        att_b = dev.attention_time(2.5 * total, full.seq, backward=True)
         step_f = x = 0.0
         qkv, out = qkvo_bytes(local, e)
         f_exp = b_exp = _collective_time(scenario, placement, "all_to_all", qkv, pp_rank) + \
@@ -135,7 +135,7 @@ def cp_figures(scenario: Scenario, placement: Placement, full: costs.LayerShape,
         f_hid = b_hid = 0.0
     else:   # allgather: two kernels, one per local query chunk
         att_f = 2 * dev.attention_time(total / 2, local.seq)
-        att_b = 2 * dev.attention_time(2.5 * total / 2, local.seq)
+        att_b = 2 * dev.attention_time(2.5 * total / 2, local.seq, backward=True)
         step_f = x = 0.0
         gathered = cp * kv_bytes(local, e)     # the all-gather's output size
         f_exp = _collective_time(scenario, placement, "all_gather", gathered, pp_rank)

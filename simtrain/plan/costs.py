@@ -137,7 +137,7 @@ def layer_cost(sh: LayerShape, dev: Device, recompute: str) -> LayerCost:
         # between two of its kernels' runs at the wider one's cost
         executed = attn * causal_fraction(sh) * sh.attn_pad
         fwd_attn = dev.attention_time(executed, sh.seq)
-        bwd_attn = dev.attention_time(2.5 * executed, sh.seq)
+        bwd_attn = dev.attention_time(2.5 * executed, sh.seq, backward=True)
     else:
         fwd_attn, bwd_attn = unfused_attention_time(sh, dev)
     # element-wise work per layer forward, bytes through HBM (16-bit): two residual adds (2 reads + 1 write

@@ -47,7 +47,9 @@ def step_device(hw, tr, precision: str, model) -> device.Device:
     kernel = tr.attention_kernel
     width = attention_kernel_width(kernel, model)
     return device.Device(gpu=hw.gpu, compute=hw.compute, dtype=precision,
-                         attention_speed=hw.compute.attention_speed(kernel, width), fp8_recipe=tr.fp8_recipe,
+                         attention_speed=hw.compute.attention_speed(kernel, width),
+                         attention_forward_ratio=device.ATTENTION_FORWARD_RATIO.get(kernel, 1.0),
+                         fp8_recipe=tr.fp8_recipe,
                          graph_gap=device.graph_gap(hw.compute) if tr.cuda_graphs != "none" else None)
 
 
@@ -57,6 +59,9 @@ def step_device(hw, tr, precision: str, model) -> device.Device:
 #: (csrc/flash_attn/src/static_switch.h ``HEADDIM_SWITCH``, v2.0.8; 2.7 drops 224 and 2.8 drops 160, which then run
 #: the next kernel up: not modelled)
 FLASH1_WIDTHS = (32, 64, 128)
+#: flash-attn's Triton FlashAttention-1 (``flash1_triton``) tiles the head width at the next power of two, at least
+#: 16 (flash_attn/flash_attn_triton.py, ``BLOCK_HEADDIM = max(triton.next_power_of_2(d), 16)``, @f1a73d07)
+TRITON1_WIDTHS = (16, 32, 64, 128)
 #: FlashAttention-3 (``flash3``) runs a head width on the next of its 64, 96, 128, 192 and 256 kernels
 #: (Dao-AILab/flash-attention hopper/flash_api.cpp ``round_up_headdim`` and ``run_mha_fwd`` @000090d0)
 FLASH3_WIDTHS = (64, 96, 128, 192, 256)
@@ -66,8 +71,8 @@ def attention_kernel_pad(kernel: str, head_dim: float) -> float:
     """The attention kernel's head width over the model's (>= 1): the wider kernel's tiles span the whole of it."""
     if head_dim <= 0:
         return 1.0
-    if kernel in ("flash1", "flash3"):
-        widths = FLASH1_WIDTHS if kernel == "flash1" else FLASH3_WIDTHS
+    if kernel in ("flash1", "flash1_triton", "flash3"):
+        widths = {"flash1": FLASH1_WIDTHS, "flash1_triton": TRITON1_WIDTHS}.get(kernel, FLASH3_WIDTHS)
         width = next((w for w in widths if head_dim <= w), head_dim)
     elif kernel == "flash2":
         width = 32 * math.ceil(head_dim / 32)

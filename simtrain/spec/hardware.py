@@ -29,6 +29,7 @@ from simtrain.spec.quantity import (
     Seconds,
     Watts,
 )
+from simtrain.spec.scenario_schema import SPEED_ENTRY
 from simtrain.spec.schema import Closed, FieldError, validate
 from simtrain.spec.yamlio import load_yaml, looks_like_path, reference_path
 
@@ -206,8 +207,9 @@ class ComputeModel(Closed):
     def attention_speed(self, kernel: str, head_width: float | None = None) -> float:
         """Speed of a flash-attention kernel relative to the FlashAttention-2 curve (1.0 for flash2 / none), at
         ``head_width`` (the width the kernel computes) where ``attention_head_width`` measures the kernel's."""
-        speed = self.attention_kernels.get(kernel, 1.0)
-        curve = self.attention_head_width.get(kernel)
+        entry = SPEED_ENTRY.get(kernel, kernel)
+        speed = self.attention_kernels.get(entry, 1.0)
+        curve = self.attention_head_width.get(entry)
         if curve is None or head_width is None:
             return speed
         return speed * interpolate_linear(curve, head_width)

@@ -12,7 +12,14 @@ from simtrain.spec.quantity import Bytes, Number
 from simtrain.spec.schema import Closed
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
-ATTENTION_KERNELS = ("flash1", "flash2", "flash3", "cudnn")
+ATTENTION_KERNELS = ("flash1", "flash1_triton", "flash2", "flash3", "cudnn")
+
+
+#: the hardware file's ``compute.attention_kernels`` entry a kernel runs at, where it is not the kernel's own name.
+#: flash1_triton at flash1's forward + backward rate: its author measured it "slightly slower than CUDA forward +
+#: backward" overall (flash-attn ``flash_attn/flash_attn_triton.py`` docstring, @f1a73d07), a difference no
+#: published figure sizes, so none is applied.
+SPEED_ENTRY = {"flash1_triton": "flash1"}
 
 
 def _attention_kernel(value: object) -> object:
@@ -22,7 +29,8 @@ def _attention_kernel(value: object) -> object:
     raise ValueError(f"{value!r} is not one of true, false, {', '.join(ATTENTION_KERNELS)}")
 
 
-FlashAttention = Annotated[bool | Literal["flash1", "flash2", "flash3", "cudnn"], BeforeValidator(_attention_kernel)]
+FlashAttention = Annotated[bool | Literal["flash1", "flash1_triton", "flash2", "flash3", "cudnn"],
+                           BeforeValidator(_attention_kernel)]
 
 
 class Training(Closed):
@@ -105,9 +113,11 @@ class Training(Closed):
                        "(Megatron-Core --cpu-offloading --cpu-offloading-num-layers N)")
     flash_attention: FlashAttention = Field(
         True, description="fused attention kernel: true = flash2 (FlashAttention-2, the kernel the hardware file's "
-                          "attention figures describe), flash1 (FlashAttention-1 class), flash3 (FlashAttention-3, "
-                          "Hopper), cudnn (cuDNN fused attention: Transformer Engine's FusedAttention, which TE "
-                          "prefers on Hopper and newer), false = attention as GEMMs plus a memory-bound softmax")
+                          "attention figures describe), flash1 (FlashAttention-1 class: flash-attn 0.2-1.0's CUDA "
+                          "kernel), flash1_triton (the FlashAttention-1 algorithm in Triton: flash-attn's "
+                          "flash_attn_triton.py, MPT's attn_impl: triton), flash3 (FlashAttention-3, Hopper), cudnn "
+                          "(cuDNN fused attention: Transformer Engine's FusedAttention, which TE prefers on Hopper and "
+                          "newer), false = attention as GEMMs plus a memory-bound softmax")
     dropout: bool = Field(
         True, description="dropout layers run (Megatron-LM's GPT default); false = p = 0, as in Llama and MPT: "
                           "no dropout kernels and no masks kept")
@@ -128,7 +138,7 @@ class Training(Closed):
 
     @property
     def attention_kernel(self) -> str:
-        """'none', 'flash1', 'flash2', 'flash3' or 'cudnn'."""
+        """'none', 'flash1', 'flash1_triton', 'flash2', 'flash3' or 'cudnn'."""
         if self.flash_attention is True:
             return "flash2"
         return self.flash_attention or "none"

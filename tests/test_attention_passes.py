@@ -1,0 +1,125 @@
+"""A flash kernel's forward and backward priced apart (plan.device ``attention_time``, ``ATTENTION_FORWARD_RATIO``).
+
+The hardware files give one forward + backward rate per kernel. flash-attn's CUDA FlashAttention-1 runs both passes
+at that rate: its paper's own timings put the backward at 2.5x the forward's time, the FLOP ratio FlashAttention
+counts (Dao et al. 2022, arXiv 2205.14135, Tables 18-19, no dropout or mask, A100, 8 heads x 64, batch 16).
+The Triton FlashAttention MPT runs (``flash1_triton``) keeps that combined rate but runs its forward faster than its
+backward: Triton's own reference for its kernel, A100, causal, 4 x 48 heads x 4096 tokens x 64, is 0.37 of peak
+forward and 0.25 backward (triton-lang/triton python/test/regression/test_performance.py, flash_attention_data).
+Full recompute repeats the forward, which then takes 3.5 / (1 + 2.5 x 1.48) = 0.745 of the CUDA kernel's forward
+at the same combined rate.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from simtrain.plan import costs
+from simtrain.plan.device import Device
+from simtrain.spec.hardware import ComputeModel, GpuSpec
+
+PEAK = 100e12
+#: Dao et al. 2022, Table 18 (forward) and Table 19 (backward), FlashAttention row, ms, at 16k, 32k and 64k tokens
+FA1_FORWARD_MS = (134.03, 535.95, 2147.05)
+FA1_BACKWARD_MS = (336.00, 1338.56, 5343.19)
+#: triton's regression reference, fraction of peak: forward, backward
+TRITON_FORWARD, TRITON_BACKWARD = 0.37, 0.25
+
+
+def _device(ratio: float) -> Device:
+    gpu = GpuSpec(name="test", memory="80 GB", memory_bandwidth=1e12, peak_flops={"bf16": PEAK})
+    compute = ComputeModel(attention_efficiency=0.5, attention_half_seq=0, kernel_overhead=0.0)
+    return Device(gpu=gpu, compute=compute, dtype="bf16", attention_forward_ratio=ratio)
+
+
+def test_cuda_flash1_backward_takes_2_5x_its_forward_so_one_rate_serves_both():
+    """The FA1 paper's backward/forward time ratios are 2.49-2.51 at 16k-64k tokens: the FLOP ratio (2.5), one rate.
+    simtrain's flash1 (no ratio entry, 1.0) prices a forward of F and a backward of 2.5 F at the same rate."""
+    for fwd, bwd in zip(FA1_FORWARD_MS, FA1_BACKWARD_MS):
+        assert 2.48 < bwd / fwd < 2.52
+    from simtrain.plan.device import ATTENTION_FORWARD_RATIO
+    assert "flash1" not in ATTENTION_FORWARD_RATIO
+    dev = _device(1.0)
+    f = 1e12
+    # hand: 1e12 / (100e12 x 0.5) = 0.02 s forward, 2.5x that backward
+    assert dev.attention_time(f, 4096) == pytest.approx(0.02, rel=1e-12)
+    assert dev.attention_time(2.5 * f, 4096, backward=True) == pytest.approx(0.05, rel=1e-12)
+
+
+def test_flash1_triton_forward_runs_1_48x_its_backward_at_the_same_combined_rate():
+    """k = 0.37 / 0.25 = 1.48. Forward rate = (1 + 2.5 k) / 3.5 = 4.7 / 3.5 = 1.342857 of the combined rate, backward
+    rate = that / k = 0.907336; a forward of 1e12 FLOP and its 2.5e12 backward still take 3.5e12 / (50e12) = 0.07 s."""
+    from simtrain.plan.device import ATTENTION_FORWARD_RATIO
+    k = ATTENTION_FORWARD_RATIO["flash1_triton"]
+    assert k == pytest.approx(TRITON_FORWARD / TRITON_BACKWARD, rel=1e-12)
+    dev = _device(k)
+    fwd = dev.attention_time(1e12, 4096)
+    bwd = dev.attention_time(2.5e12, 4096, backward=True)
+    assert fwd == pytest.approx(1e12 / (50e12 * 4.7 / 3.5), rel=1e-9)              # 0.0148936 s
+    assert bwd == pytest.approx(2.5e12 / (50e12 * 4.7 / 3.5 / 1.48), rel=1e-9)     # 0.0551064 s
+    assert fwd + bwd == pytest.approx(0.07, rel=1e-12)
+    assert (1e12 / fwd) / (2.5e12 / bwd) == pytest.approx(1.48, rel=1e-12)
+
+
+def test_full_recompute_under_flash1_triton_repeats_the_faster_forward():
+    """Same layer, same combined rate: without recompute flash1 and flash1_triton take the same time; with full
+    recompute flash1_triton's recompute is shorter by the attention forward x (1 - 3.5 / 4.7) = x 0.255319."""
+    sh = costs.LayerShape(tokens=16384, seq=16384, batch=1, hidden=4096, ffn=16384, heads=32, kv_width=4096,
+                          mlp_matrices=2, tp=1, sequence_parallel=False, flash=True)
+    cuda, triton = _device(1.0), _device(TRITON_FORWARD / TRITON_BACKWARD)
+    none_c, none_t = costs.layer_cost(sh, cuda, "none"), costs.layer_cost(sh, triton, "none")
+    assert none_c.forward + none_c.backward == pytest.approx(none_t.forward + none_t.backward, rel=1e-12)
+    full_c, full_t = costs.layer_cost(sh, cuda, "full"), costs.layer_cost(sh, triton, "full")
+    # hand: causal forward FLOP 4 b s^2 h / 2 = 2 x 16384^2 x 4096 = 2.199e12 at 0.5 x 100e12 FLOP/s = 0.04398 s (the
+    # test device has no length ramp); the saving is that forward's time x (1 - 3.5 / 4.7)
+    attn_fwd = 2 * 16384**2 * 4096 / 50e12
+    assert full_c.recompute - full_t.recompute == pytest.approx(attn_fwd * (1 - 3.5 / 4.7), rel=1e-9)
+
+
+def test_flash1_triton_runs_at_the_hardware_files_flash1_speed():
+    """No hardware file lists the Triton kernel apart: its author measured it 'slightly slower' than the CUDA kernel
+    forward + backward, unsized, so it takes flash1's entry (dgx-h100: 0.42 = 137/328)."""
+    from conftest import make_scenario
+
+    from simtrain.plan.layer_floor import step_device
+    s = make_scenario(hardware="dgx-h100", nodes=1, model={"layers": 2, "hidden": 4096, "heads": 32,
+                                                            "ffn_hidden": 16384, "vocab": 128},
+                      training={"flash_attention": "flash1_triton"}, parallel={"dp": 8})
+    dev = step_device(s.hardware, s.training, "bf16", s.model)
+    assert dev.attention_speed == pytest.approx(0.42)
+    assert dev.attention_forward_ratio == pytest.approx(1.48)
+
+
+def test_flash1_triton_needs_a_flash1_entry_and_a_head_width_up_to_128():
+    """dgx-b200 lists no flash1 (no Blackwell FA1 figure): refused, naming the missing entry. A head width of 256 is
+    refused too (flash_attn_triton.py asserts d <= 128)."""
+    from conftest import make_scenario
+
+    from simtrain.spec.errors import InputError
+    model = {"layers": 2, "hidden": 2048, "heads": 16, "ffn_hidden": 8192, "vocab": 128}
+    with pytest.raises(InputError, match="'flash1_triton' is not available.*compute.attention_kernels.flash1 "):
+        make_scenario(hardware="dgx-b200", nodes=1, model=model, training={"flash_attention": "flash1_triton"},
+                      parallel={"dp": 8})
+    with pytest.raises(InputError, match="runs head widths up to 128.*this model's is 256"):
+        make_scenario(hardware="dgx-a100", nodes=1, model=dict(model, heads=8),
+                      training={"flash_attention": "flash1_triton"}, parallel={"dp": 8})
+
+
+@pytest.mark.parametrize(("head", "pad"), [(16, 1.0), (24, 32 / 24), (80, 128 / 80), (128, 1.0)])
+def test_flash1_triton_pads_the_head_width_to_a_power_of_two(head, pad):
+    """BLOCK_HEADDIM = max(next_power_of_2(d), 16) in flash_attn_triton.py: 16 stays 16 (flash1's CUDA kernels start
+    at 32), 24 -> 32, 80 -> 128."""
+    from simtrain.plan.layer_floor import attention_kernel_pad
+    assert attention_kernel_pad("flash1_triton", head) == pytest.approx(pad)
+
+
+def test_every_mosaicml_case_runs_the_triton_kernel():
+    """The MPT yamls the MosaicML cases cite set attn_impl: triton: every llm-foundry case runs flash1_triton."""
+    from simtrain.decide import cases as case_files
+    seen = 0
+    for name in ("cases", "llm_foundry_a100", "llm_foundry_sweeps"):
+        for case in case_files.load_cases(name)[0]:
+            if "llm-foundry" in case["source"]:
+                seen += 1
+                assert case["scenario"]["training"]["flash_attention"] == "flash1_triton", case["id"]
+    assert seen == 70 + 61 + 30
