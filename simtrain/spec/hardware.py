@@ -207,9 +207,8 @@ class ComputeModel(Closed):
     def attention_speed(self, kernel: str, head_width: float | None = None) -> float:
         """Speed of a flash-attention kernel relative to the FlashAttention-2 curve (1.0 for flash2 / none), at
         ``head_width`` (the width the kernel computes) where ``attention_head_width`` measures the kernel's."""
-        entry = SPEED_ENTRY.get(kernel, kernel)
-        speed = self.attention_kernels.get(entry, 1.0)
-        curve = self.attention_head_width.get(entry)
+        speed = self.attention_kernels.get(SPEED_ENTRY.get(kernel, kernel), 1.0)
+        curve = self.attention_head_width.get(kernel)   # a kernel's own: flash1_triton's is not flash1's
         if curve is None or head_width is None:
             return speed
         return speed * interpolate_linear(curve, head_width)
