@@ -1,4 +1,5 @@
-"""A flash kernel's forward and backward priced apart (plan.device ``attention_time``, ``ATTENTION_FORWARD_RATIO``).
+"""A flash kernel's forward and backward priced apart (plan.device ``attention_time``,
+spec.attention_kernels ``ATTENTION_FORWARD_RATIO``).
 
 The hardware files give one forward + backward rate per kernel. flash-attn's CUDA FlashAttention-1 runs both passes
 at that rate: its paper's own timings put the backward at 2.5x the forward's time, the FLOP ratio FlashAttention
@@ -35,10 +36,10 @@ def _device(ratio: float) -> Device:
 def test_cuda_flash1_backward_takes_2_5x_its_forward_so_one_rate_serves_both():
     """The FA1 paper's backward/forward time ratios are 2.49-2.51 at 16k-64k tokens: the FLOP ratio (2.5), one rate.
     simtrain's flash1 (no ratio entry, 1.0) prices a forward of F and a backward of 2.5 F at the same rate."""
+    from simtrain.spec.attention_kernels import ATTENTION_FORWARD_RATIO
     for fwd, bwd in zip(FA1_FORWARD_MS, FA1_BACKWARD_MS):
-        assert 2.48 < bwd / fwd < 2.52
-    from simtrain.plan.device import ATTENTION_FORWARD_RATIO
-    assert "flash1" not in ATTENTION_FORWARD_RATIO
+        measured = (1.0 / fwd) / (2.5 / bwd)          # forward FLOP rate over backward: 0.997, 0.999, 1.004
+        assert ATTENTION_FORWARD_RATIO.get("flash1", 1.0) == pytest.approx(measured, abs=0.01)
     dev = _device(1.0)
     f = 1e12
     # hand: 1e12 / (100e12 x 0.5) = 0.02 s forward, 2.5x that backward
@@ -49,7 +50,7 @@ def test_cuda_flash1_backward_takes_2_5x_its_forward_so_one_rate_serves_both():
 def test_flash1_triton_forward_runs_1_48x_its_backward_at_the_same_combined_rate():
     """k = 0.37 / 0.25 = 1.48. Forward rate = (1 + 2.5 k) / 3.5 = 4.7 / 3.5 = 1.342857 of the combined rate, backward
     rate = that / k = 0.907336; a forward of 1e12 FLOP and its 2.5e12 backward still take 3.5e12 / (50e12) = 0.07 s."""
-    from simtrain.plan.device import ATTENTION_FORWARD_RATIO
+    from simtrain.spec.attention_kernels import ATTENTION_FORWARD_RATIO
     k = ATTENTION_FORWARD_RATIO["flash1_triton"]
     assert k == pytest.approx(TRITON_FORWARD / TRITON_BACKWARD, rel=1e-12)
     dev = _device(k)
@@ -123,3 +124,20 @@ def test_every_mosaicml_case_runs_the_triton_kernel():
                 seen += 1
                 assert case["scenario"]["training"]["flash_attention"] == "flash1_triton", case["id"]
     assert seen == 70 + 61 + 30
+
+
+def test_a_flash1_entry_whose_triton_forward_would_pass_the_peak_is_bad_input(tmp_path, capsys):
+    """On the ideal test GPU (attention_efficiency 1) a flash1 entry of 0.8 is within the peak for flash1 but would
+    run flash1_triton's forward at 0.8 x 4.7 / 3.5 = 1.07 of it: exit 2, one sentence naming the entry."""
+    from conftest import hardware_variant, run_cli
+    hw = hardware_variant(tmp_path, {"compute.attention_kernels": {"flash1": 0.8}})
+    sc = tmp_path / "s.yaml"
+    sc.write_text(f"hardware: {hw}\nmodel: {{layers: 2, hidden: 1024, heads: 16, ffn_hidden: 4096, vocab: 8}}\n"
+                  "training: {seq_len: 512, global_batch: 1, micro_batch: 1}\n", encoding="utf-8")
+    code, _, err = run_cli(["run", str(sc)], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert "attention_kernels" in err and "flash1_triton" in err and "1.07 of the GPU's peak" in err, err
+    ok = hardware_variant(tmp_path, {"compute.attention_kernels": {"flash1": 0.7}}, name="ok")   # 0.94: accepted
+    sc.write_text(f"hardware: {ok}\nmodel: {{layers: 2, hidden: 1024, heads: 16, ffn_hidden: 4096, vocab: 8}}\n"
+                  "training: {seq_len: 512, global_batch: 8, micro_batch: 1}\nparallel: {dp: 8}\n", encoding="utf-8")
+    assert run_cli(["run", str(sc)], capsys)[0] == 0

@@ -53,20 +53,6 @@ def graph_gap(compute: ComputeModel) -> float:
     return compute.kernel_overhead * GRAPH_GAP_FRACTION
 
 
-#: a flash kernel's forward FLOP rate over its backward's, where the two differ (each pass's FLOP as FlashAttention
-#: counts them, the backward 2.5x the forward). flash1_triton: 0.37 / 0.25 = 1.48, the Triton project's own reference
-#: for its Triton FlashAttention on A100 (fraction of peak, causal fp16, batch 4 x 48 heads x 4096 tokens x 64:
-#: forward 0.37, backward 0.25; triton-lang/triton python/test/regression/test_performance.py, flash_attention_data,
-#: @00693c1c), the kernel family flash-attn's flash_attn_triton.py was built from ("We use the FlashAttention
-#: implementation from Phil Tillet a starting point", its docstring), whose author reports the same direction for
-#: his: "Triton forward is generally faster than CUDA forward, while Triton backward is generally slower than CUDA
-#: backward" (flash-attn @f1a73d07). No per-pass figure of flash_attn_triton.py itself is published. Every other
-#: kernel 1.0: flash-attn's CUDA FlashAttention-1 takes 2.49-2.51x its forward's time for its backward at 16k-64k
-#: tokens (Dao et al. 2022, arXiv 2205.14135, Tables 18-19: 134.03/336.00, 535.95/1338.56, 2147.05/5343.19 ms), both
-#: passes at one rate; FlashAttention-2/3 and cuDNN are not examined here.
-ATTENTION_FORWARD_RATIO = {"flash1_triton": 0.37 / 0.25}
-
-
 @dataclass(frozen=True)
 class Device:
     """What a kernel's time depends on: the GPU, its efficiencies, the dtype."""
@@ -75,7 +61,7 @@ class Device:
     compute: ComputeModel
     dtype: str
     attention_speed: float = 1.0   # the scenario's flash kernel relative to the hardware's FlashAttention-2 curve
-    attention_forward_ratio: float = 1.0   # its forward's FLOP rate over its backward's (ATTENTION_FORWARD_RATIO)
+    attention_forward_ratio: float = 1.0   # its forward's FLOP rate over its backward's (spec.attention_kernels)
     fp8_recipe: str = "tensorwise"  # fp8 training only: the scaling recipe of the linear layers' GEMMs
     graph_gap: float | None = None  # s, the launch gap between kernels inside a CUDA graph (None: eager gaps)
 

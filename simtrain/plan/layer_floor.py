@@ -27,6 +27,7 @@ from simtrain.plan.memory import layer_params_per_rank
 from simtrain.plan.recompute import modules_for, selective_extra, selective_tp_factor
 from simtrain.plan.tp_comm import TP_RECOMPUTE, tp_time
 from simtrain.plan.tp_overlap import async_allreduce_wgrads, exposed_async_allreduce
+from simtrain.spec.attention_kernels import ATTENTION_FORWARD_RATIO
 from simtrain.spec.placement import placement_of
 from simtrain.spec.scenario import Scenario
 from simtrain.spec.scenario_rules_kernels import megatron_softmax_fused
@@ -48,7 +49,7 @@ def step_device(hw, tr, precision: str, model) -> device.Device:
     width = attention_kernel_width(kernel, model)
     return device.Device(gpu=hw.gpu, compute=hw.compute, dtype=precision,
                          attention_speed=hw.compute.attention_speed(kernel, width),
-                         attention_forward_ratio=device.ATTENTION_FORWARD_RATIO.get(kernel, 1.0),
+                         attention_forward_ratio=ATTENTION_FORWARD_RATIO.get(kernel, 1.0),
                          fp8_recipe=tr.fp8_recipe,
                          graph_gap=device.graph_gap(hw.compute) if tr.cuda_graphs != "none" else None)
 

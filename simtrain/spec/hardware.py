@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import Field, PositiveInt, model_validator
 
+from simtrain.spec.attention_kernels import SPEED_ENTRY, forward_rate_factor
 from simtrain.spec.errors import InputError, allowed, display_path, suggest
 from simtrain.spec.hardware_curves import Count, Curve, WidthCurve, interpolate_linear
 from simtrain.spec.quantity import (
@@ -29,7 +30,6 @@ from simtrain.spec.quantity import (
     Seconds,
     Watts,
 )
-from simtrain.spec.scenario_schema import SPEED_ENTRY
 from simtrain.spec.schema import Closed, FieldError, validate
 from simtrain.spec.yamlio import load_yaml, looks_like_path, reference_path
 
@@ -193,15 +193,19 @@ class ComputeModel(Closed):
 
     @model_validator(mode="after")
     def _attention_below_peak(self) -> ComputeModel:
-        for kernel in ("flash2", *self.attention_kernels):
+        derived = [k for k, entry in SPEED_ENTRY.items() if entry in self.attention_kernels]
+        for kernel in ("flash2", *self.attention_kernels, *derived):
             curve = self.attention_head_width.get(kernel, ((1.0, 1.0),))
-            fastest = self.attention_efficiency * self.attention_speed(kernel) * max(y for _, y in curve)
+            # a kernel whose forward outruns its backward runs that forward above its forward + backward rate
+            fastest = self.attention_efficiency * self.attention_speed(kernel) * max(y for _, y in curve) * \
+                forward_rate_factor(kernel)
             if fastest > 1:
+                entry = SPEED_ENTRY.get(kernel, kernel)
                 where = (("attention_head_width", kernel) if kernel in self.attention_head_width
-                         else ("attention_kernels", kernel) if kernel != "flash2" else ("attention_efficiency",))
+                         else ("attention_kernels", entry) if kernel != "flash2" else ("attention_efficiency",))
                 raise FieldError(f"would run {kernel} attention at {fastest:.3g} of the GPU's peak "
-                                 "(attention_efficiency x the kernel's speed x its fastest head-width speed; "
-                                 "allowed: at most 1)", *where)
+                                 "(attention_efficiency x the kernel's speed x its fastest head-width speed x its "
+                                 "forward's share of the rate; allowed: at most 1)", *where)
         return self
 
     def attention_speed(self, kernel: str, head_width: float | None = None) -> float:

@@ -10,10 +10,13 @@ from simtrain.spec.errors import (
     display_path,
     suggest,
 )
-from simtrain.spec.scenario_rules_kernels import check_layer_kernel_rules, unfused_softmax_warning
+from simtrain.spec.scenario_rules_kernels import (
+    check_attention_kernel_rules,
+    check_layer_kernel_rules,
+    unfused_softmax_warning,
+)
 from simtrain.spec.scenario_rules_long import check_long_sequence_rules
 from simtrain.spec.scenario_rules_moe import check_ep_overlap_rules, check_hybridep_scope
-from simtrain.spec.scenario_schema import SPEED_ENTRY
 from simtrain.spec.yamlio import OVERRIDE_LINE, line_of, locate
 
 
@@ -123,27 +126,7 @@ def check_rules(s, raw: dict) -> list[str]:
     elif m.layers % vstages:
         fail("parallel.pp", f"layers={m.layers} is not divisible by pp x vpp = {vstages} "
              "(give parallel.layers_per_stage for an uneven split)")
-    kernel = tr.attention_kernel
-    entry = SPEED_ENTRY.get(kernel, kernel)
-    if entry in ("flash1", "flash3", "cudnn") and entry not in s.hardware.compute.attention_kernels:
-        runs = ["true", "false", "flash2"] + sorted(s.hardware.compute.attention_kernels)
-        runs += [k for k, e in SPEED_ENTRY.items() if e in s.hardware.compute.attention_kernels]
-        fail("training.flash_attention", f"'{kernel}' is not available on {s.hardware.gpu.name}: "
-             f"{display_path(s.hardware_file)} lists no compute.attention_kernels.{entry} (allowed here: "
-             f"{', '.join(runs)})")
-    head_width = m.q_width / m.heads
-    if kernel == "flash1" and m.attention.kind != "mla" and head_width > 128:
-        fail("training.flash_attention", f"'flash1' (flash-attn 0.2 to 1.0) runs head widths up to 128 "
-             f"(fmha_api.cpp: head_size <= 128), and this model's is {head_width:g} (allowed here: true, false, "
-             "flash2, or a kernel the hardware file lists)")
-    if kernel == "flash1_triton" and m.attention.kind != "mla" and head_width > 128:
-        fail("training.flash_attention", f"'flash1_triton' (flash-attn's flash_attn_triton.py) runs head widths up "
-             f"to 128 (its assert d <= 128), and this model's is {head_width:g} (allowed here: true, false, flash2, "
-             "or a kernel the hardware file lists)")
-    if kernel == "flash3" and m.attention.kind != "mla" and head_width > 256:
-        fail("training.flash_attention", f"'flash3' (FlashAttention-3) runs head widths up to 256 "
-             f"(hopper/flash_api.cpp: head_size <= 256), and this model's is {head_width:g} (allowed here: true, "
-             "false, flash2, or another kernel the hardware file lists)")
+    check_attention_kernel_rules(s, m, tr, fail)
     if tr.optimizer_kernel == "megatron" and (tr.optimizer != "adam" or tr.precision == "fp32"):
         what = f"optimizer '{tr.optimizer}'" if tr.optimizer != "adam" else "precision 'fp32'"
         fail("training.optimizer_kernel", f"'megatron' is Megatron-LM's mixed-precision Adam (fp32 main copies of "

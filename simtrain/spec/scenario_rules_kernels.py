@@ -1,7 +1,35 @@
-"""Rules for training.layer_kernels: a framework's own layer kernels are counted only for the layers that framework
-builds (simtrain/plan/layer_kernels.py)."""
+"""Rules for training.flash_attention (a kernel the hardware file lists, at a head width the kernel runs) and
+training.layer_kernels (a framework's own layer kernels are counted only for the layers that framework builds,
+simtrain/plan/layer_kernels.py)."""
 
 from __future__ import annotations
+
+from simtrain.spec.attention_kernels import SPEED_ENTRY
+from simtrain.spec.errors import display_path
+
+#: the widest head each kernel runs, as its code checks: flash-attn 0.2 to 1.0 (fmha_api.cpp: head_size <= 128), its
+#: Triton kernel (flash_attn_triton.py: assert d <= 128), FlashAttention-3 (hopper/flash_api.cpp: head_size <= 256)
+WIDEST_HEAD = {"flash1": (128, "flash-attn 0.2 to 1.0", "fmha_api.cpp: head_size <= 128"),
+               "flash1_triton": (128, "flash-attn's flash_attn_triton.py", "its assert d <= 128"),
+               "flash3": (256, "FlashAttention-3", "hopper/flash_api.cpp: head_size <= 256")}
+
+
+def check_attention_kernel_rules(s, m, tr, fail) -> None:
+    """training.flash_attention: the kernel's speed entry is in the hardware file, and it runs the model's heads."""
+    kernel = tr.attention_kernel
+    listed = s.hardware.compute.attention_kernels
+    available = ["true", "false", "flash2", *sorted(listed), *[k for k, e in SPEED_ENTRY.items() if e in listed]]
+    entry = SPEED_ENTRY.get(kernel, kernel)
+    if entry in ("flash1", "flash3", "cudnn") and entry not in listed:
+        fail("training.flash_attention", f"'{kernel}' is not available on {s.hardware.gpu.name}: "
+             f"{display_path(s.hardware_file)} lists no compute.attention_kernels.{entry} (allowed here: "
+             f"{', '.join(available)})")
+    head_width = m.q_width / m.heads
+    if kernel in WIDEST_HEAD and m.attention.kind != "mla" and head_width > WIDEST_HEAD[kernel][0]:
+        widest, who, code = WIDEST_HEAD[kernel]
+        runs = [k for k in available if k not in WIDEST_HEAD or WIDEST_HEAD[k][0] >= head_width]
+        fail("training.flash_attention", f"'{kernel}' ({who}) runs head widths up to {widest} ({code}), and this "
+             f"model's is {head_width:g} (allowed here: {', '.join(runs)})")
 
 
 def check_layer_kernel_rules(m, tr, par, fail) -> None:

@@ -15,13 +15,6 @@ SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
 ATTENTION_KERNELS = ("flash1", "flash1_triton", "flash2", "flash3", "cudnn")
 
 
-#: the hardware file's ``compute.attention_kernels`` entry a kernel runs at, where it is not the kernel's own name.
-#: flash1_triton at flash1's forward + backward rate: its author measured it "slightly slower than CUDA forward +
-#: backward" overall (flash-attn ``flash_attn/flash_attn_triton.py`` docstring, @f1a73d07), a difference no
-#: published figure sizes, so none is applied.
-SPEED_ENTRY = {"flash1_triton": "flash1"}
-
-
 def _attention_kernel(value: object) -> object:
     """training.flash_attention: a bool, or the name of a flash-attention kernel."""
     if isinstance(value, bool) or value in ATTENTION_KERNELS:

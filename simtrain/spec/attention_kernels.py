@@ -1,0 +1,33 @@
+"""Facts about the fused attention kernels a scenario can name (``training.flash_attention``) that are the kernels'
+own, not a GPU's: which hardware-file entry a kernel runs at, and how its forward's rate compares with its
+backward's. The hardware files give each kernel one forward + backward rate (``compute.attention_kernels``)."""
+
+from __future__ import annotations
+
+#: the hardware file's ``compute.attention_kernels`` entry a kernel runs at, where it is not the kernel's own name.
+#: flash1_triton at flash1's forward + backward rate: its author measured it "slightly slower than CUDA forward +
+#: backward" overall (flash-attn ``flash_attn/flash_attn_triton.py`` docstring, @f1a73d07), a difference no
+#: published figure sizes, so none is applied.
+SPEED_ENTRY = {"flash1_triton": "flash1"}
+
+#: a flash kernel's forward FLOP rate over its backward's, where the two differ (each pass's FLOP as FlashAttention
+#: counts them, the backward 2.5x the forward). flash1_triton: 0.37 / 0.25 = 1.48, the Triton project's own reference
+#: for its Triton FlashAttention on A100 (fraction of peak, causal fp16, batch 4 x 48 heads x 4096 tokens x 64:
+#: forward 0.37, backward 0.25; triton-lang/triton python/test/regression/test_performance.py, flash_attention_data,
+#: read at @00693c1c, a revision without the sequence-parallel backward), the kernel family flash-attn's
+#: flash_attn_triton.py was built from ("We use the FlashAttention implementation from Phil Tillet a starting point",
+#: its docstring), whose author reports the same direction for his: "Triton forward is generally faster than CUDA
+#: forward, while Triton backward is generally slower than CUDA backward" (flash-attn @f1a73d07). The family's
+#: published ratios run from 1.48 to 2.3 or more (later revisions of the same file: 0.39/0.252 = 1.55, 0.39/0.175 =
+#: 2.23 with the sequence-parallel backward, 0.542/0.232 = 2.34; triton-lang/triton#1917: 1.52-1.76); 1.48, the
+#: lowest, is taken. No per-pass figure of flash_attn_triton.py itself is published. Every other kernel 1.0:
+#: flash-attn's CUDA FlashAttention-1 takes 2.49-2.51x its forward's time for its backward at 16k-64k tokens (Dao et
+#: al. 2022, arXiv 2205.14135, Tables 18-19: 134.03/336.00, 535.95/1338.56, 2147.05/5343.19 ms), both passes at one
+#: rate. FlashAttention-2 on A100 would be about 1.08 (a third-party transcription of its paper's Figs. 4d and 5d,
+#: docs/sources.md section 2), not set; FlashAttention-3 and cuDNN are not examined.
+ATTENTION_FORWARD_RATIO = {"flash1_triton": 0.37 / 0.25}
+
+
+def forward_rate_factor(kernel: str) -> float:
+    """The kernel's forward rate over its forward + backward rate: (1 + 2.5 k) / 3.5, k its forward/backward ratio."""
+    return (1.0 + 2.5 * ATTENTION_FORWARD_RATIO.get(kernel, 1.0)) / 3.5
