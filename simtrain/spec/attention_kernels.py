@@ -18,13 +18,15 @@ SPEED_ENTRY = {"flash1_triton": "flash1"}
 #: flash_attn_triton.py was built from ("We use the FlashAttention implementation from Phil Tillet a starting point",
 #: its docstring), whose author reports the same direction for his: "Triton forward is generally faster than CUDA
 #: forward, while Triton backward is generally slower than CUDA backward" (flash-attn @f1a73d07). The family's
-#: published ratios run from 1.48 to 2.3 or more (later revisions of the same file: 0.39/0.252 = 1.55, 0.39/0.175 =
-#: 2.23 with the sequence-parallel backward, 0.542/0.232 = 2.34; triton-lang/triton#1917: 1.52-1.76); 1.48, the
-#: lowest, is taken. No per-pass figure of flash_attn_triton.py itself is published. Every other kernel 1.0:
-#: flash-attn's CUDA FlashAttention-1 takes 2.49-2.51x its forward's time for its backward at 16k-64k tokens (Dao et
-#: al. 2022, arXiv 2205.14135, Tables 18-19: 134.03/336.00, 535.95/1338.56, 2147.05/5343.19 ms), both passes at one
-#: rate. FlashAttention-2 on A100 would be about 1.08 (a third-party transcription of its paper's Figs. 4d and 5d,
-#: docs/sources.md section 2), not set; FlashAttention-3 and cuDNN are not examined.
+#: published ratios run from 1.48 to 2.34 (later revisions of the same file: 0.39/0.252 = 1.55; with the
+#: sequence-parallel backward 0.39/0.175 = 2.23 and 0.542/0.232 = 2.34, that revision's 0.541/0.291 = 1.86 without;
+#: triton-lang/triton#1917: 1.52-1.76); 1.48, the lowest, is taken. No per-pass figure of flash_attn_triton.py itself
+#: is published. Every other kernel 1.0: flash-attn's CUDA FlashAttention-1 takes 2.49-2.51x its forward's time for
+#: its backward at 16k-64k tokens (Dao et al. 2022, arXiv 2205.14135, Tables 18-19: 134.03/336.00, 535.95/1338.56,
+#: 2147.05/5343.19 ms), both passes at one rate. FlashAttention-2, -3 and cuDNN are not set: their per-pass bars give
+#: about 1.15 on H100 (Shah et al. 2024, Figs. 5-6, non-causal at 16k: 370/322, 648/561, 595/516) and FlashAttention-2
+#: about 1.08 on A100 (a third-party transcription, docs/sources.md section 2); a ratio that depends on the GPU needs
+#: a hardware-file field this table is not.
 ATTENTION_FORWARD_RATIO = {"flash1_triton": 0.37 / 0.25}
 
 

@@ -203,9 +203,12 @@ class ComputeModel(Closed):
                 entry = SPEED_ENTRY.get(kernel, kernel)
                 where = (("attention_head_width", kernel) if kernel in self.attention_head_width
                          else ("attention_kernels", entry) if kernel != "flash2" else ("attention_efficiency",))
-                raise FieldError(f"would run {kernel} attention at {fastest:.3g} of the GPU's peak "
+                value = (max(y for _, y in curve) if where[0] == "attention_head_width"
+                         else self.attention_kernels[entry] if kernel != "flash2" else self.attention_efficiency)
+                raise FieldError(f"{value:g} would run {kernel} attention at {fastest:.3g} of the GPU's peak "
                                  "(attention_efficiency x the kernel's speed x its fastest head-width speed x its "
-                                 "forward's share of the rate; allowed: at most 1)", *where)
+                                 "forward's rate over its forward + backward rate, 1 where both passes run at one "
+                                 "rate; allowed: at most 1)", *where)
         return self
 
     def attention_speed(self, kernel: str, head_width: float | None = None) -> float:
