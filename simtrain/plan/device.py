@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from simtrain.spec.attention_kernels import forward_rate_factor
 from simtrain.spec.hardware import ComputeModel, GpuSpec
 
 #: bytes per element of activations and weights by training precision; fp8 training keeps its weights and the
@@ -157,8 +158,7 @@ class Device:
         file's rate is the forward + backward one; a kernel whose forward runs k times its backward's rate takes
         forward rate = (1 + 2.5 k) / 3.5 of it and backward rate = that / k, so one forward and its backward take
         what they take at the combined rate."""
-        k = self.attention_forward_ratio
-        rate = (1.0 + 2.5 * k) / 3.5
+        rate = forward_rate_factor(self.attention_forward_ratio)
         if backward:
-            rate /= k
+            rate /= self.attention_forward_ratio
         return flops / (self.peak * self.attention_efficiency(seq) * rate) + self.kernel_overhead

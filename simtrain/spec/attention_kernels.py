@@ -30,6 +30,7 @@ SPEED_ENTRY = {"flash1_triton": "flash1"}
 ATTENTION_FORWARD_RATIO = {"flash1_triton": 0.37 / 0.25}
 
 
-def forward_rate_factor(kernel: str) -> float:
-    """The kernel's forward rate over its forward + backward rate: (1 + 2.5 k) / 3.5, k its forward/backward ratio."""
-    return (1.0 + 2.5 * ATTENTION_FORWARD_RATIO.get(kernel, 1.0)) / 3.5
+def forward_rate_factor(k: float) -> float:
+    """A kernel's forward rate over its forward + backward rate, k its forward rate over its backward's: a forward of
+    F and a backward of 2.5 F take (1/f + 2.5/(f/k)) F = 3.5 F at f = (1 + 2.5 k) / 3.5 of the combined rate."""
+    return (1.0 + 2.5 * k) / 3.5

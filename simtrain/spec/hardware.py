@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import Field, PositiveInt, model_validator
 
-from simtrain.spec.attention_kernels import SPEED_ENTRY, forward_rate_factor
+from simtrain.spec.attention_kernels import ATTENTION_FORWARD_RATIO, SPEED_ENTRY, forward_rate_factor
 from simtrain.spec.errors import InputError, allowed, display_path, suggest
 from simtrain.spec.hardware_curves import Count, Curve, WidthCurve, interpolate_linear
 from simtrain.spec.quantity import (
@@ -198,7 +198,7 @@ class ComputeModel(Closed):
             curve = self.attention_head_width.get(kernel, ((1.0, 1.0),))
             # a kernel whose forward outruns its backward runs that forward above its forward + backward rate
             fastest = self.attention_efficiency * self.attention_speed(kernel) * max(y for _, y in curve) * \
-                forward_rate_factor(kernel)
+                forward_rate_factor(ATTENTION_FORWARD_RATIO.get(kernel, 1.0))
             if fastest > 1:
                 entry = SPEED_ENTRY.get(kernel, kernel)
                 where = (("attention_head_width", kernel) if kernel in self.attention_head_width

@@ -20,14 +20,14 @@ def check_attention_kernel_rules(s, m, tr, fail) -> None:
     listed = s.hardware.compute.attention_kernels
     available = ["true", "false", "flash2", *sorted(listed), *[k for k, e in SPEED_ENTRY.items() if e in listed]]
     head_width = m.q_width / m.heads
-    wide = m.attention.kind != "mla"      # latent attention's query-key width is not checked against these
-    runs = [k for k in available if not wide or k not in WIDEST_HEAD or WIDEST_HEAD[k][0] >= head_width]
+    checked = m.attention.kind != "mla"      # latent attention's query-key width is not checked against these
+    runs = [k for k in available if not checked or k not in WIDEST_HEAD or WIDEST_HEAD[k][0] >= head_width]
     entry = SPEED_ENTRY.get(kernel, kernel)
     if entry in ("flash1", "flash3", "cudnn") and entry not in listed:
         fail("training.flash_attention", f"'{kernel}' is not available on {s.hardware.gpu.name}: "
              f"{display_path(s.hardware_file)} lists no compute.attention_kernels.{entry} (allowed here: "
              f"{', '.join(runs)})")
-    if kernel in WIDEST_HEAD and wide and head_width > WIDEST_HEAD[kernel][0]:
+    if kernel in WIDEST_HEAD and checked and head_width > WIDEST_HEAD[kernel][0]:
         widest, who, code = WIDEST_HEAD[kernel]
         fail("training.flash_attention", f"'{kernel}' ({who}) runs head widths up to {widest} ({code}), and this "
              f"model's is {head_width:g} (allowed here: {', '.join(runs)})")
