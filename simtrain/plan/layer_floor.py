@@ -27,7 +27,7 @@ from simtrain.plan.memory import layer_params_per_rank
 from simtrain.plan.recompute import modules_for, selective_extra, selective_tp_factor
 from simtrain.plan.tp_comm import TP_RECOMPUTE, tp_time
 from simtrain.plan.tp_overlap import async_allreduce_wgrads, exposed_async_allreduce
-from simtrain.spec.attention_kernels import ATTENTION_FORWARD_RATIO
+from simtrain.spec.attention_kernels import ATTENTION_FORWARD_RATIO, TILE_WIDTHS
 from simtrain.spec.placement import placement_of
 from simtrain.spec.scenario import Scenario
 from simtrain.spec.scenario_rules_kernels import megatron_softmax_fused
@@ -54,27 +54,15 @@ def step_device(hw, tr, precision: str, model) -> device.Device:
                          graph_gap=device.graph_gap(hw.compute) if tr.cuda_graphs != "none" else None)
 
 
-#: head widths FlashAttention's kernels are built for. flash-attn 0.2 to 1.0 (``flash1``) run a head width d <= 32,
-#: <= 64 or <= 128 with the 32, 64 or 128 kernel (csrc/flash_attn/fmha_api.cpp ``run_fmha_fwd`` / ``run_fmha_bwd``
-#: @4a6eaa9f, the same at v1.0.5); flash-attn 2.0 to 2.6 have a kernel for every multiple of 32 up to 256
-#: (csrc/flash_attn/src/static_switch.h ``HEADDIM_SWITCH``, v2.0.8; 2.7 drops 224 and 2.8 drops 160, which then run
-#: the next kernel up: not modelled)
-FLASH1_WIDTHS = (32, 64, 128)
-#: flash-attn's Triton FlashAttention-1 (``flash1_triton``) tiles the head width at the next power of two, at least
-#: 16 (flash_attn/flash_attn_triton.py, ``BLOCK_HEADDIM = max(triton.next_power_of_2(d), 16)``, @f1a73d07)
-TRITON1_WIDTHS = (16, 32, 64, 128)
-#: FlashAttention-3 (``flash3``) runs a head width on the next of its 64, 96, 128, 192 and 256 kernels
-#: (Dao-AILab/flash-attention hopper/flash_api.cpp ``round_up_headdim`` and ``run_mha_fwd`` @000090d0)
-FLASH3_WIDTHS = (64, 96, 128, 192, 256)
+
 
 
 def attention_kernel_pad(kernel: str, head_dim: float) -> float:
     """The attention kernel's head width over the model's (>= 1): the wider kernel's tiles span the whole of it."""
     if head_dim <= 0:
         return 1.0
-    if kernel in ("flash1", "flash1_triton", "flash3"):
-        widths = {"flash1": FLASH1_WIDTHS, "flash1_triton": TRITON1_WIDTHS}.get(kernel, FLASH3_WIDTHS)
-        width = next((w for w in widths if head_dim <= w), head_dim)
+    if kernel in TILE_WIDTHS:
+        width = next((w for w in TILE_WIDTHS[kernel] if head_dim <= w), head_dim)
     elif kernel == "flash2":
         width = 32 * math.ceil(head_dim / 32)
     else:

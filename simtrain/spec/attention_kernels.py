@@ -1,6 +1,7 @@
 """Facts about the fused attention kernels a scenario can name (``training.flash_attention``) that are the kernels'
-own, not a GPU's: which hardware-file entry a kernel runs at, and how its forward's rate compares with its
-backward's. The hardware files give each kernel one forward + backward rate (``compute.attention_kernels``)."""
+own, not a GPU's: which hardware-file entry a kernel runs at, how its forward's rate compares with its backward's,
+and which head widths it is built for. The hardware files give each kernel one forward + backward rate
+(``compute.attention_kernels``)."""
 
 from __future__ import annotations
 
@@ -34,3 +35,25 @@ def forward_rate_factor(k: float) -> float:
     """A kernel's forward rate over its forward + backward rate, k its forward rate over its backward's: a forward of
     F and a backward of 2.5 F take (1/f + 2.5/(f/k)) F = 3.5 F at f = (1 + 2.5 k) / 3.5 of the combined rate."""
     return (1.0 + 2.5 * k) / 3.5
+
+
+#: head widths the kernels are built for; a head runs on the narrowest that holds it (plan/layer_floor.py
+#: ``attention_kernel_pad``), and the widest is the widest head the kernel takes (``WIDEST_HEAD``).
+#: - flash1 (flash-attn 0.2 to 1.0): a head width d <= 32, <= 64 or <= 128 runs the 32, 64 or 128 kernel
+#:   (csrc/flash_attn/fmha_api.cpp ``run_fmha_fwd`` / ``run_fmha_bwd`` @4a6eaa9f, the same at v1.0.5; its
+#:   ``head_size <= 128`` check).
+#: - flash1_triton (flash-attn's Triton FlashAttention-1): the next power of two, at least 16
+#:   (flash_attn/flash_attn_triton.py, ``BLOCK_HEADDIM = max(triton.next_power_of_2(d), 16)`` and ``assert d <= 128``,
+#:   @f1a73d07).
+#: - flash3 (FlashAttention-3): the next of its 64, 96, 128, 192 and 256 kernels (Dao-AILab/flash-attention
+#:   hopper/flash_api.cpp ``round_up_headdim``, ``run_mha_fwd`` and ``head_size <= 256`` @000090d0).
+#: flash-attn 2.0 to 2.6 (flash2) have a kernel for every multiple of 32 up to 256 (csrc/flash_attn/src/static_switch.h
+#: ``HEADDIM_SWITCH``, v2.0.8; 2.7 drops 224 and 2.8 drops 160, which then run the next kernel up: not modelled), a
+#: rule rather than a list; its widest head is not checked.
+TILE_WIDTHS = {"flash1": (32, 64, 128), "flash1_triton": (16, 32, 64, 128), "flash3": (64, 96, 128, 192, 256)}
+
+#: the widest head each kernel in TILE_WIDTHS runs, with who builds it and the check in its code, for the messages
+WIDEST_HEAD = {"flash1": (TILE_WIDTHS["flash1"][-1], "flash-attn 0.2 to 1.0", "fmha_api.cpp: head_size <= 128"),
+               "flash1_triton": (TILE_WIDTHS["flash1_triton"][-1], "flash-attn's flash_attn_triton.py",
+                                 "its assert d <= 128"),
+               "flash3": (TILE_WIDTHS["flash3"][-1], "FlashAttention-3", "hopper/flash_api.cpp: head_size <= 256")}

@@ -4,14 +4,8 @@ simtrain/plan/layer_kernels.py)."""
 
 from __future__ import annotations
 
-from simtrain.spec.attention_kernels import SPEED_ENTRY
+from simtrain.spec.attention_kernels import SPEED_ENTRY, WIDEST_HEAD
 from simtrain.spec.errors import display_path
-
-#: the widest head each kernel runs, as its code checks: flash-attn 0.2 to 1.0 (fmha_api.cpp: head_size <= 128), its
-#: Triton kernel (flash_attn_triton.py: assert d <= 128), FlashAttention-3 (hopper/flash_api.cpp: head_size <= 256)
-WIDEST_HEAD = {"flash1": (128, "flash-attn 0.2 to 1.0", "fmha_api.cpp: head_size <= 128"),
-               "flash1_triton": (128, "flash-attn's flash_attn_triton.py", "its assert d <= 128"),
-               "flash3": (256, "FlashAttention-3", "hopper/flash_api.cpp: head_size <= 256")}
 
 
 def check_attention_kernel_rules(s, m, tr, fail) -> None:
