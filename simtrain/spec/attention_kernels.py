@@ -27,7 +27,8 @@ SPEED_ENTRY = {"flash1_triton": "flash1"}
 #: 2147.05/5343.19 ms), both passes at one rate. FlashAttention-2, -3 and cuDNN are not set: their per-pass bars give
 #: about 1.15 on H100 (Shah et al. 2024, Figs. 5-6, non-causal at 16k: 370/322, 648/561, 595/516) and FlashAttention-2
 #: about 1.08 on A100 (a third-party transcription, docs/sources.md section 2); a ratio that depends on the GPU needs
-#: a hardware-file field this table is not.
+#: a hardware-file field this table is not, and on H100 it also moves with the length and the head width (width 128:
+#: FA2 1.44 at 512 tokens to 1.15 at 16k; width 64: 1.42 to 1.11; docs/model.md section 2.4).
 ATTENTION_FORWARD_RATIO = {"flash1_triton": 0.37 / 0.25}
 
 
