@@ -199,9 +199,10 @@ def test_the_text_report_header_names_cp_ep_and_fp8():
 
 
 def test_ring_steps_of_a_kernel_whose_forward_outruns_its_backward(tmp_path):
-    """flash1_triton (forward 1.48x its backward's rate, forward + backward at the flash1 entry, here 0.5): a ring
-    step's forward runs at 0.5 x (1 + 2.5 x 1.48) / 3.5 = 0.5 x 4.7 / 3.5 of the peak and its backward at that / 1.48,
-    so the KV transfers hide behind shorter forward and longer backward steps than FlashAttention-2's."""
+    """flash1_triton (forward k = 1.95505x its backward's rate, xformers#479, test_attention_passes.py; forward +
+    backward at the flash1 entry, here 0.5): a ring step's forward runs at 0.5 x (1 + 2.5 k) / 3.5 of the peak and
+    its backward at that / k, so the KV transfers hide behind shorter forward and longer backward steps than
+    FlashAttention-2's."""
     cp = 4
     hw = hardware_variant(tmp_path, {"intra_node.bandwidth": "100 GB/s", "compute.attention_kernels": {"flash1": 0.5}})
     sc = make_scenario(hardware=hw, nodes=1, gpus_per_node=cp, model=gpt_model(layers=4, hidden=H, heads=HEADS),
@@ -209,8 +210,10 @@ def test_ring_steps_of_a_kernel_whose_forward_outruns_its_backward(tmp_path):
                        parallel={"dp": 1, "tp": 1, "cp": cp, "cp_comm": "p2p"})
     c = build_plan(sc).chunks[0]
     step, x = _ring_by_hand(cp, 100e9)
-    f = step / (0.5 * 4.7 / 3.5)
-    b = 2.5 * step / (0.5 * 4.7 / 3.5 / 1.48)
+    k = (25831.9 / (2.5 * 5167.6) + 25811.2 / (2.5 * 5335.3) + 51084.6 / (2.5 * 10226.7)
+         + 51265.2 / (2.5 * 10540.9) + 91356.3 / (2.5 * 19262.0)) / 5     # xformers#479's five rows: 1.95505
+    f = step / (0.5 * (1 + 2.5 * k) / 3.5)
+    b = 2.5 * step / (0.5 * (1 + 2.5 * k) / 3.5 / k)
     assert c.cp_fwd_layer == pytest.approx((cp - 1) * max(0.0, x - f), rel=1e-9)
     assert c.cp_fwd_hidden == pytest.approx((cp - 1) * min(x, f), rel=1e-9)
     assert c.cp_bwd_layer == pytest.approx(max(0.0, x - b) + (cp - 2) * max(0.0, 2 * x - b) + x, rel=1e-9)

@@ -65,17 +65,18 @@ def test_summary_statistics_by_hand():
 # worst 33.0 % (its runs of 4k tokens and more predicted too slow; the cause is not established): guards 9 % / 34 %.
 # Fourteenth session: MPT's Triton kernel as its own (flash1_triton: its forward 1.48x its backward's rate, Triton's
 # own per-pass reference; docs/model.md §2.4) prices full recompute's repeated forward lower: 8.1 %, worst 26.5 %;
-# guards 9 % / 27 %.
+# guards 9 % / 27 %. Fifteenth session: that kernel's own per-pass timings (xformers#479, k = 1.955): 7.6 %, worst
+# 22.8 %; guards 8 % / 23 %.
 MOSAIC = "mosaicml/llm-foundry scripts/train/benchmarking/README.md"
 
 
 def test_gated_error_does_not_regress(results):
-    """The gated MosaicML cases' mean |error| stays at or below 9% and the worst at or below 27% (today's state,
-    rounded up: 8.1% and 26.5%)."""
+    """The gated MosaicML cases' mean |error| stays at or below 8% and the worst at or below 23% (today's state,
+    rounded up: 7.6% and 22.8%)."""
     s = v.summarize([r for r in results if r.gate and r.source_name == MOSAIC])
     assert s.cases == 70
-    assert s.mean_abs_error <= 0.09
-    assert s.worst_abs_error <= 0.27
+    assert s.mean_abs_error <= 0.08
+    assert s.worst_abs_error <= 0.23
 
 
 def test_megatron_a100_cases_stay_within_17_percent(results):

@@ -80,12 +80,13 @@ def test_model_matches_the_numparams_column(cases, case_id, num_params):
 # with FSDP's gradient path 7.3 %, and with the backward prefetch read from FSDP's code (pre) 7.7 %; with FSDP1's
 # fixed cost per unit and micro-batch (sixth session) 5.8 %; with FlashAttention-1 at its measured A100 speed (0.44 of
 # FA2 where 0.55 came from an abstract; thirteenth session) 6.97 %, its long-sequence rows too slow; with MPT's Triton
-# kernel as its own (flash1_triton, its forward faster than its backward; fourteenth session) 6.15 %; rounded up to
-# the next whole percent = 7 %. A change that makes the A100 predictions worse than that fails here.
+# kernel as its own (flash1_triton, its forward faster than its backward; fourteenth session) 6.15 %; with that
+# kernel's own per-pass ratio (xformers#479; fifteenth session) 5.68 %; rounded up to the next whole percent = 6 %.
+# A change that makes the A100 predictions worse than that fails here.
 def test_gated_error_does_not_regress(results):
     s = v.summarize([r for r in results if r.gate])
     assert s.cases == README_ROWS
-    assert s.mean_abs_error <= 0.07
+    assert s.mean_abs_error <= 0.06
 
 
 def test_the_bands_error_table_is_this_validation(results):

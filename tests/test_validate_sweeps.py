@@ -131,12 +131,13 @@ def test_two_images_measure_the_same_run_a_few_percent_apart(cases):
 # Regression guard, not a target: today's output (2026-11-29, sixth session) is a mean |error| of 5.2% over the
 # 30 cases and 2.9% over the 11 activation-checkpointed runs on the pytorch 2.0.1 image; with FlashAttention-1 at
 # its measured A100 speed (thirteenth session) 5.1% and 4.3%; with MPT's Triton kernel as its own (flash1_triton,
-# fourteenth session) 4.5% and 3.2%; rounded up to the next whole percent.
+# fourteenth session) 4.5% and 3.2%; with that kernel's own per-pass ratio (xformers#479; fifteenth session) 4.2% and
+# 2.7%; rounded up to the next whole percent.
 def test_error_does_not_regress(results):
     everything = v.summarize(list(results.values()))
     assert everything.cases == ROWS and everything.mean_abs_error <= 0.05
     torch201 = v.summarize([r for r in results.values() if "_torch201_" in r.id])
-    assert torch201.mean_abs_error <= 0.04
+    assert torch201.mean_abs_error <= 0.03
 
 
 def test_the_bands_error_table_is_this_validation(results):

@@ -11,25 +11,40 @@ from __future__ import annotations
 #: published figure sizes, so none is applied.
 SPEED_ENTRY = {"flash1_triton": "flash1"}
 
+#: flash-attn's flash_attn_triton.py timed forward and backward apart: facebookresearch/xformers#479 ("Add Triton Flash
+#: Attention", the benchmark tables of dianaml0's description, 2022), whose Triton op calls that file's
+#: ``_flash_attn_forward`` and ``_flash_attn_backward`` (the review links it at flash-attn @0bf5e500, 2022-11-28, whose
+#: kernels are 1.0.3.post0's: between the two only the docstring and the bias broadcast change). Causal
+#: (``LowerTriangularMask``), head width 128, 160 heads, microseconds; (dtype, batch, tokens, forward, backward). The
+#: GPU is not named (the A100 is most likely: xformers' benchmarks of 2022 ran on it, and the H100 shipped in 2023);
+#: a ratio of two passes on one GPU is what is carried, not a rate. The 8k bf16 backward is cut off in the source.
+XFORMERS_479_TRITON_US = (("f16", 1, 4096, 5167.6, 25831.9), ("b16", 1, 4096, 5335.3, 25811.2),
+                          ("f16", 2, 4096, 10226.7, 51084.6), ("b16", 2, 4096, 10540.9, 51265.2),
+                          ("f16", 1, 8192, 19262.0, 91356.3))
+
+
+def forward_over_backward(forward_s: float, backward_s: float) -> float:
+    """A forward's FLOP rate over its backward's, from their times: the backward does 2.5x the forward's FLOP."""
+    return backward_s / (2.5 * forward_s)
+
+
 #: a flash kernel's forward FLOP rate over its backward's, where the two differ (each pass's FLOP as FlashAttention
-#: counts them, the backward 2.5x the forward). flash1_triton: 0.37 / 0.25 = 1.48, the Triton project's own reference
-#: for its Triton FlashAttention on A100 (fraction of peak, causal fp16, batch 4 x 48 heads x 4096 tokens x 64:
-#: forward 0.37, backward 0.25; triton-lang/triton python/test/regression/test_performance.py, flash_attention_data,
-#: read at @00693c1c, a revision without the sequence-parallel backward), the kernel family flash-attn's
-#: flash_attn_triton.py was built from ("We use the FlashAttention implementation from Phil Tillet a starting point",
-#: its docstring), whose author reports the same direction for his: "Triton forward is generally faster than CUDA
-#: forward, while Triton backward is generally slower than CUDA backward" (flash-attn @f1a73d07). The family's
-#: published ratios run from 1.48 to 2.34 (later revisions of the same file: 0.39/0.252 = 1.55; with the
-#: sequence-parallel backward 0.39/0.175 = 2.23 and 0.542/0.232 = 2.34, that revision's 0.541/0.291 = 1.86 without;
-#: triton-lang/triton#1917: 1.52-1.76); 1.48, the lowest, is taken. No per-pass figure of flash_attn_triton.py itself
-#: is published. Every other kernel 1.0: flash-attn's CUDA FlashAttention-1 takes 2.49-2.51x its forward's time for
-#: its backward at 16k-64k tokens (Dao et al. 2022, arXiv 2205.14135, Tables 18-19: 134.03/336.00, 535.95/1338.56,
-#: 2147.05/5343.19 ms), both passes at one rate. FlashAttention-2, -3 and cuDNN are not set: their per-pass bars give
-#: about 1.15 on H100 (Shah et al. 2024, Figs. 5-6, non-causal at 16k: 370/322, 648/561, 595/516) and FlashAttention-2
-#: about 1.08 on A100 (a third-party transcription, docs/sources.md section 2); a ratio that depends on the GPU needs
-#: a hardware-file field this table is not, and on H100 it also moves with the length and the head width (width 128:
-#: FA2 1.44 at 512 tokens to 1.15 at 16k; width 64: 1.42 to 1.11; docs/model.md section 2.4).
-ATTENTION_FORWARD_RATIO = {"flash1_triton": 0.37 / 0.25}
+#: counts them, the backward 2.5x the forward). flash1_triton (fifteenth session): the mean over the five rows
+#: above, 2.000, 1.935, 1.998, 1.945, 1.897: 1.955, the kernel itself. Until the fourteenth session 1.48, the Triton
+#: project's own reference for its sibling kernel (triton-lang/triton python/test/regression/test_performance.py
+#: @00693c1c, A100, causal fp16, 4 x 48 heads x 4096 tokens x 64: forward 0.37, backward 0.25 of peak), the lowest of
+#: that family's published 1.48-2.34. Both agree with the author's "Triton forward is generally faster than CUDA
+#: forward, while Triton backward is generally slower than CUDA backward" (flash-attn @f1a73d07). Every other kernel
+#: 1.0: flash-attn's CUDA FlashAttention-1 takes 2.49-2.51x its forward's time for its backward at 16k-64k tokens
+#: (Dao et al. 2022, arXiv 2205.14135, Tables 18-19: 134.03/336.00, 535.95/1338.56, 2147.05/5343.19 ms), both passes
+#: at one rate. FlashAttention-2, -3 and cuDNN are not set: their per-pass bars give about 1.15 on H100 at 16k
+#: (Shah et al. 2024, Figs. 5-6, non-causal: 370/322, 648/561, 595/516) and FlashAttention-2 about 1.08 on A100 (a
+#: third-party transcription, docs/sources.md section 2); a ratio that depends on the GPU needs a hardware-file field
+#: this table is not, and on H100 it also moves with the length and the head width (width 128: FA2 1.44 at 512 tokens
+#: to 1.15 at 16k; width 64: 1.42 to 1.11; docs/model.md section 2.4).
+ATTENTION_FORWARD_RATIO = {
+    "flash1_triton": sum(forward_over_backward(f, b) for *_, f, b in XFORMERS_479_TRITON_US)
+    / len(XFORMERS_479_TRITON_US)}
 
 
 def forward_rate_factor(k: float) -> float:
