@@ -92,3 +92,45 @@ def test_block_scalars_quoted_text_and_comments_read_alike():
     for text, fast in cases.items():
         assert yamlio._fast_document(text)[0] is fast
         assert _with_lines(yamlio.load_yaml_text(text, "x.yaml")) == _with_lines(_python_parser(text))
+
+
+def _alias_bomb(levels: int) -> str:
+    """Each level lists the previous one ten times through an alias: 10 values at level 0, so about 10^(levels+1)
+    values once expanded, in a few hundred bytes of text."""
+    text = "&a0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]"
+    for i in range(1, levels + 1):
+        text = f"&a{i} [{', '.join([text] + [f'*a{i - 1}'] * 9)}]"
+    return f"training:\n  recompute_modules: {text}\n"
+
+
+def test_aliases_that_expand_past_the_bound_are_refused_at_their_line():
+    """Five levels expand to 10^6 values plus the lists (more than 200,000) from about 500 bytes: refused, naming
+    line 2, before any value is built; three levels (about 11,000) are read, each alias the same list."""
+    text = _alias_bomb(5)
+    assert len(text) < 1000
+    with pytest.raises(InputError, match="expand to more than 200,000 values") as err:
+        yamlio.load_yaml_text(text, "bomb.yaml")
+    assert err.value.line == 2 and err.value.file == "bomb.yaml"
+    small = yamlio.load_yaml_text(_alias_bomb(3), "small.yaml")["training"]["recompute_modules"]
+    assert len(small) == 10 and small[1] is small[2] and len(small[1]) == 10
+
+
+def test_a_file_without_aliases_is_never_refused_for_its_size():
+    """300,000 plain values (more than the alias bound) have nothing to expand: read as written."""
+    text = "x: [" + ", ".join(["1"] * 300_000) + "]\n"
+    assert len(yamlio.load_yaml_text(text, "big.yaml")["x"]) == 300_000
+
+
+def test_a_huge_value_is_quoted_short_in_the_one_line_message(tmp_path, capsys):
+    """A list of 100,000 items where a word is expected (training.precision): exit 2 and one line of at most 2,000
+    characters, the value cut to its first items, not the whole list."""
+    from conftest import REPO, run_cli
+    sc = tmp_path / "s.yaml"
+    base = (REPO / "scenarios" / "pp4_dp4.yaml").read_text(encoding="utf-8")
+    assert "\n  precision: bf16\n" in base
+    sc.write_text(base.replace("\n  precision: bf16\n", "\n  precision: [" + ", ".join(["7"] * 100_000) + "]\n", 1),
+                  encoding="utf-8")
+    code, _, err = run_cli(["run", str(sc)], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err[:300]
+    assert "training.precision: [7, 7, 7" in err and "is not allowed (allowed: 'bf16'" in err, err[:300]
+    assert len(err) < 300, len(err)     # the 300,000-character value is cut to 60 characters

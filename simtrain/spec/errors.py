@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import reprlib
 from collections.abc import Iterable
 
 
@@ -37,7 +38,23 @@ class InputError(Exception):
         if self.file:
             where = f"{self.file}:{self.line}: " if self.line else f"{self.file}: "
         field = f"{self.field}: " if self.field else ""
-        return one_line(f"{where}{field}{self.message}")
+        text = one_line(f"{where}{field}{self.message}")
+        return text if len(text) <= MAX_MESSAGE_CHARS else text[:MAX_MESSAGE_CHARS - 5] + " ..."
+
+
+#: the longest message shown: every sentence simtrain writes is far shorter; a value quoted from a file is cut
+#: (``short_repr``) and this bounds whatever else a file could smuggle into one
+MAX_MESSAGE_CHARS = 2000
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxdict, _REPR.maxlist, _REPR.maxtuple, _REPR.maxset = 2, 4, 6, 6, 6
+_REPR.maxstring, _REPR.maxother, _REPR.maxlong = 60, 60, 40
+
+
+def short_repr(value: object) -> str:
+    """A value from a file as a message quotes it: its repr, cut to a few items and characters however large the
+    value is (a list of a million items is shown as its first few and '...')."""
+    return _REPR.repr(value)
 
 
 class SimulationLimitError(InputError):

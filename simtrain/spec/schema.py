@@ -22,7 +22,7 @@ from pydantic import (
 
 from simtrain.spec.bounds import FIELD_RANGES as _KEYED
 from simtrain.spec.bounds import number_problem
-from simtrain.spec.errors import InputError, suggest
+from simtrain.spec.errors import InputError, short_repr, suggest
 from simtrain.spec.quantity import QuantityMark
 from simtrain.spec.yamlio import locate
 
@@ -186,7 +186,7 @@ def _kind_of(value: Any) -> str:
         return f"{value!r} (true/false)"
     if value is None:
         return "nothing (null)"
-    return repr(value)
+    return short_repr(value)
 
 
 #: pydantic error type -> our sentence, given the offending value
@@ -229,7 +229,8 @@ def _describe(err: dict, model: type[BaseModel]) -> str:
         if isinstance(value, bool):      # YAML 1.1 reads yes/no/on/off/true/false as booleans
             return (f"{str(value).lower()} (YAML reads an unquoted yes, no, on, off, true or false as a boolean) "
                     f"is not allowed (allowed: {expected}; quote a word that should stay a word)")
-        return f"{value!r} is not allowed{suggest(str(value), options)} (allowed: {expected})"
+        hint = suggest(value, options) if isinstance(value, str) and len(value) <= 100 else ""
+        return f"{short_repr(value)} is not allowed{hint} (allowed: {expected})"
     if kind in _SENTENCES:
         return _SENTENCES[kind].format(v=_kind_of(value))
     if kind in _BOUNDS:

@@ -22,6 +22,11 @@ from simtrain.spec.errors import InputError, display_path
 #: no hand-written scenario, hardware or model file comes near this; a bigger file is a wrong path
 MAX_INPUT_BYTES = 16 * 2**20
 
+#: the most values a file's anchors and aliases may expand to (the largest bundled file, a validation cases file,
+#: holds about 9,000): YAML's aliases repeat a value without repeating its text, so a 1 KB file of nested aliases
+#: can stand for a billion values, which validating, quoting or copying would have to walk one by one
+MAX_EXPANDED_VALUES = 200_000
+
 #: the line recorded for a key that an override (``--set``, a sweep point) put there, not the file
 OVERRIDE_LINE = 0
 
@@ -211,9 +216,38 @@ def _construct_document(text: str) -> Any:
     loader = _Loader(text)
     try:
         node = loader.get_single_node()
+        if node is not None:
+            _check_expansion(node)
         return _construct(loader, node) if node is not None else None
     finally:
         loader.dispose()
+
+
+def _check_expansion(root: yaml.Node) -> None:
+    """Refuse a document whose aliases expand it past MAX_EXPANDED_VALUES values (a text without aliases expands to
+    its own nodes and is never refused here), naming the line of the first collection that crosses the bound."""
+    size: dict[int, int] = {}
+    distinct = 0
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        if id(node) in size:
+            continue
+        if isinstance(node, yaml.ScalarNode):
+            size[id(node)] = 1
+            distinct += 1
+            continue
+        parts = [p for pair in node.value for p in pair] if isinstance(node, yaml.MappingNode) else list(node.value)
+        if not children_done:
+            stack.append((node, True))
+            stack.extend((p, False) for p in parts if id(p) not in size)
+            continue
+        size[id(node)] = total = 1 + sum(size[id(p)] for p in parts)
+        distinct += 1
+        if total > max(MAX_EXPANDED_VALUES, distinct):
+            raise InputError(f"its anchors and aliases (&name, *name) expand to more than {MAX_EXPANDED_VALUES:,} "
+                             "values, far more than any simtrain file holds; write the values out instead",
+                             line=node.start_mark.line + 1)
 
 
 def read_text(path: str | Path, what: str = "YAML file") -> tuple[str, str]:
