@@ -57,17 +57,33 @@ def test_python_callers_get_the_same_ranges(folder):
 
 
 def test_three_million_layers_are_refused_in_well_under_a_second(folder, capsys):
-    """The event bound counts layers: 3,000,000 layers need 2 x 3,000,000 events on dp=2 (gradients per layer),
-    more than max_events=1,000,000; refused at load (it ran 22 s and 1.9 GB before)."""
+    """model.layers is at most 2**14 = 16,384, 16 times DeepNet's 1,000 layers: 3,000,000 layers are refused by the
+    range at load (they ran 22 s and 1.9 GB once; 499,000 layers, under the event bound's count, built their plan
+    for 19-31 s before the engine refused them)."""
+    from simtrain.spec.errors import InputError
+    from simtrain.spec.scenario import load_scenario
+
+    for layers in (3_000_000, 499_000, 16_385):
+        model = {"name": "deep", "layers": layers, "hidden": 64, "heads": 4, "ffn_hidden": 256, "vocab": 128}
+        started = time.monotonic()
+        with pytest.raises(InputError, match=f"model.layers: {layers} is outside the range simtrain accepts "
+                                             r"\(1 to 16384"):
+            load_scenario("base.yaml", {"model": model})
+        assert time.monotonic() - started < 0.5
+
+
+def test_deep_zero3_layers_are_refused_by_the_event_bound_before_the_plan(folder):
+    """ZeRO-3 gathers every layer's weights in each micro-batch's forward and backward, about 12 events each, plus
+    2 per layer for the gradients: 10,000 layers x (2 + 24 x 8 micro-batches) = 1,940,000 events on dp=2, more than
+    max_events=1,000,000: refused at load."""
     from simtrain.spec.errors import SimulationLimitError
     from simtrain.spec.scenario import load_scenario
 
-    model = {"name": "deep", "layers": 3_000_000, "hidden": 64, "heads": 4, "ffn_hidden": 256, "vocab": 128}
-    started = time.monotonic()
+    model = {"name": "deep", "layers": 10_000, "hidden": 64, "heads": 4, "ffn_hidden": 256, "vocab": 128}
     with pytest.raises(SimulationLimitError) as exc:
-        load_scenario("base.yaml", {"model": model})
-    assert time.monotonic() - started < 0.5
-    assert "3,000,000 layers need at least 6,000,000 simulated events" in str(exc.value)
+        load_scenario("base.yaml", {"model": model, "parallel.zero": 3, "parallel.pp": 1, "parallel.dp": 4,
+                                    "training.global_batch": 32, "training.micro_batch": 1})
+    assert "10,000 layers x 8 micro-batches (ZeRO-3 gathers) need at least 1,940,000" in str(exc.value)
 
 
 @pytest.mark.parametrize("args,says", [
@@ -156,3 +172,15 @@ def test_a_generator_as_grid_values_is_read_once(folder):
     table = simtrain.sweep(sc, {"training.micro_batch": (m for m in (1, 2))}, workers=1, progress=False)
     assert list(table["training_micro_batch"]) == [1, 2]
     assert "estimate" not in table and simtrain.estimate.estimate("base.yaml").step_time_s > 0
+
+
+def test_the_event_refusal_does_not_blame_an_override_for_the_default_limit(capsys):
+    """simulation.max_events at its default (1,000,000) was not set by anyone: a refusal of a run whose other
+    simulation keys came from --set must not say the limit was "set by an override" (it did, found by an audit).
+    Full fidelity on 1,024 replicas x 4 stages of 64 micro-batches each needs far more than 1,000,000 events."""
+    from conftest import REPO
+    code, _, err = run_cli(["run", str(REPO / "scenarios" / "pp4_dp4.yaml"), "--set", "nodes=512",
+                            "--set", "parallel.dp=1024", "--set", "training.global_batch=65536",
+                            "--set", "simulation.overlap_dp=false", "--full"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "more than simulation.max_events=1,000,000" in err and "override" not in err, err

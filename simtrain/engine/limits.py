@@ -39,7 +39,10 @@ def estimate_events(plan: Plan, full: bool, replicas: int | None = None) -> int:
 
 def over_limit(scenario: Scenario, full: bool, what: str) -> SimulationLimitError:
     """The refusal of a run beyond simulation.max_events, with the ways out that apply to it."""
-    line, note = locate(scenario.raw, "simulation.max_events")
+    sim = scenario.raw.get("simulation") if isinstance(scenario.raw, dict) else None
+    # the file's line (or the override's note) only where max_events was set; at its default neither applies
+    line, note = locate(scenario.raw, "simulation.max_events") if isinstance(sim, dict) and "max_events" in sim \
+        else (None, "")
     # stragglers, jitter and degraded links need every lane: folding is then no way out
     can_fold = full and scenario.simulation.fidelity == "full"
     way = ("use simulation.fidelity: folded (one lane per stage), a larger micro_batch" if can_fold

@@ -46,7 +46,8 @@ FIELD_RANGES: dict[str, tuple[float, float, str]] = {
     "Training.seq_len": (1, 2**27, "134 million tokens, ten times the longest context trained"),
     "Training.global_batch": (1, 2**30, "sequences per step"),
     "Training.micro_batch": (1, 2**30, "sequences per micro-batch"),
-    "ModelSpec.layers": (1, 2**24, "16 million layers; the event bound refuses far fewer"),
+    "ModelSpec.layers": (1, 2**14, "16 times the deepest transformer trained, DeepNet's 1,000 layers (Wang et al. "
+                         "2022, arXiv:2203.00555); the plan is built layer by layer, so deeper models only cost time"),
     "ModelSpec.hidden": (1, 2**24, "16 million; the widest models have 2**14 to 2**15"),
     "ModelSpec.ffn_hidden": (1, 2**26, "64 million"),
     "ModelSpec.heads": (1, 2**20, "a million heads"),
