@@ -22,7 +22,7 @@ from conftest import run_cli
 from simtrain.report import outputs as simtrain_io
 
 SCENARIO = Path(__file__).resolve().parent / "bad_inputs" / "good" / "base.yaml"
-OLD = '{"old": "report"}\n'
+OLD = '{\n "old": "report"\n}\n'   # an earlier simtrain report, in dumps_json's canonical form
 
 
 def _leftovers(folder: Path, target: Path) -> list[str]:

@@ -85,7 +85,10 @@ def scenario_inputs(scenario: Any) -> list[str]:
 def outputs_apart_from_inputs(inputs: list[str | None], **paths: str | None) -> None:
     """Refuse an output option naming one of the run's own input files (``--json config.json`` where config.json
     is the model): the run would destroy what it read. Compared as files (a symlink or a hard link to an input
-    is that input), before any work."""
+    is that input), before any work; so is an output option naming a file simtrain did not write
+    (``report.outputs.check_replaceable``)."""
+    from simtrain.report.outputs import check_replaceable
+
     for option, path in paths.items():
         if not path or path == "-" or not os.path.exists(path):
             continue
@@ -98,6 +101,8 @@ def outputs_apart_from_inputs(inputs: list[str | None], **paths: str | None) -> 
             if same and not _is_special(path):      # /dev/null as an input and an output is no loss
                 raise click.UsageError(f"{flag} {path} is one of this run's input files ({source}); "
                                        "writing it would replace what was read: give another file")
+        if option != "record" and not (option == "out" and "record" in paths):
+            check_replaceable(path)   # another program's file: refused before any work (a sweep's table: by the sweep)
 
 
 def _is_special(path: str) -> bool:

@@ -15,7 +15,7 @@ from typing import Any
 from simtrain.decide.sweep import COLUMNS, MAX_POINTS, as_grid, check_grid_keys, grid_points, run_points
 from simtrain.decide.table_lock import table_lock
 from simtrain.decide.tables import column_name, typed
-from simtrain.report.outputs import special_target, write_atomic
+from simtrain.report.outputs import check_replaceable, special_target, write_atomic
 from simtrain.spec.errors import InputError, display_path
 from simtrain.spec.scenario import Scenario
 
@@ -243,13 +243,14 @@ def write_table(frame, path: str | Path) -> Path:
     import io
 
     fmt = output_format(path)
+    columns = [str(c) for c in frame.columns]
+    rows = frame.to_dict(orient="records")
+    header = _line({c: c for c in columns}, columns, "csv") if fmt == "csv" else ""
+    check_replaceable(path, header.encode("utf-8") if header else None)   # never over another program's file
     if fmt == "parquet":
         buf = io.BytesIO()
         parquet_safe(frame).to_parquet(buf, index=False)
         return write_atomic(path, buf.getvalue())
-    columns = [str(c) for c in frame.columns]
-    rows = frame.to_dict(orient="records")
-    header = _line({c: c for c in columns}, columns, "csv") if fmt == "csv" else ""
     return write_atomic(path, header + "".join(_line(r, columns, fmt) for r in rows))
 
 
@@ -321,6 +322,8 @@ def sweep_to_file(scenario: Scenario, grid: dict[str, list], path: str | Path, *
     output_format(path)
     check_grid_keys(scenario, grid)
     regular_table(path)
+    if not resume:      # never over another program's file (--resume reads it first and refuses what is no table)
+        check_replaceable(path)
     identity = sweep_identity(scenario, grid)
     with table_lock(path):
         _check_identity(Path(path), identity, resume)

@@ -12,7 +12,7 @@ a :class:`~simtrain.report.result.Result` or its JSON report, so saved runs redr
 without a second simulation (``simtrain plot``).
 
 HTML files embed plotly.js: they open offline, with nothing fetched from a CDN.
-Every file is written atomically (simtrain.report.outputs.write_atomic).
+Every file is written atomically, never over a file simtrain did not write (simtrain.report.outputs.write_output).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from simtrain.report.charts_decide import compare_figure, search_figure, validat
 from simtrain.report.charts_gantt import gantt_figure
 from simtrain.report.charts_memory import memory_figure
 from simtrain.report.charts_sweep import heatmap_figure, sweep_figure
-from simtrain.report.outputs import write_atomic
+from simtrain.report.outputs import write_output
 from simtrain.report.svg import figure_svg
 from simtrain.report.trace import trace_events
 from simtrain.spec.errors import InputError
@@ -128,7 +128,7 @@ def figures_html(title: str, figures: list) -> str:
 
 def write_figure(path: str | Path, title: str, figures: list) -> Path:
     """Write figures as a self-contained HTML page, atomically."""
-    return write_atomic(path, figures_html(title, figures))
+    return write_output(path, figures_html(title, figures))
 
 
 def _write(report: dict, gantt: str | None, memory: str | None, trace: str | None) -> None:
@@ -139,7 +139,7 @@ def _write(report: dict, gantt: str | None, memory: str | None, trace: str | Non
     if memory:
         write_figure(memory, f"{name}: memory over one step", [memory_figure(report)])
     if trace:
-        write_atomic(trace, json.dumps(trace_events(report), separators=(",", ":"), allow_nan=False) + "\n")
+        write_output(trace, json.dumps(trace_events(report), separators=(",", ":"), allow_nan=False) + "\n")
 
 
 def write_outputs(result: Any, gantt: str | None = None, memory: str | None = None,

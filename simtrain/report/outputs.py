@@ -103,6 +103,63 @@ def _write_special(path: Path, data: bytes) -> None:
             os.close(fd)
 
 
+#: how much of an existing file is read to tell whether simtrain wrote it
+_HEAD_BYTES = 64 * 2**10
+#: the first bytes of each kind of file simtrain writes: canonical JSON (``dumps_json``: one-space indent; the
+#: report, memory, compare, search and validate JSON, and a sweep's ``.sweep.json`` record), a Chrome trace
+#: (``report.trace``), a chart page (``charts.figures_html``)
+_OUR_STARTS = (b'{\n "', b'{"traceEvents":[{"ph":"M","name":"process_name"',
+               b'<!DOCTYPE html>\n<html>\n<head>\n<meta charset="utf-8">\n<title>')
+#: a column every sweep table (step_time_s) or search table (estimate_s) has, in its header line or Parquet footer
+_TABLE_COLUMNS = (b"step_time_s", b"estimate_s")
+
+
+def written_by_simtrain(path: str | Path, header: bytes | None = None) -> bool:
+    """Whether the existing regular file ``path`` is empty or one simtrain writes (a report, chart, trace or table,
+    told by how it starts; a chart page also by its figures' ids, a table by a column of its own or by ``header``,
+    the first line of the table about to replace it)."""
+    path = Path(path)
+    size = path.stat().st_size
+    if size == 0:
+        return True
+    with open(path, "rb") as fh:
+        head = fh.read(_HEAD_BYTES)
+        if head.startswith(b"PAR1"):          # Parquet: the column names sit in the footer
+            fh.seek(max(size - _HEAD_BYTES, 0))
+            return any(col in fh.read() for col in _TABLE_COLUMNS)
+        if head.startswith(_OUR_STARTS[2]):   # a chart page: plotly.js comes first, the figures' divs after it
+            return size <= 2**26 and b'id="simtrain-figure-' in head + fh.read()
+    if head.startswith(_OUR_STARTS[:2]):
+        return True
+    first = head.split(b"\n", 1)[0]
+    if header is not None and first == header.rstrip(b"\r\n"):
+        return True
+    return any(col in first for col in _TABLE_COLUMNS)     # a CSV header or a JSON-lines row of a table
+
+
+def check_replaceable(path: str | Path, header: bytes | None = None) -> None:
+    """Refuse to replace (or append to) an existing regular file that simtrain did not write: a user's file is
+    never overwritten by an output option (``--json``, ``--out``, ``--gantt``, ``--trace``, ``--plot``)."""
+    path = Path(path)
+    if special_target(path) or not path.exists():
+        return
+    try:
+        ours = written_by_simtrain(path, header)
+    except OSError as err:
+        raise InputError(f"cannot write '{path}': {err.strerror}") from None
+    if not ours:
+        raise InputError(f"cannot write '{path}': it exists and is not a file simtrain wrote (a report, chart, trace "
+                         "or table), and simtrain never replaces another program's file; remove it or name another "
+                         "file")
+
+
+def write_output(path: str | Path, data: str | bytes) -> Path:
+    """:func:`write_atomic` for a file a user named: refused where it would replace a file simtrain did not
+    write (:func:`check_replaceable`)."""
+    check_replaceable(path)
+    return write_atomic(path, data)
+
+
 def write_atomic(path: str | Path, data: str | bytes) -> Path:
     """Write ``data`` to ``path`` through a temporary file and a rename (inside ``staged_outputs``, the rename
     waits for the block's end)."""
@@ -178,4 +235,4 @@ def _key(key: Any) -> str:
 
 
 def write_json(path: str | Path, obj: Any) -> Path:
-    return write_atomic(path, dumps_json(obj))
+    return write_output(path, dumps_json(obj))

@@ -1,0 +1,66 @@
+"""No file that is not ours replaced: an output option (--json, --out, --gantt, --trace) refuses an existing file
+that simtrain did not write, with exit 2 and one sentence, and leaves it byte for byte; simtrain's own earlier
+outputs (and empty files) are replaced as before (simtrain.report.outputs.check_replaceable). Found by a user-level
+audit: `sweep --out p.csv` replaced a user's p.csv."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import REPO, run_cli
+
+SCENARIO = str(REPO / "scenarios" / "pp4_dp4.yaml")
+#: files other programs write: a spreadsheet export, a hand-written JSON, a PyTorch-profiler trace, a web page
+THEIRS = {"p.csv": "name,salary\nalice,100\n", "precious.json": '{"salary": 100}\n',
+          "t.json": '{\n  "schemaVersion": 1,\n  "traceEvents": []\n}\n',
+          "mine.html": "<html><body>notes</body></html>\n"}
+
+
+@pytest.mark.parametrize(("name", "args"), [
+    ("precious.json", ["run", SCENARIO, "--json", "{}"]),
+    ("mine.html", ["run", SCENARIO, "--gantt", "{}"]),
+    ("t.json", ["run", SCENARIO, "--trace", "{}"]),
+    ("p.csv", ["sweep", SCENARIO, "--grid", "training.micro_batch=1,2", "--out", "{}"]),
+])
+def test_an_output_option_never_replaces_another_programs_file(tmp_path, capsys, name, args):
+    target = tmp_path / name
+    target.write_text(THEIRS[name], encoding="utf-8")
+    code, _, err = run_cli([a.replace("{}", str(target)) for a in args], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert "exists and is not a file simtrain wrote" in err and name in err, err
+    assert target.read_text(encoding="utf-8") == THEIRS[name]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]      # nothing beside it either
+
+
+def test_simtrains_own_outputs_and_empty_files_are_replaced(tmp_path, capsys):
+    """Run twice into the same report, chart, trace and table: the second run replaces the first's files; an empty
+    file (made by touch or mktemp) is replaced too."""
+    out = {k: tmp_path / k for k in ("r.json", "g.html", "t.json", "s.csv", "empty.json")}
+    out["empty.json"].write_text("", encoding="utf-8")
+    for _ in range(2):
+        code, _, err = run_cli(["run", SCENARIO, "--json", str(out["r.json"]), "--gantt", str(out["g.html"]),
+                                "--trace", str(out["t.json"])], capsys)
+        assert code == 0, err
+        code, _, err = run_cli(["sweep", SCENARIO, "--grid", "training.micro_batch=1", "--out", str(out["s.csv"])],
+                               capsys)
+        assert code == 0, err
+    code, _, err = run_cli(["memory", SCENARIO, "--json", str(out["empty.json"])], capsys)
+    assert code == 0, err
+    assert out["empty.json"].read_text(encoding="utf-8").startswith('{\n "')
+
+
+def test_write_table_rewrites_a_table_with_the_same_header(tmp_path):
+    """A DataFrame written by simtrain.decide write_table may lack simtrain's own columns: the file is still
+    recognised as the same table by its header line, while a different CSV is refused."""
+    import pandas as pd
+
+    from simtrain.decide.sweep_files import write_table
+    from simtrain.spec.errors import InputError
+
+    path = tmp_path / "t.csv"
+    write_table(pd.DataFrame({"a": [1], "b": [2]}), path)
+    write_table(pd.DataFrame({"a": [3], "b": [4]}), path)
+    assert path.read_text(encoding="utf-8") == "a,b\n3,4\n"
+    path.write_text("x,y\n1,2\n", encoding="utf-8")
+    with pytest.raises(InputError, match="not a file simtrain wrote"):
+        write_table(pd.DataFrame({"a": [5], "b": [6]}), path)
+    assert path.read_text(encoding="utf-8") == "x,y\n1,2\n"
