@@ -64,3 +64,14 @@ def test_write_table_rewrites_a_table_with_the_same_header(tmp_path):
     with pytest.raises(InputError, match="not a file simtrain wrote"):
         write_table(pd.DataFrame({"a": [5], "b": [6]}), path)
     assert path.read_text(encoding="utf-8") == "x,y\n1,2\n"
+
+
+def test_a_folder_where_no_file_can_be_made_names_the_target_not_the_temporary(capsys):
+    """simtrain writes a temporary file beside the target and renames it: where no file can be made (/proc, even
+    for root), exit 2 names the file asked for (it named '/proc/.r.json.xxxx.tmp' before)."""
+    import os
+    if not os.path.isdir("/proc/self"):
+        pytest.skip("needs Linux's /proc")
+    code, _, err = run_cli(["memory", SCENARIO, "--json", "/proc/simtrain-r.json"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("error: cannot write '/proc/simtrain-r.json': ") and ".tmp" not in err, err

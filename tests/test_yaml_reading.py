@@ -134,3 +134,16 @@ def test_a_huge_value_is_quoted_short_in_the_one_line_message(tmp_path, capsys):
     assert code == 2 and len(err.strip().splitlines()) == 1, err[:300]
     assert "training.precision: [7, 7, 7" in err and "is not allowed (allowed: 'bf16'" in err, err[:300]
     assert len(err) < 300, len(err)     # the 300,000-character value is cut to 60 characters
+
+
+@pytest.mark.parametrize(("value", "says"), [
+    ("[10, 10, ten, 10]", "parallel.layers_per_stage.2: 'ten' is not a whole number"),
+    ("autox", "parallel.layers_per_stage: 'autox' is not allowed (did you mean 'auto'?) (allowed: 'auto', or a list)"),
+])
+def test_a_field_of_a_word_or_a_list_names_the_field_not_the_union_branch(capsys, value, says):
+    """layers_per_stage takes 'auto' or a list of whole numbers: the field is named as the file writes it (not
+    'layers_per_stage.list[int].2', pydantic's branch), and a wrong word is told that 'auto' and a list are allowed."""
+    from conftest import REPO, run_cli
+    code, _, err = run_cli(["run", str(REPO / "scenarios" / "pp4_dp4.yaml"), "--set",
+                            f"parallel.layers_per_stage={value}"], capsys)
+    assert code == 2 and says in err and "list[int]" not in err, err

@@ -176,7 +176,11 @@ def write_atomic(path: str | Path, data: str | bytes) -> Path:
             stage.append((raw, path))
         return path
     mode = "wb" if isinstance(data, bytes) else "w"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
+    except OSError as err:      # a read-only folder, /proc, a full disk: name the file asked for, not the temporary
+        raise InputError(f"cannot write '{path}': {err.strerror} (simtrain writes a temporary file in "
+                         f"'{parent}' and renames it over the target)") from None
     try:
         with os.fdopen(fd, mode, **({} if mode == "wb" else {"encoding": "utf-8"})) as fh:
             fh.write(data)

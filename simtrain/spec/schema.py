@@ -8,6 +8,7 @@ the rest. A misspelt key comes first (``trainig:`` also makes ``training``
 
 from __future__ import annotations
 
+import re
 import types
 from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
@@ -246,16 +247,32 @@ def _describe(err: dict, model: type[BaseModel]) -> str:
 
 
 def _pick(errors: list[dict]) -> dict:
-    """The error to show: a misspelt key first (it usually explains a 'missing' one), else the first."""
+    """The error to show: a misspelt key first (it usually explains a 'missing' one); for a word where a field takes
+    a word or a list (``layers_per_stage: autox``), the word's error, naming the list too; else the first."""
     for err in errors:
         if err["type"] == "extra_forbidden":
             return err
-    return errors[0]
+    first = errors[0]
+    if isinstance(first.get("input"), str):
+        where = _dotted(tuple(first["loc"]))
+        for err in errors:
+            if err["type"] == "literal_error" and _dotted(tuple(err["loc"])) == where:
+                lists = any(e["type"] == "list_type" and _dotted(tuple(e["loc"])) == where for e in errors)
+                ctx = dict(err.get("ctx", {}))
+                if lists:
+                    ctx["expected"] = f"{ctx.get('expected', '')}, or a list"
+                return {**err, "ctx": ctx}
+    return first
+
+
+#: a step of pydantic's location that names a branch of a union ('list[int]', "literal['auto']"), not a key
+_UNION_STEP = re.compile(r"^(?:list|dict|tuple|set|literal|function-[a-z]+)\[.*\]$")
 
 
 def _dotted(loc: tuple) -> str:
-    """pydantic's location without its internal steps ('[key]', 'function-after[...]')."""
-    return ".".join(str(p) for p in loc if not (isinstance(p, str) and (p.startswith("function-") or p == "[key]")))
+    """pydantic's location without its internal steps ('[key]', 'function-after[...]', a union's 'list[int]')."""
+    return ".".join(str(p) for p in loc
+                    if not (isinstance(p, str) and (p.startswith("function-") or p == "[key]" or _UNION_STEP.match(p))))
 
 
 def validate(model: type[T], data: Any, *, file: str | None, prefix: str = "", root: Any = None,
