@@ -151,3 +151,18 @@ def resolve_variant(scenario, layout: dict, max_memory: float):
         if within(moved):
             return moved, {**plain, key: value}
     return None
+
+
+def write_hf_config(tmp_path: Path, config: dict) -> Path:
+    """Write ``config`` as an indented ``m/config.json`` under ``tmp_path`` (one key a line) and return its path."""
+    import json
+
+    path = tmp_path / "m" / "config.json"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps(config, indent=2), encoding="utf-8")
+    return path
+
+
+def json_key_line(path: Path, key: str) -> int:
+    """The line of ``"key":`` in a JSON file written one key a line."""
+    return next(n for n, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if f'"{key}":' in text)

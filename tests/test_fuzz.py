@@ -87,7 +87,8 @@ EXTRA_HW = [("memory_overheads", "fragmentation"), ("compute", "gemm_efficiency"
             ("gpu", "peak_flops", "fp16")]
 EXTRA_MODEL = [("kv_heads",), ("position_embeddings",), ("max_positions",), ("attention_window",), ("mlp",)]
 EXTRA_HF = ["num_key_value_heads", "sliding_window", "n_positions", "tie_word_embeddings", "head_dim", "rope_theta",
-            "num_local_experts", "hidden_act", "_name_or_path", "n_inner", "attention_bias"]
+            "num_local_experts", "hidden_act", "_name_or_path", "n_inner", "attention_bias", "mlp_bias",
+            "use_sliding_window", "hidden_activation", "attn_logit_softcapping", "is_encoder_decoder"]
 
 
 def _finite_json(text: str) -> None:

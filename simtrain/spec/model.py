@@ -156,6 +156,10 @@ class ModelSpec(Closed):
         None, description="sliding-window attention width (HF sliding_window) on every layer; informational: "
                           "simtrain costs full causal attention, so a longer training.seq_len warns")
     attention: AttentionSpec = Field(AttentionSpec(), description="attention kind (mha, mla), sliding windows, sinks")
+    unmodelled: tuple[str, ...] = Field(
+        (), description="what the source model has that simtrain does not cost or count, one phrase each (the "
+                        "HuggingFace config reader fills it: Gemma-2's logit softcapping, an unknown model_type...); "
+                        "informational: each is a warning")
     moe: MoESpec | None = Field(None, description="mixture of experts; null = dense")
     mtp_layers: NonNegativeInt = Field(0, description="DeepSeek-V3 multi-token-prediction modules (one layer plus a "
                                                       "projection each), run on the last pipeline stage")

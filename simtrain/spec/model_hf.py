@@ -1,5 +1,7 @@
-"""HuggingFace ``config.json`` files as :class:`~simtrain.spec.model.ModelSpec`: Llama, Mistral, Qwen2, GPT-2
-style dense models, and the mixture-of-experts families Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek (V1-V3) and GPT-OSS.
+"""HuggingFace ``config.json`` files as :class:`~simtrain.spec.model.ModelSpec`: Llama, Mistral, Qwen2, Qwen3,
+Phi-3, Gemma (1-3), GPT-2 style dense models, and the mixture-of-experts families Mixtral, Qwen2-MoE, Qwen3-MoE,
+DeepSeek (V1-V3) and GPT-OSS. Another decoder's model_type is read as a dense decoder-only transformer with a warning;
+encoder-only and encoder-decoder models are refused.
 
 Field names and class defaults are transformers' configuration classes (configuration_mixtral.py,
 configuration_qwen2_moe.py, configuration_qwen3_moe.py, configuration_deepseek_v2.py / _v3.py,
@@ -43,7 +45,39 @@ _MOE_FAMILIES = {
     "gpt_oss": ("num_local_experts", 128, 4, None),
 }
 
-_GATED = {"llama", "mistral", "qwen2", "qwen3", "gemma", *_MOE_FAMILIES}
+#: families whose MLP is gated, 3 matrices (gate, up, down): LlamaMLP, MistralMLP, Qwen2MLP, Qwen3MLP, Phi3MLP (gate_up
+#: fused, 2 f x h), and GemmaMLP / Gemma2MLP / Gemma3MLP (gate_proj, up_proj, down_proj with gelu_pytorch_tanh: GeGLU,
+#: the same matrices as SwiGLU) in transformers' modeling_*.py
+_GATED = {"llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3_text", *_MOE_FAMILIES}
+
+#: the model types this reader builds as their transformers classes do (counts checked against published totals or
+#: hand counts in tests/test_hf_config.py, test_moe_models.py, test_model_hf_gemma.py); any other decoder is read as
+#: the dense decoder its keys describe, with a warning
+_KNOWN = {"gpt2", *_GATED}
+
+#: Gemma-2 and Gemma-3 layers: four RMSNorms (input, post_attention, pre_feedforward, post_feedforward; transformers
+#: Gemma2DecoderLayer / Gemma3DecoderLayer); simtrain counts and times two per layer
+_FOUR_NORMS = {"gemma2", "gemma3_text"}
+
+#: class defaults of the keys Gemma adds (transformers Gemma2Config: sliding_window 4096, attn_logit_softcapping
+#: 50.0, final_logit_softcapping 30.0; Gemma3TextConfig: sliding_window 4096, no capping)
+_GEMMA_DEFAULTS = {
+    "gemma2": {"sliding_window": 4096, "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0},
+    "gemma3_text": {"sliding_window": 4096},
+}
+
+#: encoder-only and encoder-decoder families (the model_type of their transformers configuration classes): simtrain
+#: simulates decoder-only training, and their encoders (bidirectional, cross-attention) are nothing it builds
+_NOT_DECODERS = {
+    **dict.fromkeys(("bert", "roberta", "xlm-roberta", "xlm-roberta-xl", "distilbert", "albert", "electra", "deberta",
+                     "deberta-v2", "camembert", "mpnet", "modernbert", "megatron-bert", "big_bird", "longformer",
+                     "ernie", "esm", "funnel", "mobilebert", "squeezebert", "roformer", "rembert", "convbert"),
+                    "an encoder-only model"),
+    **dict.fromkeys(("t5", "mt5", "umt5", "longt5", "switch_transformers", "bart", "mbart", "pegasus", "pegasus_x",
+                     "marian", "m2m_100", "nllb-moe", "blenderbot", "blenderbot-small", "led", "fsmt", "prophetnet",
+                     "bigbird_pegasus", "whisper", "speech_to_text", "seamless_m4t", "encoder-decoder"),
+                    "an encoder-decoder model"),
+}
 
 
 #: a config's dropout probabilities (transformers: LlamaConfig/MistralConfig/Qwen2Config attention_dropout,
@@ -74,14 +108,18 @@ def from_hf_config(config: dict[str, Any], *, file: str, name: str | None = None
     experts in a family whose routing keys simtrain does not read) is refused rather than read as the
     nearest model it does build.
     """
-    for key in ("model_type", "hidden_act", "activation_function", "_name_or_path"):   # names: text, or absent
+    for key in ("model_type", "hidden_act", "hidden_activation", "activation_function", "_name_or_path"):  # text
         if config.get(key) is not None and not isinstance(config[key], str):
             raise InputError(f"{_json_value(config[key])} is not text (a name, e.g. \"llama\")", file=file,
                              line=_json_line(text, key), field=key)
+    _refuse_encoders(config, file, text)
     # multi_query last: in a Falcon config the parallel block is the news, not the missing mapping
     for key, message in sorted(_unsupported(config), key=lambda problem: problem[0] == "multi_query"):
         raise InputError(message, file=file, line=_json_line(text, key.rsplit(".", 1)[-1]), field=key)
     model_type = str(config.get("model_type"))
+    _check_values(config, model_type, file, text)
+    config = {**_GEMMA_DEFAULTS.get(model_type, {}), **config}      # a key left out takes its class default
+    notes: list[str] = []
     out: dict[str, Any] = {"name": name or config.get("_name_or_path") or config.get("model_type", "hf-model")}
     source: dict[str, str] = {}
     for key, ours in _HF_KEYS.items():
@@ -94,7 +132,9 @@ def from_hf_config(config: dict[str, Any], *, file: str, name: str | None = None
                                  file=file, line=_json_line(text, key), field=key)
             out[ours] = value
             source[ours] = key
-    act = str(config.get("hidden_act", config.get("activation_function", "gelu")))
+    # Gemma-2/3 name the MLP's activation hidden_activation (GemmaConfig: hidden_activation over hidden_act)
+    act = str(config.get("hidden_activation") or config.get("hidden_act") or config.get("activation_function")
+              or "gelu")
     gated = model_type in _GATED or act == "silu"
     out["mlp"] = "swiglu" if gated else "gelu"
     if "ffn_hidden" not in out and "hidden" in out:
@@ -114,29 +154,44 @@ def from_hf_config(config: dict[str, Any], *, file: str, name: str | None = None
     # a config.json without tie_word_embeddings means its class's default (transformers' PreTrainedConfig: True;
     # LlamaConfig, MistralConfig, Qwen2Config...: False; GemmaConfig: True)
     out.setdefault("tied_embeddings", _TIED_BY_DEFAULT.get(model_type, True))
-    positions = config.get("max_position_embeddings", config.get("n_positions"))
-    if is_number(positions) and not isinstance(positions, bool) and positions > 0:
-        out["max_positions"] = int(positions)
+    positions_key = "max_position_embeddings" if "max_position_embeddings" in config else "n_positions"
+    if config.get(positions_key) is not None:           # a positive whole number (_check_values)
+        out["max_positions"] = int(config[positions_key])
+        source["max_positions"] = positions_key
     head_dim = config.get("head_dim")
     if head_dim is not None and "hidden" in out and "heads" in out and is_number(out["heads"]) and \
             head_dim * out["heads"] != out["hidden"]:
         out["head_dim"] = head_dim      # only when it differs: a model with hidden / heads heads stays as it was
         source["head_dim"] = "head_dim"
-    if model_type == "qwen3_moe" or model_type == "qwen3":
-        out["qk_norm"] = True           # Qwen3 RMSNorm(head_dim) on q and k (transformers modeling_qwen3*.py)
+    if model_type in {"qwen3", "qwen3_moe", "gemma3_text"}:
+        out["qk_norm"] = True   # RMSNorm(head_dim) on q and k (transformers modeling_qwen3*.py, Gemma3Attention)
     if model_type in _MOE_FAMILIES:
         _moe_fields(config, model_type, out, source, file, text)
+    elif model_type == "gemma2" and config["sliding_window"] is not None:
+        # Gemma2DecoderLayer: is_sliding = not bool(layer_idx % 2), a window on the even layers, full attention on
+        # the odd ones: simtrain's sliding_window_every 2, as GPT-OSS
+        _check_alternating(config, out, file, text)
+        out["attention"] = {"sliding_window": int(config["sliding_window"]), "sliding_window_every": 2}
+        source["attention.sliding_window"] = "sliding_window"
+    elif model_type == "gemma3_text" and config["sliding_window"] is not None:
+        notes.append(f"sliding_window {config['sliding_window']}: Gemma-3 windows five layers of every six (sliding_"
+                     "window_pattern, layer_types), which simtrain does not model: it costs full causal attention on "
+                     "every layer, so attention time and memory are overestimated")
     else:
         window = config.get("sliding_window")
         # Qwen2/Qwen3 configs window only with use_sliding_window (default False in Qwen2Config/Qwen3Config)
         windowed = config.get("use_sliding_window", False) if model_type in {"qwen2", "qwen3"} else True
-        if windowed and is_number(window) and not isinstance(window, bool) and window > 0:
+        if windowed and window is not None:              # a positive whole number (_check_values)
             out["attention_window"] = int(window)
+            source["attention_window"] = "sliding_window"
+    notes += _unmodelled(config, model_type, out)
+    if notes:
+        out["unmodelled"] = notes
     dropout = hf_dropout(config)
     if dropout is not None:
         out["dropout"] = dropout
     try:
-        return validate(ModelSpec, out, file=file)
+        spec = validate(ModelSpec, out, file=file)
     except InputError as err:
         field = err.field or ""
         ours = field.split(".")[0]
@@ -146,6 +201,104 @@ def from_hf_config(config: dict[str, Any], *, file: str, name: str | None = None
         message = f"{err.message} (HuggingFace key for simtrain's '{field}')" if field else err.message
         raise InputError(message, file=file, line=None if missing else _json_line(text, source.get(field, hf_key)),
                          field=hf_key if field else None) from None
+    if model_type not in _KNOWN:
+        shown = f"model_type {_json_value(config['model_type'])} is not" if "model_type" in config else \
+            "no model_type names"
+        note = (f"{shown} a family simtrain reads as its transformers class does ({', '.join(sorted(_KNOWN))}): read "
+                f"as a dense decoder-only transformer of {spec.params_total:,} parameters; check the parameter count")
+        spec = spec.model_copy(update={"unmodelled": (note, *spec.unmodelled)})
+    return spec
+
+
+def _refuse_encoders(config: dict[str, Any], file: str, text: str | None) -> None:
+    """Encoder-only and encoder-decoder configs: simtrain simulates decoder-only training."""
+    model_type = config.get("model_type")
+    kind = _NOT_DECODERS.get(model_type) if isinstance(model_type, str) else None
+    if kind is None and config.get("is_encoder_decoder") is True:
+        kind, model_type = "an encoder-decoder model", None
+    if kind is not None:
+        key = "model_type" if model_type is not None else "is_encoder_decoder"
+        what = f"{_json_value(model_type)} is" if model_type is not None else "true makes this"
+        raise InputError(f"{what} {kind}, and simtrain simulates decoder-only training (allowed: a decoder-only "
+                         f"model_type, such as {', '.join(sorted(_KNOWN))})", file=file, line=_json_line(text, key),
+                         field=key)
+
+
+def _unmodelled(config: dict[str, Any], model_type: str, out: dict[str, Any]) -> list[str]:
+    """What a config describes that simtrain neither costs nor counts, one phrase each (warnings, not errors)."""
+    notes = []
+    for key, what in (("attn_logit_softcapping", "the attention scores"),
+                      ("final_logit_softcapping", "the output logits")):
+        if config.get(key) is not None:
+            notes.append(f"{key} {config[key]:g}: {what} are capped (c x tanh(x / c), as in Gemma-2), which simtrain "
+                         "does not cost")
+    if model_type in _FOUR_NORMS and is_number(out.get("hidden")) and is_number(out.get("layers")):
+        extra = 2 * out["hidden"] * out["layers"]
+        notes.append(f"post_attention_layernorm and post_feedforward_layernorm: two more RMSNorms per layer (four in "
+                     f"all) are neither counted ({extra:,.0f} weights) nor timed; simtrain builds two per layer")
+    return notes
+
+
+def _check_alternating(config: dict[str, Any], out: dict[str, Any], file: str, text: str | None) -> None:
+    """A ``layer_types`` list must be the alternation simtrain builds: sliding on the even layers, full on the odd."""
+    layer_types = config.get("layer_types")
+    alternate = [("sliding_attention" if i % 2 == 0 else "full_attention") for i in range(out["layers"])] \
+        if isinstance(out.get("layers"), int) else None
+    if layer_types is not None and layer_types != alternate:
+        raise InputError("lists a pattern of sliding and full attention other than the alternating one "
+                         "(sliding on even layers), which simtrain does not model", file=file,
+                         line=_json_line(text, "layer_types"), field="layer_types")
+
+
+#: the numbers the reader takes besides _HF_KEYS (those go through ModelSpec's own checks): key -> (least value,
+#: null allowed, what the number is); the MoE keys only in the families that read them
+_COUNTS: dict[str, tuple[int, bool, str]] = {
+    "sliding_window": (1, True, "the tokens a sliding-window layer attends to; null for none"),
+    "max_position_embeddings": (1, False, "the longest sequence the model was built for"),
+    "n_positions": (1, False, "the rows of GPT-2's learned position table"),
+}
+_MOE_COUNTS: dict[str, tuple[int, bool, str]] = {
+    "num_local_experts": (1, True, "routed experts per layer"),
+    "num_experts": (1, True, "routed experts per layer"),
+    "n_routed_experts": (1, True, "routed experts per layer"),
+    "num_experts_per_tok": (1, True, "the experts each token is routed to"),
+    "moe_intermediate_size": (1, True, "the inner width of one expert"),
+    "shared_expert_intermediate_size": (0, True, "the inner width of the shared expert; 0 for none"),
+    "n_shared_experts": (0, True, "always-active experts per layer"),
+    "first_k_dense_replace": (0, True, "leading layers with a dense MLP"),
+    "num_nextn_predict_layers": (0, True, "multi-token-prediction modules"),
+    "n_group": (1, True, "expert groups"),
+    "topk_group": (1, True, "the expert groups each token may use"),
+    "kv_lora_rank": (1, True, "the key/value latent width"),
+    "q_lora_rank": (1, True, "the query latent width; null for none"),
+    "qk_nope_head_dim": (1, True, "the per-head query/key width without RoPE"),
+    "qk_rope_head_dim": (1, True, "the per-head RoPE width"),
+    "v_head_dim": (1, True, "the per-head value width"),
+}
+#: booleans the reader takes besides tie_word_embeddings
+_FLAGS = ("attention_bias", "mlp_bias", "use_sliding_window", "is_encoder_decoder")
+#: numbers the reader only warns about: positive, or null for none
+_CAPS = ("attn_logit_softcapping", "final_logit_softcapping")
+
+
+def _check_values(config: dict[str, Any], model_type: str, file: str, text: str | None) -> None:
+    """Each number and boolean the reader takes outside _HF_KEYS, in range and of its type; else the key is named."""
+    counts = {**_COUNTS, **(_MOE_COUNTS if model_type in _MOE_FAMILIES else {})}
+    for key, value in config.items():
+        problem = None
+        if key in counts:
+            least, nullable, what = counts[key]
+            if value is None and nullable:
+                continue
+            if not is_number(value) or value != int(value) or value < least:
+                kind = "a positive whole number" if least == 1 else "a whole number >= 0"
+                problem = f"{_json_value(value)} is not {kind}{' or null' if nullable else ''} ({what})"
+        elif key in _FLAGS and value is not None and not isinstance(value, bool):
+            problem = f"{_json_value(value)} is not true or false"
+        elif key in _CAPS and value is not None and (not is_number(value) or value <= 0):
+            problem = f"{_json_value(value)} is not a positive number or null (the cap c of c x tanh(x / c))"
+        if problem:
+            raise InputError(problem, file=file, line=_json_line(text, key), field=key)
 
 
 def _moe_fields(config: dict[str, Any], model_type: str, out: dict[str, Any], source: dict[str, str],
@@ -199,14 +352,9 @@ def _moe_fields(config: dict[str, Any], model_type: str, out: dict[str, Any], so
         attention: dict[str, Any] = {"sinks": True}
         window = get("sliding_window", 128)
         if window:
-            layer_types = config.get("layer_types")
-            alternate = [("sliding_attention" if i % 2 == 0 else "full_attention") for i in range(out["layers"])] \
-                if isinstance(out.get("layers"), int) else None
-            if layer_types is not None and layer_types != alternate:
-                raise InputError("lists a pattern of sliding and full attention other than the alternating one "
-                                 "(sliding on even layers), which simtrain does not model", file=file,
-                                 line=_json_line(text, "layer_types"), field="layer_types")
+            _check_alternating(config, out, file, text)
             attention.update(sliding_window=window, sliding_window_every=2)
+            source["attention.sliding_window"] = "sliding_window"
         out["attention"] = attention
     out["moe"] = moe
 

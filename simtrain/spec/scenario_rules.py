@@ -398,6 +398,7 @@ def setup_warnings(s) -> list[str]:   # s: a simtrain.spec.scenario.Scenario
     if m.attention_window and seq > m.attention_window:
         out.append(f"the model attends within a sliding window of {m.attention_window} tokens; simtrain costs "
                    f"full causal attention over {seq}, so attention time and memory are overestimated")
+    out += [f"model {m.name}: {note}" for note in m.unmodelled]
     effects = {"compute": "kernels run at the datasheet peaks, so step time is optimistic",
                "memory_overheads": "memory has no framework overhead or fragmentation, so peak memory is optimistic"}
     missing = [key for key in effects if key not in s.hardware.model_fields_set]
