@@ -20,6 +20,14 @@ from typing import Any
 
 from simtrain.spec.errors import InputError
 from simtrain.spec.model import ModelSpec
+from simtrain.spec.model_hf_checks import (
+    check_alternating,
+    check_values,
+    json_line,
+    json_value,
+    refuse_encoders,
+    unmodelled,
+)
 from simtrain.spec.schema import validate
 from simtrain.spec.units import is_number
 from simtrain.spec.yamlio import read_text
@@ -55,30 +63,12 @@ _GATED = {"llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemm
 #: the dense decoder its keys describe, with a warning
 _KNOWN = {"gpt2", *_GATED}
 
-#: Gemma-2 and Gemma-3 layers: four RMSNorms (input, post_attention, pre_feedforward, post_feedforward; transformers
-#: Gemma2DecoderLayer / Gemma3DecoderLayer); simtrain counts and times two per layer
-_FOUR_NORMS = {"gemma2", "gemma3_text"}
-
 #: class defaults of the keys Gemma adds (transformers Gemma2Config: sliding_window 4096, attn_logit_softcapping
 #: 50.0, final_logit_softcapping 30.0; Gemma3TextConfig: sliding_window 4096, no capping)
 _GEMMA_DEFAULTS = {
     "gemma2": {"sliding_window": 4096, "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0},
     "gemma3_text": {"sliding_window": 4096},
 }
-
-#: encoder-only and encoder-decoder families (the model_type of their transformers configuration classes): simtrain
-#: simulates decoder-only training, and their encoders (bidirectional, cross-attention) are nothing it builds
-_NOT_DECODERS = {
-    **dict.fromkeys(("bert", "roberta", "xlm-roberta", "xlm-roberta-xl", "distilbert", "albert", "electra", "deberta",
-                     "deberta-v2", "camembert", "mpnet", "modernbert", "megatron-bert", "big_bird", "longformer",
-                     "ernie", "esm", "funnel", "mobilebert", "squeezebert", "roformer", "rembert", "convbert"),
-                    "an encoder-only model"),
-    **dict.fromkeys(("t5", "mt5", "umt5", "longt5", "switch_transformers", "bart", "mbart", "pegasus", "pegasus_x",
-                     "marian", "m2m_100", "nllb-moe", "blenderbot", "blenderbot-small", "led", "fsmt", "prophetnet",
-                     "bigbird_pegasus", "whisper", "speech_to_text", "seamless_m4t", "encoder-decoder"),
-                    "an encoder-decoder model"),
-}
-
 
 #: a config's dropout probabilities (transformers: LlamaConfig/MistralConfig/Qwen2Config attention_dropout,
 #: GPT2Config resid_pdrop/embd_pdrop/attn_pdrop, BertConfig-style hidden_dropout_prob...)
@@ -110,14 +100,14 @@ def from_hf_config(config: dict[str, Any], *, file: str, name: str | None = None
     """
     for key in ("model_type", "hidden_act", "hidden_activation", "activation_function", "_name_or_path"):  # text
         if config.get(key) is not None and not isinstance(config[key], str):
-            raise InputError(f"{_json_value(config[key])} is not text (a name, e.g. \"llama\")", file=file,
-                             line=_json_line(text, key), field=key)
-    _refuse_encoders(config, file, text)
+            raise InputError(f"{json_value(config[key])} is not text (a name, e.g. \"llama\")", file=file,
+                             line=json_line(text, key), field=key)
+    refuse_encoders(config, file, text, _KNOWN)
     # multi_query last: in a Falcon config the parallel block is the news, not the missing mapping
     for key, message in sorted(_unsupported(config), key=lambda problem: problem[0] == "multi_query"):
-        raise InputError(message, file=file, line=_json_line(text, key.rsplit(".", 1)[-1]), field=key)
+        raise InputError(message, file=file, line=json_line(text, key.rsplit(".", 1)[-1]), field=key)
     model_type = str(config.get("model_type"))
-    _check_values(config, model_type, file, text)
+    check_values(config, model_type in _MOE_FAMILIES, file, text)
     config = {**_GEMMA_DEFAULTS.get(model_type, {}), **config}      # a key left out takes its class default
     notes: list[str] = []
     out: dict[str, Any] = {"name": name or config.get("_name_or_path") or config.get("model_type", "hf-model")}
@@ -128,8 +118,8 @@ def from_hf_config(config: dict[str, Any], *, file: str, name: str | None = None
             # transformers writes these as JSON numbers and booleans; text here is a hand edit gone wrong
             wanted = "true or false" if ours == "tied_embeddings" else "a whole number"
             if isinstance(value, str) or (ours == "tied_embeddings" and not isinstance(value, bool)):
-                raise InputError(f"{_json_value(value)} is not {wanted} (HuggingFace key for simtrain's '{ours}')",
-                                 file=file, line=_json_line(text, key), field=key)
+                raise InputError(f"{json_value(value)} is not {wanted} (HuggingFace key for simtrain's '{ours}')",
+                                 file=file, line=json_line(text, key), field=key)
             out[ours] = value
             source[ours] = key
     # Gemma-2/3 name the MLP's activation hidden_activation (GemmaConfig: hidden_activation over hidden_act)
@@ -155,7 +145,7 @@ def from_hf_config(config: dict[str, Any], *, file: str, name: str | None = None
     # LlamaConfig, MistralConfig, Qwen2Config...: False; GemmaConfig: True)
     out.setdefault("tied_embeddings", _TIED_BY_DEFAULT.get(model_type, True))
     positions_key = "max_position_embeddings" if "max_position_embeddings" in config else "n_positions"
-    if config.get(positions_key) is not None:           # a positive whole number (_check_values)
+    if config.get(positions_key) is not None:           # a positive whole number (model_hf_checks.check_values)
         out["max_positions"] = int(config[positions_key])
         source["max_positions"] = positions_key
     head_dim = config.get("head_dim")
@@ -170,7 +160,7 @@ def from_hf_config(config: dict[str, Any], *, file: str, name: str | None = None
     elif model_type == "gemma2" and config["sliding_window"] is not None:
         # Gemma2DecoderLayer: is_sliding = not bool(layer_idx % 2), a window on the even layers, full attention on
         # the odd ones: simtrain's sliding_window_every 2, as GPT-OSS
-        _check_alternating(config, out, file, text)
+        check_alternating(config, out, file, text)
         out["attention"] = {"sliding_window": int(config["sliding_window"]), "sliding_window_every": 2}
         source["attention.sliding_window"] = "sliding_window"
     elif model_type == "gemma3_text" and config["sliding_window"] is not None:
@@ -181,10 +171,10 @@ def from_hf_config(config: dict[str, Any], *, file: str, name: str | None = None
         window = config.get("sliding_window")
         # Qwen2/Qwen3 configs window only with use_sliding_window (default False in Qwen2Config/Qwen3Config)
         windowed = config.get("use_sliding_window", False) if model_type in {"qwen2", "qwen3"} else True
-        if windowed and window is not None:              # a positive whole number (_check_values)
+        if windowed and window is not None:              # a positive whole number (model_hf_checks.check_values)
             out["attention_window"] = int(window)
             source["attention_window"] = "sliding_window"
-    notes += _unmodelled(config, model_type, out)
+    notes += unmodelled(config, model_type, out)
     if notes:
         out["unmodelled"] = notes
     dropout = hf_dropout(config)
@@ -199,106 +189,15 @@ def from_hf_config(config: dict[str, Any], *, file: str, name: str | None = None
         hf_key = source.get(field) or source.get(ours) or " or ".join(
             k for k, v in _HF_KEYS.items() if v == ours) or field
         message = f"{err.message} (HuggingFace key for simtrain's '{field}')" if field else err.message
-        raise InputError(message, file=file, line=None if missing else _json_line(text, source.get(field, hf_key)),
+        raise InputError(message, file=file, line=None if missing else json_line(text, source.get(field, hf_key)),
                          field=hf_key if field else None) from None
     if model_type not in _KNOWN:
-        shown = f"model_type {_json_value(config['model_type'])} is not" if "model_type" in config else \
+        shown = f"model_type {json_value(config['model_type'])} is not" if "model_type" in config else \
             "no model_type names"
         note = (f"{shown} a family simtrain reads as its transformers class does ({', '.join(sorted(_KNOWN))}): read "
                 f"as a dense decoder-only transformer of {spec.params_total:,} parameters; check the parameter count")
         spec = spec.model_copy(update={"unmodelled": (note, *spec.unmodelled)})
     return spec
-
-
-def _refuse_encoders(config: dict[str, Any], file: str, text: str | None) -> None:
-    """Encoder-only and encoder-decoder configs: simtrain simulates decoder-only training."""
-    model_type = config.get("model_type")
-    kind = _NOT_DECODERS.get(model_type) if isinstance(model_type, str) else None
-    if kind is None and config.get("is_encoder_decoder") is True:
-        kind, model_type = "an encoder-decoder model", None
-    if kind is not None:
-        key = "model_type" if model_type is not None else "is_encoder_decoder"
-        what = f"{_json_value(model_type)} is" if model_type is not None else "true makes this"
-        raise InputError(f"{what} {kind}, and simtrain simulates decoder-only training (allowed: a decoder-only "
-                         f"model_type, such as {', '.join(sorted(_KNOWN))})", file=file, line=_json_line(text, key),
-                         field=key)
-
-
-def _unmodelled(config: dict[str, Any], model_type: str, out: dict[str, Any]) -> list[str]:
-    """What a config describes that simtrain neither costs nor counts, one phrase each (warnings, not errors)."""
-    notes = []
-    for key, what in (("attn_logit_softcapping", "the attention scores"),
-                      ("final_logit_softcapping", "the output logits")):
-        if config.get(key) is not None:
-            notes.append(f"{key} {config[key]:g}: {what} are capped (c x tanh(x / c), as in Gemma-2), which simtrain "
-                         "does not cost")
-    if model_type in _FOUR_NORMS and is_number(out.get("hidden")) and is_number(out.get("layers")):
-        extra = 2 * out["hidden"] * out["layers"]
-        notes.append(f"post_attention_layernorm and post_feedforward_layernorm: two more RMSNorms per layer (four in "
-                     f"all) are neither counted ({extra:,.0f} weights) nor timed; simtrain builds two per layer")
-    return notes
-
-
-def _check_alternating(config: dict[str, Any], out: dict[str, Any], file: str, text: str | None) -> None:
-    """A ``layer_types`` list must be the alternation simtrain builds: sliding on the even layers, full on the odd."""
-    layer_types = config.get("layer_types")
-    alternate = [("sliding_attention" if i % 2 == 0 else "full_attention") for i in range(out["layers"])] \
-        if isinstance(out.get("layers"), int) else None
-    if layer_types is not None and layer_types != alternate:
-        raise InputError("lists a pattern of sliding and full attention other than the alternating one "
-                         "(sliding on even layers), which simtrain does not model", file=file,
-                         line=_json_line(text, "layer_types"), field="layer_types")
-
-
-#: the numbers the reader takes besides _HF_KEYS (those go through ModelSpec's own checks): key -> (least value,
-#: null allowed, what the number is); the MoE keys only in the families that read them
-_COUNTS: dict[str, tuple[int, bool, str]] = {
-    "sliding_window": (1, True, "the tokens a sliding-window layer attends to; null for none"),
-    "max_position_embeddings": (1, False, "the longest sequence the model was built for"),
-    "n_positions": (1, False, "the rows of GPT-2's learned position table"),
-}
-_MOE_COUNTS: dict[str, tuple[int, bool, str]] = {
-    "num_local_experts": (1, True, "routed experts per layer"),
-    "num_experts": (1, True, "routed experts per layer"),
-    "n_routed_experts": (1, True, "routed experts per layer"),
-    "num_experts_per_tok": (1, True, "the experts each token is routed to"),
-    "moe_intermediate_size": (1, True, "the inner width of one expert"),
-    "shared_expert_intermediate_size": (0, True, "the inner width of the shared expert; 0 for none"),
-    "n_shared_experts": (0, True, "always-active experts per layer"),
-    "first_k_dense_replace": (0, True, "leading layers with a dense MLP"),
-    "num_nextn_predict_layers": (0, True, "multi-token-prediction modules"),
-    "n_group": (1, True, "expert groups"),
-    "topk_group": (1, True, "the expert groups each token may use"),
-    "kv_lora_rank": (1, True, "the key/value latent width"),
-    "q_lora_rank": (1, True, "the query latent width; null for none"),
-    "qk_nope_head_dim": (1, True, "the per-head query/key width without RoPE"),
-    "qk_rope_head_dim": (1, True, "the per-head RoPE width"),
-    "v_head_dim": (1, True, "the per-head value width"),
-}
-#: booleans the reader takes besides tie_word_embeddings
-_FLAGS = ("attention_bias", "mlp_bias", "use_sliding_window", "is_encoder_decoder")
-#: numbers the reader only warns about: positive, or null for none
-_CAPS = ("attn_logit_softcapping", "final_logit_softcapping")
-
-
-def _check_values(config: dict[str, Any], model_type: str, file: str, text: str | None) -> None:
-    """Each number and boolean the reader takes outside _HF_KEYS, in range and of its type; else the key is named."""
-    counts = {**_COUNTS, **(_MOE_COUNTS if model_type in _MOE_FAMILIES else {})}
-    for key, value in config.items():
-        problem = None
-        if key in counts:
-            least, nullable, what = counts[key]
-            if value is None and nullable:
-                continue
-            if not is_number(value) or value != int(value) or value < least:
-                kind = "a positive whole number" if least == 1 else "a whole number >= 0"
-                problem = f"{_json_value(value)} is not {kind}{' or null' if nullable else ''} ({what})"
-        elif key in _FLAGS and value is not None and not isinstance(value, bool):
-            problem = f"{_json_value(value)} is not true or false"
-        elif key in _CAPS and value is not None and (not is_number(value) or value <= 0):
-            problem = f"{_json_value(value)} is not a positive number or null (the cap c of c x tanh(x / c))"
-        if problem:
-            raise InputError(problem, file=file, line=_json_line(text, key), field=key)
 
 
 def _moe_fields(config: dict[str, Any], model_type: str, out: dict[str, Any], source: dict[str, str],
@@ -352,7 +251,7 @@ def _moe_fields(config: dict[str, Any], model_type: str, out: dict[str, Any], so
         attention: dict[str, Any] = {"sinks": True}
         window = get("sliding_window", 128)
         if window:
-            _check_alternating(config, out, file, text)
+            check_alternating(config, out, file, text)
             attention.update(sliding_window=window, sliding_window_every=2)
             source["attention.sliding_window"] = "sliding_window"
         out["attention"] = attention
@@ -396,11 +295,6 @@ _BLOCK_KEYS = {
 }
 
 
-def _json_value(value: Any) -> str:
-    """A config value as the JSON file spells it (true, null, 8), text quoted as elsewhere ('big')."""
-    return repr(value) if isinstance(value, str) else json.dumps(value)
-
-
 def _unsupported(config: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, str]]:
     """(key, message) for each key, in file order, that describes a model simtrain does not build.
 
@@ -413,11 +307,11 @@ def _unsupported(config: dict[str, Any], prefix: str = "") -> Iterator[tuple[str
         if isinstance(value, dict):
             yield from _unsupported(value, f"{path}.")
         elif _EXPERT_COUNT.fullmatch(key) and is_number(value) and value > 1 and not family:
-            yield path, (f"{_json_value(value)} makes this a mixture-of-experts model of a family whose routing keys "
-                         f"simtrain does not read (model_type {_json_value(config.get('model_type'))}); {_SUPPORTED}")
+            yield path, (f"{json_value(value)} makes this a mixture-of-experts model of a family whose routing keys "
+                         f"simtrain does not read (model_type {json_value(config.get('model_type'))}); {_SUPPORTED}")
         elif key in _MLA_KEYS and value is not None and not model_type.startswith("deepseek"):
-            yield path, (f"{_json_value(value)} means DeepSeek multi-head latent attention in a config whose "
-                         f"model_type is {_json_value(config.get('model_type'))}; simtrain reads latent attention "
+            yield path, (f"{json_value(value)} means DeepSeek multi-head latent attention in a config whose "
+                         f"model_type is {json_value(config.get('model_type'))}; simtrain reads latent attention "
                          "from DeepSeek configs (model_type deepseek_v2 or deepseek_v3)")
         elif key in _BLOCK_KEYS and value is True:
             yield path, f"true {_BLOCK_KEYS[key]}"
@@ -426,31 +320,23 @@ def _unsupported(config: dict[str, Any], prefix: str = "") -> Iterator[tuple[str
             if message:
                 yield path, message
         elif family and key == "moe_layer_freq" and value != 1:
-            yield path, (f"{_json_value(value)} puts experts on every n-th layer only, which simtrain does not model; "
+            yield path, (f"{json_value(value)} puts experts on every n-th layer only, which simtrain does not model; "
                          "it builds dense_layers leading dense layers and experts on all the others")
         elif family and key == "decoder_sparse_step" and value != 1:
-            yield path, (f"{_json_value(value)} puts experts on every n-th layer only, which simtrain does not model; "
+            yield path, (f"{json_value(value)} puts experts on every n-th layer only, which simtrain does not model; "
                          "it builds experts on every layer past the leading dense ones")
         elif family and key == "mlp_only_layers" and value:
-            yield path, (f"{_json_value(value)} lists dense layers among the expert layers, which simtrain does not "
+            yield path, (f"{json_value(value)} lists dense layers among the expert layers, which simtrain does not "
                          "model; it builds experts on every layer past the leading dense ones")
 
 
 def _head_dim_problem(head_dim: Any) -> str | None:
     """Why a config's ``head_dim`` cannot be read: it must be a whole number."""
     if isinstance(head_dim, bool):
-        return f"{_json_value(head_dim)} is a boolean, not a whole number (the width of one attention head)"
+        return f"{json_value(head_dim)} is a boolean, not a whole number (the width of one attention head)"
     if not is_number(head_dim) or head_dim != int(head_dim) or head_dim <= 0:
-        return f"{_json_value(head_dim)} is not a whole number (the width of one attention head)"
+        return f"{json_value(head_dim)} is not a whole number (the width of one attention head)"
     return None
-
-
-def _json_line(text: str | None, key: str | None) -> int | None:
-    """Line of the first ``"key":`` in a JSON text (config.json files are flat)."""
-    if not text or not key:
-        return None
-    m = re.search(rf'"{re.escape(key)}"\s*:', text)
-    return text.count("\n", 0, m.start()) + 1 if m else None
 
 
 class _DuplicateKey(Exception):
