@@ -115,3 +115,23 @@ def test_context_parallel_estimate_equals_simulation():
                        training={"global_batch": 2, "seq_len": 4096}, parallel={"cp": 2},
                        simulation={"overlap_dp": False})
     assert estimate(sc).step_time_s == pytest.approx(simulate(sc).step_time_s, rel=1e-9)
+
+
+@pytest.mark.parametrize("parallel, recompute_layers, share", [
+    ({"pp": 2}, 1, 1 / 4),   # 8 layers / pp 2 = 4 per stage, the first 1 re-runs: 1 of 4
+    ({"pp": 2}, 3, 3 / 4),   # 3 of 4
+    ({"pp": 2}, 4, 4 / 4),   # all 4: the same as full recompute
+    # interleaved: 2 chunks of 2 layers per rank, the first 1 of every chunk re-runs: 2 of 4
+    ({"pp": 2, "vpp": 2, "schedule": "interleaved-1f1b"}, 1, 2 / 4),
+])
+def test_recompute_seconds_count_only_the_recomputed_layers(parallel, recompute_layers, share):
+    """Rule (docs/model.md, recompute granularity): with recompute_layers N only the first N layers of every
+    (virtual) stage re-run their forward, so recompute_s is the share of full recompute's that those layers are
+    (hand count above); the rest of compute_s falls by the same seconds."""
+    training = {"global_batch": 4, "recompute": "full"}
+    full = estimate(make_scenario(model=SMALL, parallel=parallel, training=training))
+    part = estimate(make_scenario(model=SMALL, parallel=parallel,
+                                  training={**training, "recompute_layers": recompute_layers}))
+    assert full.recompute_s > 0
+    assert part.recompute_s / full.recompute_s == pytest.approx(share, rel=1e-9)
+    assert full.compute_s - part.compute_s == pytest.approx(full.recompute_s - part.recompute_s, rel=1e-6, abs=1e-12)

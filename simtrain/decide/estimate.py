@@ -313,7 +313,9 @@ def estimate(scenario: Scenario, plan: Plan | None = None) -> EstimateResult:
     own = [sum(f_est[v] + b_est[v] for v in plan.layout.stages_of(r)) * per_chunk for r in range(p)]
     busiest = max(range(p), key=lambda r: own[r])
     rank_chunks = [chunks[v] for v in plan.layout.stages_of(busiest)]
-    recompute = per_chunk * sum(c.layers * c.recompute_layer for c in rank_chunks)
+    # only the layers that re-run their forward (recompute_layers of each stage under partial recompute: the
+    # chunk's own per-layer rule, as its backward_time charges it)
+    recompute = per_chunk * sum(c.layer_costs(i)[2] for c in rank_chunks for i in range(c.layers))
     tp = per_chunk * sum(sum(c.tp_totals) + c.edge_tp for c in rank_chunks) + tail_est[busiest][3]
     pp_comm = 2.0 * sum(send[:p - 1])
     # idle time of the busiest rank while the pipeline fills and drains: (p - 1) t for equal stages
