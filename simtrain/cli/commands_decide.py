@@ -254,7 +254,8 @@ def _cli_words(text: str) -> str:
 
     for python, flag in (("gpus=", "--gpus "), ("max_memory=", "--max-memory "), ("top=", "--top "),
                          ("(max_memory)", "(--max-memory)"), ("(gpus)", "(--gpus)"),
-                         ("higher max_memory", "higher --max-memory"), ("fix=", "--fix "), ("fix: ", "--fix "),
+                         ("higher max_memory", "higher --max-memory"), ("(fix=)", "(--fix)"), ("fix=", "--fix "),
+                         ("fix: ", "--fix "),
                          ("goodput=", "--goodput "), ("price_per_gpu_hour", "--price ")):
         text = re.sub(r"(?<![\w.])" + re.escape(python), flag, text)
     return text.replace("--price =", "--price ").replace("--price [", "--price [").replace("--price : ", "--price: ")

@@ -58,6 +58,7 @@ from simtrain.decide.search_space import (  # noqa: F401 - re-exported: the enum
     _divisors,
     check_fix,
     enumerate_layouts,
+    fix_text,
     gpu_overrides,
 )
 from simtrain.decide.sweep import ScenarioPayload, error_text
@@ -233,8 +234,11 @@ def search(scenario: Scenario, *, gpus: int | None = None, top: int = 5, workers
         raise InputError(f"max_layouts={max_layouts!r}: give a whole number, 1 or more", field="max_layouts")
     layouts = enumerate_layouts(scenario, gpus, fix, limit)
     if not layouts:
-        narrowed = f" with fix={fix!r}" if fix else ""
-        raise InputError(f"no layout of {total} GPUs{narrowed} divides the model and the global batch of "
+        # with fix=, the message is the field's ("fix: KEY=VALUES: ..."): the values once, the option once
+        narrowed = f"{fix_text(fix)}: " if fix else ""
+        raise InputError(f"{narrowed}no layout of {total} GPUs with these values divides the model and the global "
+                         f"batch of {scenario.training.global_batch}" if fix else
+                         f"no layout of {total} GPUs divides the model and the global batch of "
                          f"{scenario.training.global_batch}", field="fix" if fix else None)
     payload = ScenarioPayload.of(scenario)
     rows = [dict(layout) for layout in layouts]

@@ -12,6 +12,7 @@ from simtrain.plan.schedules import SPLIT_BACKWARD
 from simtrain.spec.errors import InputError, SimulationLimitError
 from simtrain.spec.scenario import Scenario
 from simtrain.spec.scenario_rules_long import model_has_module
+from simtrain.spec.schema import validate
 from simtrain.spec.units import as_whole
 
 RECOMPUTE = ("none", "selective", "selective_op", "full")
@@ -26,6 +27,14 @@ CP_MIN_TOKENS = 8192
 #: (measured ~4.5 ms on pp4_dp4's 5,080 layouts), so 200,000 is about 15 minutes of one core before any simulation;
 #: precision, context and expert parallelism and the split-backward schedules make 20,000-50,000 common at 1,024 GPUs
 MAX_LAYOUTS = 200_000
+
+
+def _screening_time(layouts: int) -> str:
+    """Roughly how long screening ``layouts`` layouts takes on one core (4.5 ms each, :data:`MAX_LAYOUTS`)."""
+    seconds = layouts * 4.5e-3
+    if seconds < 1:
+        return f"{seconds * 1e3:.0f} ms"
+    return f"{seconds:,.0f} s" if seconds < 120 else f"{seconds / 60:,.0f} min"
 
 
 def _divisors(n: int) -> list[int]:
@@ -67,9 +76,11 @@ def gpu_overrides(scenario: Scenario, gpus: int | None) -> dict[str, Any]:
     return {"nodes": gpus // gpn}
 
 
-def check_fix(fix: dict[str, Any] | None) -> dict[str, list]:
+def check_fix(fix: dict[str, Any] | None, scenario: Scenario | None = None) -> dict[str, list]:
     """``fix`` as {layout field: [allowed values]}; its keys are layout fields (``zero``) or their scenario keys
-    (``parallel.zero``), a value one value or a list of them."""
+    (``parallel.zero``), a value one value or a list of them. With ``scenario``, every value is also read as the
+    scenario schema reads its key (:func:`_fix_value`): one it refuses is an error naming the key, the value and what
+    the key allows."""
     if fix is None:
         return {}
     if not isinstance(fix, dict):
@@ -87,8 +98,30 @@ def check_fix(fix: dict[str, Any] | None) -> dict[str, list]:
         values = [v.item() if hasattr(v, "item") and not isinstance(v, (str, bytes)) else v for v in values]
         if not values:
             raise InputError(f"{key!r} lists no value", field="fix")
-        out[name] = values
+        out[name] = [_fix_value(scenario, key, name, v) for v in values] if scenario is not None else values
     return out
+
+
+def fix_text(fix: dict[str, Any]) -> str:
+    """``{'parallel.zero': 1, 'parallel.tp': [4, 8]}`` -> 'parallel.zero=1 parallel.tp=4,8', as --fix writes it."""
+    def shown(v: Any) -> str:
+        return str(v).lower() if isinstance(v, bool) else str(v)
+
+    return " ".join(f"{k}=" + ",".join(shown(v) for v in (vs if isinstance(vs, (list, tuple, set)) else [vs]))
+                    for k, vs in fix.items())
+
+
+def _fix_value(scenario: Scenario, key: str, name: str, value: Any) -> Any:
+    """``value`` of the layout field ``name`` as the scenario schema reads it ('4' and 4.0 as 4), found by validating
+    the scenario's own section with the value set in it: the closed lists and ranges are the schema's (and
+    simtrain.spec.bounds'), not copied here. A value the schema refuses is an InputError naming ``key`` as given."""
+    section, field = LAYOUT_KEYS[name].split(".")
+    current = getattr(scenario, section)
+    try:
+        checked = validate(type(current), {**current.model_dump(), field: value}, file=None, prefix=section)
+    except InputError as err:
+        raise InputError(f"{key}: {err.message}", field="fix") from None
+    return getattr(checked, field)
 
 
 def enumerate_layouts(scenario: Scenario, gpus: int | None = None, fix: dict[str, Any] | None = None,
@@ -97,7 +130,7 @@ def enumerate_layouts(scenario: Scenario, gpus: int | None = None, fix: dict[str
     batch, in a fixed order, keeping only the values ``fix`` allows (:func:`check_fix`). Cheap arithmetic
     only; the scenario rules have the last word (:func:`screen`). Layouts that cannot differ are listed once:
     ZeRO needs dp > 1, sequence parallelism tp > 1, and with one stage the schedule is moot (1F1B)."""
-    fixed = check_fix(fix)
+    fixed = check_fix(fix, scenario)
 
     def ok(name: str, value: Any) -> bool:
         return name not in fixed or any(value == v and type(value) is type(v) or
@@ -187,8 +220,8 @@ def enumerate_layouts(scenario: Scenario, gpus: int | None = None, fix: dict[str
             if max_layouts is not None and len(out) > max_layouts:
                 raise SimulationLimitError(
                     f"this search would screen more than {max_layouts:,} layouts (about "
-                    f"{max_layouts * 4.5e-3:,.0f} s of one core before any simulation), more than max_layouts="
-                    f"{max_layouts:,}; narrow it with fix=, search fewer GPUs or a smaller global batch, or raise "
+                    f"{_screening_time(max_layouts)} of one core before any simulation), more than max_layouts="
+                    f"{max_layouts:,}; narrow it (fix=), search fewer GPUs or a smaller global batch, or raise "
                     "the limit (--max-layouts, search(max_layouts=...))", field="max_layouts")
     why = {"cp": f"context parallelism is searched only where every CP rank keeps at least {CP_MIN_TOKENS:,} tokens "
                  f"of a sequence (seq_len {tr.seq_len:,})",
