@@ -103,7 +103,7 @@ def test_compare_takes_the_cli_token_counts_and_refuses_nonsense():
     sc = make_scenario()
     assert simtrain.compare([sc], tokens="300B")["tokens"].tolist() == [300e9]
     for tokens in (-1e12, 0):
-        with pytest.raises(InputError, match="positive token count"):
+        with pytest.raises(InputError, match="give a token count from 1 to 1e18"):
             simtrain.compare([sc], tokens=tokens)
     with pytest.raises(InputError, match="nothing to compare"):
         simtrain.compare([])

@@ -258,7 +258,8 @@ def _cli_words(text: str) -> str:
                          ("fix: ", "--fix "),
                          ("goodput=", "--goodput "), ("price_per_gpu_hour", "--price ")):
         text = re.sub(r"(?<![\w.])" + re.escape(python), flag, text)
-    return text.replace("--price =", "--price ").replace("--price [", "--price [").replace("--price : ", "--price: ")
+    text = re.sub(r"--price \['([^']*)'\]=", r"--price \1=", text)     # a price by name: as --price NAME=USD gave it
+    return text.replace("--price =", "--price ").replace("--price : ", "--price: ")
 
 
 @cli.command()
@@ -275,8 +276,8 @@ def _cli_words(text: str) -> str:
 def compare(scenarios: tuple[str, ...], tokens: str, plot_path: str | None, json_path: str | None,
             prices: tuple[str, ...], goodput: float | None, sets: tuple[str, ...]) -> None:
     """SCENARIOS side by side: speed, memory, time, cost and energy to train a token budget."""
+    from simtrain.decide.compare import TOKEN_RANGE, compare_figure, compare_report, compare_text, short_g
     from simtrain.decide.compare import compare as run_compare
-    from simtrain.decide.compare import compare_figure, compare_report, compare_text
     from simtrain.spec.units import parse_count
 
     distinct_outputs(json=json_path, plot=plot_path)
@@ -285,8 +286,10 @@ def compare(scenarios: tuple[str, ...], tokens: str, plot_path: str | None, json
         budget = parse_count(tokens)
     except InputError as err:
         raise InputError(f"--tokens {tokens}: {err.message}") from None
-    if not 1 <= budget <= 1e18:   # the largest training runs read tens of trillions (3e13) of tokens
-        raise InputError(f"--tokens {tokens}: give a token count from 1 to 1e18, e.g. 1T or 300B")
+    if not TOKEN_RANGE[0] <= budget <= TOKEN_RANGE[1]:   # the Python API's bound
+        raise InputError(f"--tokens {tokens}: give a token count from {short_g(TOKEN_RANGE[0])} to "
+                         f"{short_g(TOKEN_RANGE[1])}, "
+                         "e.g. 1T or 300B")
     overrides = parse_set(list(sets))
     price = _parse_prices(prices)
     loaded = [load_scenario(path, overrides) for path in scenarios]

@@ -15,16 +15,29 @@ time as training.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+from simtrain.spec.bounds import QUANTITY_RANGES, float_range
 from simtrain.spec.errors import InputError
 from simtrain.spec.scenario import Scenario
 from simtrain.spec.units import format_bytes, format_time, parse_count
 
 #: the token budget when none is given: 1e12 tokens ("1T")
 DEFAULT_TOKENS = 1e12
+#: the token budgets taken (argument and --tokens): the largest training runs read tens of trillions (3e13)
+TOKEN_RANGE = (1.0, 1e18)
+#: a price per GPU-hour (argument and --price) in the range of a scenario's own cost.price_per_gpu_hour
+PRICE_RANGE = float_range("ScenarioCost", "price_per_gpu_hour")
+#: the smallest goodput: a fraction's smallest (simtrain.spec.bounds: below a millionth nothing runs)
+GOODPUT_MIN = QUANTITY_RANGES["fraction"][0]
 ENERGY_NOTE = "energy: GPU board power (TDP) x GPUs x time only; no CPUs, network, cooling (PUE)"
 STEADY_NOTE = "days are steady-state (no failures, restarts or checkpoints): give a goodput to count them"
+
+
+def short_g(x: float) -> str:
+    """1e18, 1e-6, 2.5: a bound as a person writes it (not 1e+18, 1e-06)."""
+    return re.sub(r"e\+?(-?)0*(\d)", r"e\1\2", f"{x:g}")
 
 
 def _price_for(s: Scenario, price_per_gpu_hour: float | dict | None) -> tuple[float | None, str]:
@@ -42,8 +55,10 @@ def _price_for(s: Scenario, price_per_gpu_hour: float | dict | None) -> tuple[fl
 
 def _check_prices(price_per_gpu_hour: Any, scenarios: list[Scenario]) -> None:
     def positive(value: Any, where: str) -> None:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise InputError(f"price_per_gpu_hour{where}={value!r}: give USD per GPU-hour, a number > 0",
+        low, high = PRICE_RANGE
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+            raise InputError(f"price_per_gpu_hour{where}={value!r}: give USD per GPU-hour, a number from "
+                             f"{short_g(low)} to {short_g(high)} (the range of a scenario's cost.price_per_gpu_hour)",
                              field="price_per_gpu_hour")
 
     if price_per_gpu_hour is None:
@@ -84,14 +99,16 @@ def compare(scenarios: list[Scenario], tokens: float | str = DEFAULT_TOKENS, *,
     from simtrain.engine.simulation import simulate
 
     tokens = parse_count(tokens)
-    if tokens <= 0:
-        raise InputError(f"tokens={tokens:g}: give a positive token count, e.g. 1e12 or '300B'", field="tokens")
+    if not TOKEN_RANGE[0] <= tokens <= TOKEN_RANGE[1]:
+        raise InputError(f"tokens={tokens:g}: give a token count from {short_g(TOKEN_RANGE[0])} to "
+                         f"{short_g(TOKEN_RANGE[1])}, "
+                         "e.g. 1e12 or '300B'", field="tokens")
     if not scenarios:
         raise InputError("nothing to compare: give one or more scenarios")
     if goodput is not None and (isinstance(goodput, bool) or not isinstance(goodput, (int, float))
-                                or not 0 < goodput <= 1):
-        raise InputError(f"goodput={goodput!r}: give the fraction of wall time spent training, in (0, 1]",
-                         field="goodput")
+                                or not GOODPUT_MIN <= goodput <= 1):
+        raise InputError(f"goodput={goodput!r}: give the fraction of wall time spent training, in (0, 1] and at "
+                         f"least {short_g(GOODPUT_MIN)}", field="goodput")
     _check_prices(price_per_gpu_hour, scenarios)
     rows = []
     for s in scenarios:

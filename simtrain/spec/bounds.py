@@ -56,6 +56,14 @@ FIELD_RANGES: dict[str, tuple[float, float, str]] = {
 }
 
 
+def float_range(owner: str, field: str) -> tuple[float, float]:
+    """(smallest non-zero magnitude, largest) of the plain float field ``owner.field``, as :func:`number_problem`
+    checks it: its :data:`FIELD_RANGES` rule, else :data:`FLOAT_RANGE` (for an option or argument that stands for the
+    field, e.g. ``compare --price`` for ``ScenarioCost.price_per_gpu_hour``)."""
+    rule = FIELD_RANGES.get(f"{owner}.{field}")
+    return (rule[0], rule[1]) if rule is not None else FLOAT_RANGE
+
+
 def _shown(value: float) -> str:
     if isinstance(value, int) and not isinstance(value, bool):
         text = f"{abs(value)}"
