@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 import click
-import yaml
 
 from simtrain.cli.app import (
     JSON_HELP,
@@ -19,6 +18,7 @@ from simtrain.cli.app import (
 )
 from simtrain.report.outputs import staged_outputs, write_json
 from simtrain.spec.errors import InputError
+from simtrain.spec.option_values import parse_value, split_values
 from simtrain.spec.scenario import load_scenario, parse_set
 from simtrain.spec.units import format_count
 
@@ -31,7 +31,8 @@ _PROGRESS = click.option("--progress/--no-progress", default=None,
 
 
 def parse_grid(items: tuple[str, ...], option: str = "--grid") -> dict[str, list[Any]]:
-    """``('parallel.pp=2,4,8', 'training.recompute=none,full')`` -> {'parallel.pp': [2, 4, 8], ...}."""
+    """``('parallel.pp=2,4,8', 'training.recompute_modules=[mlp],[mlp,layernorm]')`` ->
+    {'parallel.pp': [2, 4, 8], 'training.recompute_modules': [['mlp'], ['mlp', 'layernorm']]}."""
     grid: dict[str, list[Any]] = {}
     for item in items:
         key, sep, text = item.partition("=")
@@ -40,14 +41,8 @@ def parse_grid(items: tuple[str, ...], option: str = "--grid") -> dict[str, list
             raise InputError(f"{option} '{item}' is not KEY=V1,V2,..., e.g. parallel.pp=2,4,8")
         if key in grid:
             raise InputError(f"{option} gives '{key}' twice; list all its values once: {key}=V1,V2,...")
-        values = []
-        for part in text.split(","):
-            part = part.strip()
-            try:
-                values.append(yaml.safe_load(part) if part else "")
-            except yaml.YAMLError:
-                values.append(part)
-        grid[key] = values
+        # split at top-level commas only (a value may be a list: [core_attn,mlp]); each value read as --set reads it
+        grid[key] = [parse_value(part) for part in split_values(text, f"{option} '{item}'")]
     return grid
 
 

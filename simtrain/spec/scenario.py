@@ -15,12 +15,11 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from simtrain.spec.errors import InputError, display_path
 from simtrain.spec.hardware import HardwareSpec, load_hardware
 from simtrain.spec.model import ModelSpec
 from simtrain.spec.model_load import load_model
+from simtrain.spec.option_values import parse_value
 from simtrain.spec.scenario_rules import check_rules, setup_warnings
 from simtrain.spec.scenario_schema import (
     SCHEDULES,
@@ -126,10 +125,7 @@ def parse_set(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
         key = key.strip()
         if not key or any(not part for part in key.split(".")):
             raise InputError(f"--set '{item}': '{key}' is not a dotted key such as parallel.pp")
-        try:
-            out[key] = yaml.safe_load(text) if text.strip() else ""
-        except yaml.YAMLError:
-            out[key] = text
+        out[key] = parse_value(text)
     return out
 
 
