@@ -10,7 +10,8 @@ source and date: hardware/README.md); energy is GPU board power x time only.
 
     python examples/compare_generations.py [OUT.html | OUT_DIR]
 
-Qwen3-235B-A22B is left out: it needs MoE, which simtrain does not model yet.
+One dense model keeps the comparison like for like; mixtures of experts are modelled too (the qwen3-235b-a22b
+preset, say, with parallel.ep) and compare the same way.
 """
 
 from __future__ import annotations
