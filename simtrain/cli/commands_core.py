@@ -102,7 +102,7 @@ def plot(report: str, gantt_path: str | None, memory_path: str | None, trace_pat
     from pathlib import Path
 
     from simtrain.report import charts
-    from simtrain.report.charts_data import ReportError
+    from simtrain.report.report_check import ReportError
 
     distinct_outputs(gantt=gantt_path, memory_plot=memory_path, trace=trace_path)
     outputs_apart_from_inputs([report], gantt=gantt_path, memory_plot=memory_path, trace=trace_path)

@@ -17,13 +17,11 @@ Three transformations serve both the Gantt chart and the trace:
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
-from operator import itemgetter
 from typing import Any, NamedTuple
 
+from simtrain.report.report_check import check_report, record_values
 from simtrain.spec.errors import InputError
-from simtrain.spec.units import is_number
 
 #: streams in display order (the engine's names)
 STREAMS = ("compute", "tp", "pp", "dp", "ep", "cp", "amax", "offload")
@@ -77,103 +75,6 @@ class Bar:
     overlapped: bool = False    # runs at the same time as another operation of its lane (an overlapped pair)
 
 
-class ReportError(InputError):
-    """A saved report the charts cannot read: a field missing or of the wrong type, as after a hand
-    edit; the message names the field. Raised where the report is read; `simtrain plot` adds the file."""
-
-
-#: the record fields the charts read, in :class:`Rec` order (simtrain.report.timeline.FIELDS)
-RECORD_FIELDS = ("lane", "stream", "kind", "start_s", "end_s", "microbatch", "vstage", "layer_lo", "layer_hi", "bytes")
-_NUMBER = (int, float)
-#: the value types a record may hold, in :class:`Rec` order: times and bytes int or float, the rest exact
-_RECORD_TYPES = {(int, str, str, start, end, int, int, int, int, nbytes)
-                 for start in _NUMBER for end in _NUMBER for nbytes in _NUMBER}
-
-
-def _damaged(field: str, what: str) -> ReportError:
-    return ReportError(f"{what}; write the report again with `simtrain run SCENARIO --json PATH`", field=field)
-
-
-def _show(value: Any) -> str:
-    """A value as the JSON file spells it (null, "x"), cut to 60 characters."""
-    text = json.dumps(value, default=repr, ensure_ascii=False)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _whole(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _positive_whole(value: Any) -> bool:
-    return _whole(value) and value >= 1
-
-
-def _pairs(value: Any) -> bool:
-    return isinstance(value, list) and all(isinstance(p, list) and len(p) == 2 and is_number(p[0]) and is_number(p[1])
-                                           for p in value)
-
-
-def _want(parent: dict, key: str, where: str, ok, kind: str, *, required: bool = True) -> None:
-    """``parent[key]`` must pass ``ok``; ``kind`` says what it should be, for the message."""
-    if key not in parent:
-        if required:
-            raise _damaged(where + key, f"missing from the report (it should be {kind})")
-    elif not ok(parent[key]):
-        raise _damaged(where + key, f"{_show(parent[key])} is not {kind}")
-
-
-def _want_objects(items: list, where: str, kind: str) -> None:
-    for i, item in enumerate(items):
-        if not isinstance(item, dict):
-            raise _damaged(f"{where}.{i}", f"{_show(item)} is not {kind}")
-
-
-def check_report(report: dict) -> dict:
-    """The timeline, lanes, stages and config of a report have the shapes the charts read, else a
-    :class:`ReportError` naming the field; the records are checked as :func:`records` reads them."""
-    tl = report["timeline"]
-    if not isinstance(tl, dict):
-        raise _damaged("timeline",
-                       f"{_show(tl)} is not a timeline (an object with fields, records, lanes, step_time_s)")
-    _want(tl, "fields", "timeline.", lambda v: isinstance(v, list) and all(f in v for f in RECORD_FIELDS),
-          "a list naming the record fields " + ", ".join(RECORD_FIELDS))
-    _want(tl, "records", "timeline.", lambda v: isinstance(v, list), "a list of records")
-    _want(tl, "step_time_s", "timeline.", lambda v: is_number(v) and 0 < v < float("inf"),
-          "a positive number of seconds")
-    _want(tl, "pp", "timeline.", _positive_whole, "a positive whole number", required=False)
-    _want(tl, "lanes", "timeline.", lambda v: isinstance(v, list) and len(v) > 0, "a non-empty list of lanes")
-    _want_objects(tl["lanes"], "timeline.lanes", "a lane (an object with index, dp, pp, end_s)")
-    for i, lane in enumerate(tl["lanes"]):
-        where = f"timeline.lanes.{i}."
-        _want(lane, "index", where, _whole, "a whole number")
-        _want(lane, "dp", where, lambda v: v is None or _whole(v), "a whole number or null")
-        _want(lane, "pp", where, _whole, "a whole number")
-        _want(lane, "end_s", where, is_number, "a number of seconds")
-        _want(lane, "memory_activations", where, _pairs, "a list of [time s, bytes] pairs", required=False)
-    _want(report, "stages", "", lambda v: isinstance(v, list), "a list of pipeline stages")
-    _want_objects(report["stages"], "stages", "a stage (an object with pp, memory, peak_memory_bytes)")
-    for i, stage in enumerate(report["stages"]):
-        _want(stage, "pp", f"stages.{i}.", _whole, "a whole number")
-        _want(stage, "memory", f"stages.{i}.", lambda v: isinstance(v, dict) and all(map(is_number, v.values())),
-              "an object of byte counts")
-        _want(stage, "peak_memory_bytes", f"stages.{i}.", is_number, "a number of bytes")
-    stage_pp = {stage["pp"] for stage in report["stages"]}
-    for i, lane in enumerate(tl["lanes"]):
-        if lane["pp"] not in stage_pp:
-            raise _damaged(f"timeline.lanes.{i}.pp", f"stage {lane['pp']} is not among the report's stages")
-    _want(report, "bubble_fraction", "", lambda v: v is None or is_number(v), "a fraction or null", required=False)
-    _want(report, "memory_capacity_bytes", "", is_number, "a number of bytes", required=False)
-    _want(report, "config", "", lambda v: isinstance(v, dict), "an object", required=False)
-    config = report.get("config", {})
-    _want(config, "gpus_per_node", "config.", lambda v: v is None or _positive_whole(v), "a positive whole number",
-          required=False)
-    _want(config, "parallel", "config.", lambda v: isinstance(v, dict), "an object", required=False)
-    for key in ("dp", "tp", "pp", "vpp"):
-        _want(config.get("parallel", {}), key, "config.parallel.", _positive_whole, "a positive whole number",
-              required=False)
-    return report
-
-
 def report_of(result_or_report: Any) -> dict:
     """The JSON report of a :class:`~simtrain.report.result.Result`, or the report dict itself, checked
     (:func:`check_report`): a saved report may have been edited by hand."""
@@ -187,22 +88,9 @@ def report_of(result_or_report: Any) -> dict:
 
 
 def records(timeline: dict) -> list[Rec]:
-    """The timeline's records, read by field name so a reordered report still reads right; a record of
-    the wrong length or with a value of the wrong type is a :class:`ReportError` naming it."""
-    names = timeline["fields"]
-    pick = itemgetter(*(names.index(f) for f in RECORD_FIELDS))
-    out = []
-    for k, row in enumerate(timeline["records"]):
-        if not isinstance(row, (list, tuple)) or len(row) != len(names):
-            raise _damaged(f"timeline.records.{k}",
-                           f"{_show(row)} is not a record of the {len(names)} fields {', '.join(map(str, names))}")
-        rec = Rec._make(pick(row))
-        if tuple(map(type, rec)) not in _RECORD_TYPES:   # one set lookup per record: the check stays cheap
-            raise _damaged(f"timeline.records.{k}", f"{_show(row)} holds a value of the wrong type (lane, "
-                           "microbatch, vstage and layers are whole numbers, stream and kind text, times and bytes "
-                           "numbers)")
-        out.append(rec)
-    return out
+    """The timeline's records (:func:`simtrain.report.report_check.record_values`: read by field name, a damaged
+    record a :class:`ReportError` naming it)."""
+    return [Rec._make(values) for values in record_values(timeline)]
 
 
 def lanes(timeline: dict) -> list[LaneInfo]:
