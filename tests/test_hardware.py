@@ -13,7 +13,7 @@ from pathlib import Path
 import networkx as nx
 import pytest
 import yaml
-from conftest import DATA, REPO, hardware_variant, scenario_dict
+from conftest import DATA, REPO, hardware_variant, run_cli, scenario_dict
 
 from simtrain.spec.hardware import HardwareSpec, load_hardware
 from simtrain.spec.topology import build_cluster
@@ -238,3 +238,21 @@ def test_grand_teton_gemm_rate_is_no_faster_than_the_700_w_h100():
     h100, teton = _load("dgx-h100"), _load("grand-teton-h100-96gb")
     assert teton.gpu.peak("bf16") * teton.compute.sustained_fraction <= \
         h100.gpu.peak("bf16") * h100.compute.sustained_fraction
+
+
+@pytest.mark.parametrize("section", ["compute", "intra_node", "inter_node"])
+def test_an_overlap_slowdown_below_1_is_refused(tmp_path, monkeypatch, capsys, section):
+    """Rule: overlap_slowdown multiplies compute time while a collective runs (docs/model.md section 7), so it is at
+    least 1: 0.5 would make overlapped compute twice as fast as compute alone. Exit 2, one line naming the hardware
+    file, the key's line, the field, the value and the range, in each section that may set it."""
+    hw = hardware_variant(tmp_path, {f"{section}.overlap_slowdown": 0.5})
+    lines = hw.read_text(encoding="utf-8").splitlines()
+    start = lines.index(f"{section}:")
+    line = next(i for i, text in enumerate(lines[start:], start + 1) if text.startswith("  overlap_slowdown:"))
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(scenario_dict(hardware=hw)), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(["run", "s.yaml"], capsys)
+    assert (code, out) == (2, "")
+    assert err == (f"error: hw.yaml:{line}: {section}.overlap_slowdown: 0.5 is outside the range simtrain accepts "
+                   "(1 to 1000: it multiplies compute time while a collective runs; below 1 overlapped compute would "
+                   "run faster)\n")

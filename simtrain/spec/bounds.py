@@ -37,12 +37,19 @@ WHOLE_MAX = 2**40
 #: a plain float (not a quantity) anywhere in a schema: finite, and 0 or between these magnitudes
 FLOAT_RANGE = (1e-12, 1e12)
 
+#: why an overlap_slowdown is at least 1 (docs/model.md section 7)
+_OVERLAP_WHY = "it multiplies compute time while a collective runs; below 1 overlapped compute would run faster"
+
 #: "Class.field" -> (low, high, why): plain numbers whose meaning gives a tighter range
 FIELD_RANGES: dict[str, tuple[float, float, str]] = {
     "MemoryOverheads.fragmentation": (0.0, 1.0, "a fraction of the allocated memory"),
     "Simulation.jitter": (0.0, 10.0, "a coefficient of variation; 10 already means kernel times spread 100-fold"),
     "Simulation.seed": (0, 2**63 - 1, "numpy's seeds are non-negative"),
     "Straggler.slowdown": (0.0, 1000.0, "a GPU 1000 times slower is a failed GPU"),
+    # compute shares its GPU with a collective: never faster than alone; 1000, as for a straggler, is a failed GPU
+    "ComputeModel.overlap_slowdown": (1.0, 1000.0, _OVERLAP_WHY),
+    "IntraNode.overlap_slowdown": (1.0, 1000.0, _OVERLAP_WHY),
+    "InterNode.overlap_slowdown": (1.0, 1000.0, _OVERLAP_WHY),
     "Training.seq_len": (1, 2**27, "134 million tokens, ten times the longest context trained"),
     "Training.global_batch": (1, 2**30, "sequences per step"),
     "Training.micro_batch": (1, 2**30, "sequences per micro-batch"),
