@@ -111,7 +111,7 @@ def grid_points(grid: dict[str, list] | list[dict[str, Any]], zip: Iterable[str]
             columns = {k: list(grid[k]) for k in paired}
             lengths = {k: len(c) for k, c in columns.items()}
             if len(set(lengths.values())) > 1:
-                raise InputError("zip: the paired keys need lists of one length; they have "
+                raise InputError("the paired keys need lists of one length; they have "
                                  + ", ".join(f"{k}: {n}" for k, n in lengths.items()), field="zip")
             axes.append([{k: columns[k][i] for k in paired} for i in range(lengths[paired[0]])])
         else:
@@ -128,14 +128,14 @@ def _zip_keys(grid: dict[str, list], zip_keys: Iterable[str] | None) -> list[str
     chosen = list(zip_keys)
     for key in chosen:
         if key not in grid:
-            raise InputError(f"zip: {key!r} is not a key of the grid ({', '.join(map(str, grid))})", field="zip")
+            raise InputError(f"{key!r} is not a key of the grid ({', '.join(map(str, grid))})", field="zip")
     return [k for k in grid if k in chosen]
 
 
 def _listed_points(points: list[dict[str, Any]], zip_keys: Any) -> list[dict[str, Any]]:
     """A sweep given as its points: each a non-empty mapping of dotted keys; all name the same keys (the columns)."""
     if zip_keys is not None:
-        raise InputError("zip: only for a grid ({key: [values]}); a list of points is already paired", field="zip")
+        raise InputError("only for a grid ({key: [values]}); a list of points is already paired", field="zip")
     if not points:
         raise InputError("a sweep needs at least one point, e.g. [{'parallel.pp': 2}, {'parallel.pp': 4}]",
                          field="grid")

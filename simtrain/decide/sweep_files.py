@@ -233,8 +233,9 @@ def _parse_table(text: str, fmt: str):
     import pandas as pd
 
     if fmt == "csv":
-        # text as written ('1f1b' stays text, 'True' stays a flag), numbers parsed: pandas' own inference
-        return pd.read_csv(io.StringIO(text), keep_default_na=False, na_values=[""])
+        # text as written ('1f1b' stays text, 'True' stays a flag), numbers parsed: pandas' own inference, over the
+        # whole column at once (low_memory=False: no DtypeWarning for a search table's mixed columns)
+        return pd.read_csv(io.StringIO(text), keep_default_na=False, na_values=[""], low_memory=False)
     return pd.DataFrame([json.loads(line) for line in text.splitlines() if line.strip()])
 
 
