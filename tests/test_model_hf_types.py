@@ -107,3 +107,11 @@ def test_is_encoder_decoder_is_refused_whatever_the_type(tmp_path):
     assert (exc.value.field, exc.value.line) == ("is_encoder_decoder", json_key_line(path, "is_encoder_decoder"))
     assert exc.value.message.startswith("true makes this an encoder-decoder model, and simtrain simulates "
                                         "decoder-only training")
+
+
+def test_a_long_model_type_is_quoted_short_in_its_warning(tmp_path):
+    """A model_type of a million characters is quoted cut to a few dozen (errors.short_repr), so the warning stays a
+    line, as every message does (it printed a 1,000,338-character warning; found by review)."""
+    path = write_hf_config(tmp_path, _llama(model_type="x" * 1_000_000))
+    warned = _type_warnings(path)
+    assert len(warned) == 1 and len(warned[0]) < 600 and "'xxxx" in warned[0], warned[0][:200]

@@ -75,3 +75,29 @@ def test_a_folder_where_no_file_can_be_made_names_the_target_not_the_temporary(c
     code, _, err = run_cli(["memory", SCENARIO, "--json", "/proc/simtrain-r.json"], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert err.startswith("error: cannot write '/proc/simtrain-r.json': ") and ".tmp" not in err, err
+
+
+@pytest.mark.parametrize(("side", "content", "says"), [
+    ("p.csv.sweep.json", "my notes\n", "cannot write 'p.csv.sweep.json': it exists and is not a file simtrain wrote"),
+    ("p.csv.lock", "x\n", "cannot lock 'p.csv.lock': it exists and is not a sweep's lock file"),
+])
+def test_a_sweep_never_replaces_or_removes_another_programs_file_beside_its_table(tmp_path, monkeypatch, capsys,
+                                                                                 side, content, says):
+    """A sweep writes its record (<out>.sweep.json) and holds <out>.lock beside the table, removing the lock at the
+    end: a file of another program at either path is refused before any point runs, and left as it was (found by
+    review: the record was replaced and the lock file removed)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / side).write_text(content, encoding="utf-8")
+    code, _, err = run_cli(["sweep", SCENARIO, "--grid", "training.micro_batch=1", "--out", "p.csv"], capsys)
+    assert code == 2 and says in err, err
+    assert (tmp_path / side).read_text(encoding="utf-8") == content
+    assert not (tmp_path / "p.csv").exists()
+
+
+def test_the_sweep_record_leaves_the_models_warnings_out():
+    """ModelSpec.unmodelled (the config reader's warnings) changes no row: it is not in the sweep's record, so a
+    table written before the field existed still resumes (found by review)."""
+    import simtrain
+    from simtrain.decide.sweep_files import sweep_identity
+    model = sweep_identity(simtrain.load_scenario("pp4_dp4"), {"training.micro_batch": [1]})["model"]
+    assert "unmodelled" not in model and model["hidden"] == 5120

@@ -121,3 +121,10 @@ def test_a_valid_case_pair_still_loads(tmp_path):
     cases, _ = case_files.load_cases(path)
     assert [(c["id"], c.get("gate"), c.get("compare_to")) for c in cases] == [("x", False, None), ("y", None, "x")]
     assert cases[0]["measured"] == {"tokens_per_s_per_gpu": 3000, "mfu": 0.4, "note": "per GPU"}
+
+
+
+def test_a_boolean_is_quoted_as_the_file_wrote_it(tmp_path, monkeypatch, capsys):
+    """id: true is shown as true, YAML's spelling, not Python's True (found by review)."""
+    code, out, err = _validate(tmp_path, monkeypatch, capsys, CASE.replace("id: x", "id: true"))
+    assert code == 2 and "id: case 0: true is" in err and "True" not in err, err

@@ -147,3 +147,22 @@ def test_a_field_of_a_word_or_a_list_names_the_field_not_the_union_branch(capsys
     code, _, err = run_cli(["run", str(REPO / "scenarios" / "pp4_dp4.yaml"), "--set",
                             f"parallel.layers_per_stage={value}"], capsys)
     assert code == 2 and says in err and "list[int]" not in err, err
+
+
+@pytest.mark.parametrize("text", ["model: &m {hidden: 8, self: *m}\n", "a: &x [1, *x]\n"])
+def test_an_alias_inside_its_own_anchor_is_refused_at_once(text):
+    """A value that contains itself (an alias inside its anchor's value) is refused at its line; the first version of
+    the expansion bound looped on it without end (found by review)."""
+    with pytest.raises(InputError, match="stands inside the value its anchor") as err:
+        yamlio.load_yaml_text(text, "self.yaml")
+    assert err.value.line == 1
+
+
+def test_a_command_line_value_is_bounded_like_a_file():
+    """--set, --grid and --fix values are YAML too: five levels of aliases (10^6 values) are refused before any value
+    is built, naming the value; a value with one shared alias reads as written."""
+    from simtrain.spec.option_values import parse_value
+    bomb = _alias_bomb(5).split("recompute_modules: ", 1)[1].strip()
+    with pytest.raises(InputError, match="expand to more than 200,000 values"):
+        parse_value(bomb)
+    assert parse_value("[&a [1, 2], *a]") == [[1, 2], [1, 2]]

@@ -102,8 +102,10 @@ def _kind(value: object) -> str:
 
 
 def _shown(value: object) -> str:
-    """A value as the file wrote it: YAML's null for None, else its short repr."""
-    return "null" if value is None else short_repr(value)
+    """A value as the file wrote it: YAML's null, true and false, else its short repr."""
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    return short_repr(value)
 
 
 def _positive_number(value: object) -> bool:

@@ -271,7 +271,9 @@ def sweep_identity(scenario: Scenario, grid: dict[str, list]) -> dict[str, Any]:
         if isinstance(parent, dict):
             parent.pop(last, None)
     hardware = json.loads(scenario.hardware.model_dump_json())
-    model = json.loads(scenario.model.model_dump_json())     # a model file may change under the same path
+    # a model file may change under the same path; its warnings (unmodelled) change no row, and tables written
+    # before the field existed resume
+    model = json.loads(scenario.model.model_dump_json(exclude={"unmodelled"}))
     return {"grid": list(grid), "scenario": raw, "model": model, "hardware": hardware}
 
 
@@ -324,7 +326,9 @@ def sweep_to_file(scenario: Scenario, grid: dict[str, list], path: str | Path, *
     check_grid_keys(scenario, grid)
     regular_table(path)
     if not resume:      # never over another program's file (--resume reads it first and refuses what is no table)
-        check_replaceable(path)
+        out = Path(path)
+        for target in (out, out.with_name(out.name + ".partial.jsonl"), _identity_file(out)):
+            check_replaceable(target)
     identity = sweep_identity(scenario, grid)
     with table_lock(path):
         _check_identity(Path(path), identity, resume)

@@ -37,6 +37,7 @@ def table_lock(table: str | Path) -> Iterator[None]:
         yield
         return
     path = lock_path(table)
+    _refuse_a_foreign_file(path)
     for _ in range(10):          # a holder removing the file as we open it: open the new one
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
         try:
@@ -69,3 +70,17 @@ def table_lock(table: str | Path) -> Iterator[None]:
         except FileNotFoundError:
             pass
         os.close(fd)
+
+
+def _refuse_a_foreign_file(path: Path) -> None:
+    """A lock file holds the holder's process id (or nothing, in the instant before it is written); anything else at
+    that path is another program's file, which the sweep would truncate and remove: refused."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(64)
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return
+    if head.strip() and not head.strip().isdigit():
+        raise InputError(f"cannot lock '{display_path(path)}': it exists and is not a sweep's lock file (it holds "
+                         "no process id), and simtrain never replaces another program's file; remove it or use "
+                         "another --out")

@@ -9,7 +9,7 @@ import json
 import re
 from typing import Any
 
-from simtrain.spec.errors import InputError
+from simtrain.spec.errors import InputError, short_repr
 from simtrain.spec.units import is_number
 
 #: Gemma-2 and Gemma-3 layers: four RMSNorms (input, post_attention, pre_feedforward, post_feedforward; transformers
@@ -31,8 +31,12 @@ _NOT_DECODERS = {
 
 
 def json_value(value: Any) -> str:
-    """A config value as the JSON file spells it (true, null, 8), text quoted as elsewhere ('big')."""
-    return repr(value) if isinstance(value, str) else json.dumps(value)
+    """A config value as the JSON file spells it (true, null, 8), text quoted as elsewhere ('big'); cut to 60
+    characters, as every value a message or warning quotes (errors.short_repr)."""
+    if isinstance(value, str):
+        return short_repr(value)
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:56] + " ..."
 
 
 def json_line(text: str | None, key: str | None) -> int | None:

@@ -8,7 +8,8 @@ from typing import Any
 
 import yaml
 
-from simtrain.spec.errors import InputError
+from simtrain.spec.errors import InputError, short_repr
+from simtrain.spec.yamlio import check_expansion
 
 _CLOSE = {"[": "]", "{": "}"}
 #: a quote opens a quoted string where YAML would: at the start of a value, after '[', '{', ',' or ':'
@@ -21,6 +22,13 @@ def parse_value(text: str) -> Any:
     if not text.strip():
         return ""
     try:
+        if "*" in text:      # aliases: bounded as in a file (yamlio.check_expansion), before any value is built
+            node = yaml.compose(text, Loader=yaml.SafeLoader)
+            if node is not None:
+                try:
+                    check_expansion(node)
+                except InputError as err:
+                    raise InputError(f"the value {short_repr(text)}: {err.message}") from None
         return yaml.safe_load(text)
     except yaml.YAMLError:
         return text

@@ -217,16 +217,17 @@ def _construct_document(text: str) -> Any:
     try:
         node = loader.get_single_node()
         if node is not None:
-            _check_expansion(node)
+            check_expansion(node)
         return _construct(loader, node) if node is not None else None
     finally:
         loader.dispose()
 
 
-def _check_expansion(root: yaml.Node) -> None:
+def check_expansion(root: yaml.Node) -> None:
     """Refuse a document whose aliases expand it past MAX_EXPANDED_VALUES values (a text without aliases expands to
     its own nodes and is never refused here), naming the line of the first collection that crosses the bound."""
     size: dict[int, int] = {}
+    open_: set[int] = set()     # collections entered and not yet summed: meeting one again is an alias to itself
     distinct = 0
     stack: list[tuple[yaml.Node, bool]] = [(root, False)]
     while stack:
@@ -239,9 +240,14 @@ def _check_expansion(root: yaml.Node) -> None:
             continue
         parts = [p for pair in node.value for p in pair] if isinstance(node, yaml.MappingNode) else list(node.value)
         if not children_done:
+            if id(node) in open_:
+                raise InputError("an alias (*name) stands inside the value its anchor (&name) names, a value that "
+                                 "would contain itself; write the values out instead", line=node.start_mark.line + 1)
+            open_.add(id(node))
             stack.append((node, True))
             stack.extend((p, False) for p in parts if id(p) not in size)
             continue
+        open_.discard(id(node))
         size[id(node)] = total = 1 + sum(size[id(p)] for p in parts)
         distinct += 1
         if total > max(MAX_EXPANDED_VALUES, distinct):
