@@ -42,7 +42,7 @@ def test_price_bound_is_the_scenario_files_own(text, taken):
 @pytest.mark.parametrize("args, says", [
     (["--price", "inf"], "error: --price inf: give USD per GPU-hour, a number from 1e-12 to 1e12 (the range of a "
                          "scenario's cost.price_per_gpu_hour)\n"),
-    (["--price", "1e300"], "error: --price 1e+300: give USD per GPU-hour, a number from 1e-12 to 1e12 (the range of "
+    (["--price", "1e300"], "error: --price 1e300: give USD per GPU-hour, a number from 1e-12 to 1e12 (the range of "
                            "a scenario's cost.price_per_gpu_hour)\n"),
     (["--price", "dgx-h100=inf"], "error: --price dgx-h100=inf: give USD per GPU-hour, a number from 1e-12 to 1e12 "
                                   "(the range of a scenario's cost.price_per_gpu_hour)\n"),

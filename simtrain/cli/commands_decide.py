@@ -307,6 +307,8 @@ def compare(scenarios: tuple[str, ...], tokens: str, plot_path: str | None, json
 
 def _parse_prices(items: tuple[str, ...]) -> float | dict[str, float] | None:
     """``('2.5',)`` -> 2.5; ``('dgx-h100=2.5', 'dgx-a100=1.3')`` -> {'dgx-h100': 2.5, 'dgx-a100': 1.3}."""
+    from simtrain.decide.compare import PRICE_RANGE, short_g
+
     if not items:
         return None
     out: dict[str, float] = {}
@@ -317,6 +319,10 @@ def _parse_prices(items: tuple[str, ...]) -> float | dict[str, float] | None:
         except ValueError:
             raise InputError(f"--price {item}: give USD per GPU-hour, e.g. --price 2.5 or --price dgx-h100=2.5") \
                 from None
+        low, high = PRICE_RANGE
+        if not low <= value <= high:       # as typed: 1e13, not 10000000000000.0
+            raise InputError(f"--price {item}: give USD per GPU-hour, a number from {short_g(low)} to "
+                             f"{short_g(high)} (the range of a scenario's cost.price_per_gpu_hour)")
         if not sep:
             if len(items) > 1:
                 raise InputError(f"--price {item}: with several --price options, name each: NAME=USD")

@@ -235,8 +235,8 @@ def enumerate_layouts(scenario: Scenario, gpus: int | None = None, fix: dict[str
         if name == "offload_optimizer" and all(v is False for v in fixed.get(name, [True])):
             continue     # every layout keeps its optimizer on the GPU where the key is not searched
         if name in fixed and not any(name in layout for layout in out):
-            raise InputError(f"{LAYOUT_KEYS[name]} = {fixed[name]}: no searched layout has it ({why[name]})",
-                             field="fix")
+            values = ",".join(str(v).lower() if isinstance(v, bool) else str(v) for v in fixed[name])
+            raise InputError(f"{LAYOUT_KEYS[name]}={values}: no searched layout has it ({why[name]})", field="fix")
     return out
 
 
