@@ -101,3 +101,35 @@ def test_the_sweep_record_leaves_the_models_warnings_out():
     from simtrain.decide.sweep_files import sweep_identity
     model = sweep_identity(simtrain.load_scenario("pp4_dp4"), {"training.micro_batch": [1]})["model"]
     assert "unmodelled" not in model and model["hidden"] == 5120
+
+
+def test_resume_never_replaces_another_programs_record(tmp_path, monkeypatch, capsys):
+    """--resume rewrites <out>.sweep.json too: a file of another program there is refused (second review)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "b.csv.sweep.json").write_text("my notes\n", encoding="utf-8")
+    code, _, err = run_cli(["sweep", SCENARIO, "--grid", "training.micro_batch=1", "--workers", "1", "--out", "b.csv",
+                            "--resume"], capsys)
+    assert code == 2 and "cannot write 'b.csv.sweep.json'" in err, err
+    assert (tmp_path / "b.csv.sweep.json").read_text(encoding="utf-8") == "my notes\n"
+
+
+def test_a_fifo_at_the_lock_path_is_refused_not_waited_on(tmp_path, monkeypatch, capsys):
+    """Reading a FIFO blocks until a writer comes: a FIFO at <out>.lock is refused at once (second review: the
+    sweep hung)."""
+    import os
+    monkeypatch.chdir(tmp_path)
+    os.mkfifo(tmp_path / "e.csv.lock")
+    code, _, err = run_cli(["sweep", SCENARIO, "--grid", "training.micro_batch=1", "--workers", "1", "--out", "e.csv"],
+                           capsys)
+    assert code == 2 and "cannot lock 'e.csv.lock': it exists and is not a regular file" in err, err
+
+
+def test_a_csv_sweep_ignores_a_partial_file_it_never_writes(tmp_path, monkeypatch, capsys):
+    """Only a Parquet sweep keeps its rows in <out>.partial.jsonl: a CSV sweep runs beside such a file of another
+    program, and leaves it alone."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c.csv.partial.jsonl").write_text("notes\n", encoding="utf-8")
+    code, _, err = run_cli(["sweep", SCENARIO, "--grid", "training.micro_batch=1", "--workers", "1", "--out", "c.csv"],
+                           capsys)
+    assert code == 0, err
+    assert (tmp_path / "c.csv.partial.jsonl").read_text(encoding="utf-8") == "notes\n"

@@ -339,12 +339,16 @@ def test_resume_with_another_grid_names_the_grid(pipe, tmp_path):
 
 
 def test_a_damaged_record_is_not_an_internal_error(pipe, tmp_path):
-    """A record file that is not a JSON object (edited by hand) is ignored, not a crash."""
+    """A record file that is not simtrain's (edited by hand into '[1]') is refused, as any file simtrain did not
+    write, and left as it is: an InputError (exit 2), not a crash; it was ignored and replaced before the fifteenth
+    session's rule that no file another program wrote is replaced."""
+    from simtrain.spec.errors import InputError
     path = tmp_path / "out.csv"
     sweep_to_file(pipe, {"training.global_batch": [4]}, path, workers=1, progress=False)
     (tmp_path / "out.csv.sweep.json").write_text("[1]", encoding="utf-8")
-    again = sweep_to_file(pipe, {"training.global_batch": [4]}, path, resume=True, workers=1, progress=False)
-    assert again.attrs["resumed_points"] == 1
+    with pytest.raises(InputError, match="out.csv.sweep.json'. it exists and is not a file simtrain wrote"):
+        sweep_to_file(pipe, {"training.global_batch": [4]}, path, resume=True, workers=1, progress=False)
+    assert (tmp_path / "out.csv.sweep.json").read_text(encoding="utf-8") == "[1]"
 
 
 def _sigint_disposition() -> int:

@@ -64,7 +64,7 @@ SCENARIO_RULE = ("(allowed: a mapping of the scenario's keys written under scena
 
 @pytest.mark.parametrize("old, new, expected", [
     ("id: x", "id: 7", f"c.yaml:1: id: case 0: 7 is a number, not a name {ID_RULE}"),
-    ("id: x", "id: [a]", f"c.yaml:1: id: case 0: ['a'] is a list, not a name {ID_RULE}"),
+    ("id: x", "id: [a]", f'c.yaml:1: id: case 0: ["a"] is a list, not a name {ID_RULE}'),
     ("id: x", "id: ''", f"c.yaml:1: id: case 0: '' is empty, not a name {ID_RULE}"),
     ("gate: true", 'gate: "false"', f"c.yaml:10: gate: case 'x': 'false' is a text, not true or false {GATE_RULE}"),
     ("gate: true", "gate: maybe", f"c.yaml:10: gate: case 'x': 'maybe' is a text, not true or false {GATE_RULE}"),
@@ -125,6 +125,8 @@ def test_a_valid_case_pair_still_loads(tmp_path):
 
 
 def test_a_boolean_is_quoted_as_the_file_wrote_it(tmp_path, monkeypatch, capsys):
-    """id: true is shown as true, YAML's spelling, not Python's True (found by review)."""
+    """id: true is shown as true, YAML's spelling, not Python's True, also inside a list (found by review)."""
     code, out, err = _validate(tmp_path, monkeypatch, capsys, CASE.replace("id: x", "id: true"))
     assert code == 2 and "id: case 0: true is" in err and "True" not in err, err
+    code, out, err = _validate(tmp_path, monkeypatch, capsys, CASE.replace("id: x", "id: [true, null]"))
+    assert code == 2 and "[true, null] is a list" in err, err

@@ -166,3 +166,16 @@ def test_a_command_line_value_is_bounded_like_a_file():
     with pytest.raises(InputError, match="expand to more than 200,000 values"):
         parse_value(bomb)
     assert parse_value("[&a [1, 2], *a]") == [[1, 2], [1, 2]]
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--set", "training.recompute_modules=&a [core_attn, *a]"],
+     "--set 'training.recompute_modules=&a [core_attn, *a]': an alias (*name) stands inside"),
+    (["--set", "training.recompute_modules=" + "[" * 3000 + "]" * 3000], "it nests too deeply to be a simtrain value"),
+])
+def test_a_command_line_value_refused_names_its_option(capsys, args, says):
+    """A value refused for its aliases or its depth names the option it came from, exit 2 (second review: the depth
+    crashed with exit 1, the alias message named no option)."""
+    from conftest import REPO, run_cli
+    code, _, err = run_cli(["run", str(REPO / "scenarios" / "pp4_dp4.yaml"), *args], capsys)
+    assert code == 2 and says in err and len(err.strip().splitlines()) == 1, err[:300]

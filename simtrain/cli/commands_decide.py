@@ -17,7 +17,7 @@ from simtrain.cli.app import (
     scenario_inputs,
 )
 from simtrain.report.outputs import staged_outputs, write_json
-from simtrain.spec.errors import InputError
+from simtrain.spec.errors import InputError, short_repr
 from simtrain.spec.option_values import parse_value, split_values
 from simtrain.spec.scenario import load_scenario, parse_set
 from simtrain.spec.units import format_count
@@ -42,7 +42,8 @@ def parse_grid(items: tuple[str, ...], option: str = "--grid") -> dict[str, list
         if key in grid:
             raise InputError(f"{option} gives '{key}' twice; list all its values once: {key}=V1,V2,...")
         # split at top-level commas only (a value may be a list: [core_attn,mlp]); each value read as --set reads it
-        grid[key] = [parse_value(part) for part in split_values(text, f"{option} '{item}'")]
+        grid[key] = [parse_value(part, f"{option} '{key}={short_repr(part)[1:-1]}'")
+                     for part in split_values(text, f"{option} '{item}'")]
     return grid
 
 

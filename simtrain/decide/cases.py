@@ -4,6 +4,7 @@ named by path or by the name of a bundled one, and the checks of each case's key
 
 from __future__ import annotations
 
+import json
 import math
 from importlib import resources
 from pathlib import Path
@@ -103,9 +104,13 @@ def _kind(value: object) -> str:
 
 def _shown(value: object) -> str:
     """A value as the file wrote it: YAML's null, true and false, else its short repr."""
-    if value is None or isinstance(value, bool):
-        return {None: "null", True: "true", False: "false"}[value]
-    return short_repr(value)
+    if isinstance(value, str):
+        return short_repr(value)
+    try:        # YAML's spelling inside lists and mappings too: [true, null], not [True, None]
+        text = json.dumps(value, default=str)
+    except (TypeError, ValueError):
+        return short_repr(value)
+    return text if len(text) <= 60 else text[:56] + " ..."
 
 
 def _positive_number(value: object) -> bool:

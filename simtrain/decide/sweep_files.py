@@ -325,10 +325,14 @@ def sweep_to_file(scenario: Scenario, grid: dict[str, list], path: str | Path, *
     output_format(path)
     check_grid_keys(scenario, grid)
     regular_table(path)
-    if not resume:      # never over another program's file (--resume reads it first and refuses what is no table)
-        out = Path(path)
-        for target in (out, out.with_name(out.name + ".partial.jsonl"), _identity_file(out)):
-            check_replaceable(target)
+    # never over another program's file: the table (--resume reads it first and refuses what is no table), the rows
+    # of a Parquet table in progress, and the record, which is rewritten whether or not the sweep resumes
+    out = Path(path)
+    check_replaceable(_identity_file(out))
+    if not resume:
+        check_replaceable(out)
+        if output_format(out) == "parquet":
+            check_replaceable(out.with_name(out.name + ".partial.jsonl"))
     identity = sweep_identity(scenario, grid)
     with table_lock(path):
         _check_identity(Path(path), identity, resume)

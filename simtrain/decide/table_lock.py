@@ -75,11 +75,19 @@ def table_lock(table: str | Path) -> Iterator[None]:
 def _refuse_a_foreign_file(path: Path) -> None:
     """A lock file holds the holder's process id (or nothing, in the instant before it is written); anything else at
     that path is another program's file, which the sweep would truncate and remove: refused."""
+    import stat
+
     try:
-        with open(path, "rb") as fh:
-            head = fh.read(64)
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
         return
+    except OSError:     # a symlink loop, a name too long: opening it below says what
+        return
+    if not stat.S_ISREG(mode):      # a FIFO would block the read below, a device or folder is no lock file
+        raise InputError(f"cannot lock '{display_path(path)}': it exists and is not a regular file (a sweep's lock "
+                         "file is one); remove it or use another --out")
+    with open(path, "rb") as fh:
+        head = fh.read(64)
     if head.strip() and not head.strip().isdigit():
         raise InputError(f"cannot lock '{display_path(path)}': it exists and is not a sweep's lock file (it holds "
                          "no process id), and simtrain never replaces another program's file; remove it or use "

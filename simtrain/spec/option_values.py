@@ -16,11 +16,13 @@ _CLOSE = {"[": "]", "{": "}"}
 _BEFORE_QUOTE = "[{,:"
 
 
-def parse_value(text: str) -> Any:
+def parse_value(text: str, what: str = "") -> Any:
     """One value as ``--set`` reads it: YAML (``8`` -> 8, ``[a, b]`` -> a list, ``true`` -> True); text YAML cannot
-    read stays text; an empty or blank value is the empty string."""
+    read stays text; an empty or blank value is the empty string. A value whose aliases expand past a file's bound,
+    contain themselves or nest too deeply is an InputError naming ``what`` (the option and its argument)."""
     if not text.strip():
         return ""
+    named = f"{what}: " if what else f"the value {short_repr(text)}: "
     try:
         if "*" in text:      # aliases: bounded as in a file (yamlio.check_expansion), before any value is built
             node = yaml.compose(text, Loader=yaml.SafeLoader)
@@ -28,10 +30,12 @@ def parse_value(text: str) -> Any:
                 try:
                     check_expansion(node)
                 except InputError as err:
-                    raise InputError(f"the value {short_repr(text)}: {err.message}") from None
+                    raise InputError(named + err.message) from None
         return yaml.safe_load(text)
     except yaml.YAMLError:
         return text
+    except RecursionError:
+        raise InputError(named + "it nests too deeply to be a simtrain value") from None
 
 
 def split_values(text: str, what: str) -> list[str]:

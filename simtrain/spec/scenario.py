@@ -15,7 +15,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from simtrain.spec.errors import InputError, display_path
+from simtrain.spec.errors import InputError, display_path, short_repr
 from simtrain.spec.hardware import HardwareSpec, load_hardware
 from simtrain.spec.model import ModelSpec
 from simtrain.spec.model_load import load_model
@@ -125,7 +125,7 @@ def parse_set(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
         key = key.strip()
         if not key or any(not part for part in key.split(".")):
             raise InputError(f"--set '{item}': '{key}' is not a dotted key such as parallel.pp")
-        out[key] = parse_value(text)
+        out[key] = parse_value(text, f"--set '{short_repr(item)[1:-1]}'")
     return out
 
 
