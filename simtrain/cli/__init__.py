@@ -124,9 +124,23 @@ def _main(args: list[str]) -> None:
         click.echo("error: out of memory; lower simulation.max_events or use simulation.fidelity: folded", err=True)
         sys.exit(1)
     except Exception as err:  # noqa: BLE001 - the last line of defence for real bugs
+        if _interrupted(err):
+            raise KeyboardInterrupt from None
         if debug:
             raise
         click.echo(one_line(f"internal error: {type(err).__name__}: {err} (this is a simtrain bug; rerun with "
                             "--debug for the traceback)"), err=True)
         sys.exit(1)
     sys.exit(0)
+
+
+def _interrupted(err: BaseException) -> bool:
+    """Whether ``err`` wraps a Ctrl-C: Python re-raises a KeyboardInterrupt that lands in a class body's
+    ``__set_name__`` (pydantic building its models while simtrain imports) as a RuntimeError caused by it."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, KeyboardInterrupt):
+            return True
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return False
