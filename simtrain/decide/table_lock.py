@@ -13,6 +13,7 @@ is no lock.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -75,13 +76,9 @@ def table_lock(table: str | Path) -> Iterator[None]:
 def _refuse_a_foreign_file(path: Path) -> None:
     """A lock file holds the holder's process id (or nothing, in the instant before it is written); anything else at
     that path is another program's file, which the sweep would truncate and remove: refused."""
-    import stat
-
     try:
         mode = os.stat(path).st_mode
-    except (FileNotFoundError, NotADirectoryError):
-        return
-    except OSError:     # a symlink loop, a name too long: opening it below says what
+    except OSError:     # none there; or a symlink loop, a name too long: the lock's own open says what
         return
     if not stat.S_ISREG(mode):      # a FIFO would block the read below, a device or folder is no lock file
         raise InputError(f"cannot lock '{display_path(path)}': it exists and is not a regular file (a sweep's lock "
