@@ -4,12 +4,11 @@ named by path or by the name of a bundled one, and the checks of each case's key
 
 from __future__ import annotations
 
-import json
 import math
 from importlib import resources
 from pathlib import Path
 
-from simtrain.spec.errors import InputError, short_repr, suggest
+from simtrain.spec.errors import InputError, file_value, short_repr, suggest
 from simtrain.spec.yamlio import line_of, load_yaml
 
 #: bundled files that are not part of the dev set: MosaicML's A100 companion of its H100 table, and its A100
@@ -102,17 +101,6 @@ def _kind(value: object) -> str:
     return next((name for types, name in _KINDS if isinstance(value, types)), f"a {type(value).__name__}")
 
 
-def _shown(value: object) -> str:
-    """A value as the file wrote it: YAML's null, true and false, else its short repr."""
-    if isinstance(value, str):
-        return short_repr(value)
-    try:        # YAML's spelling inside lists and mappings too: [true, null], not [True, None]
-        text = json.dumps(value, default=str)
-    except (TypeError, ValueError):
-        return short_repr(value)
-    return text if len(text) <= 60 else text[:56] + " ..."
-
-
 def _positive_number(value: object) -> bool:
     """A finite number > 0 (a boolean is not a number here, though Python counts true as 1)."""
     return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value) and value > 0
@@ -142,21 +130,21 @@ def _check_values(case: dict, index: int, file: str) -> None:
     case_id = case["id"]
     if not isinstance(case_id, str) or not case_id.strip():
         what = "empty" if isinstance(case_id, str) else _kind(case_id)
-        raise refuse("id", f"{_shown(case_id)} is {what}, not a name", "a text that names the case's row in "
+        raise refuse("id", f"{file_value(case_id)} is {what}, not a name", "a text that names the case's row in "
                      "the report, e.g. 'llama2_7b_dp8'")
     name = f"case {case_id!r}"
     scenario = case["scenario"]
     if not isinstance(scenario, dict):
-        raise refuse("scenario", f"{_shown(scenario)} is {_kind(scenario)}, not a scenario", "a mapping of the "
+        raise refuse("scenario", f"{file_value(scenario)} is {_kind(scenario)}, not a scenario", "a mapping of the "
                      "scenario's keys written under scenario:, as in a scenario file (hardware, model, training, "
                      "parallel, ...); a case does not name a scenario file", name)
     measured = case.get("measured")
     if measured is not None and not isinstance(measured, dict):
-        raise refuse("measured", f"{_shown(measured)} is {_kind(measured)}, not a table of figures",
+        raise refuse("measured", f"{file_value(measured)} is {_kind(measured)}, not a table of figures",
                      "a mapping of what the source measured, e.g. {tokens_per_s_per_gpu: 3000, mfu: 0.45}", name)
     for key, value in (measured or {}).items():
         if key in MEASURED_NUMBERS and not _positive_number(value):
-            raise refuse(f"measured.{key}", f"{_shown(value)} is not a measured figure",
+            raise refuse(f"measured.{key}", f"{file_value(value)} is not a measured figure",
                          "a number > 0, which simtrain compares with its prediction", name)
     unwritable = _not_json(measured, "measured")
     if unwritable:
@@ -166,12 +154,12 @@ def _check_values(case: dict, index: int, file: str) -> None:
                      "texts, true, false and lists or mappings of them; quote a date", name)
     gate = case.get("gate", True)
     if not isinstance(gate, bool):
-        raise refuse("gate", f"{_shown(gate)} is {_kind(gate)}, not true or false", "true or false, unquoted; "
+        raise refuse("gate", f"{file_value(gate)} is {_kind(gate)}, not true or false", "true or false, unquoted; "
                      "false reports the case without counting it towards the targets", name)
     compare_to = case.get("compare_to")
     if compare_to is not None and (not isinstance(compare_to, str) or compare_to == case_id):
         what = "the case itself" if compare_to == case_id else f"{_kind(compare_to)}, not a case id"
-        raise refuse("compare_to", f"{_shown(compare_to)} is {what}", "the id of another case of this file, "
+        raise refuse("compare_to", f"{file_value(compare_to)} is {what}", "the id of another case of this file, "
                      "the run this case's speed-up is measured against", name)
     assumed = case.get("assumed")
     if assumed is not None and (not isinstance(assumed, list)

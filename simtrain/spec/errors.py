@@ -9,6 +9,7 @@ exit with status 2 instead of a traceback.
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import reprlib
 from collections.abc import Iterable
@@ -55,6 +56,18 @@ def short_repr(value: object) -> str:
     """A value from a file as a message quotes it: its repr, cut to a few items and characters however large the
     value is (a list of a million items is shown as its first few and '...')."""
     return _REPR.repr(value)
+
+
+def file_value(value: object) -> str:
+    """A value as a YAML or JSON file spells it (true, null, [true, null], 8), text quoted as short_repr quotes it
+    ('big'); cut to 60 characters, as every value a message or warning quotes."""
+    if isinstance(value, str):
+        return short_repr(value)
+    try:
+        text = json.dumps(value, default=str)
+    except (TypeError, ValueError):     # a value JSON cannot spell (a cycle, a NaN key)
+        return short_repr(value)
+    return text if len(text) <= 60 else text[:56] + " ..."
 
 
 class SimulationLimitError(InputError):

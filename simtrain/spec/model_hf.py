@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from simtrain.spec.errors import InputError
+from simtrain.spec.errors import file_value as json_value
 from simtrain.spec.model import ModelSpec
 from simtrain.spec.model_hf_checks import (
     check_alternating,
     check_values,
     json_line,
-    json_value,
     refuse_encoders,
     unmodelled,
 )

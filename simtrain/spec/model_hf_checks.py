@@ -5,11 +5,11 @@ Split from :mod:`simtrain.spec.model_hf`, which calls them."""
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
-from simtrain.spec.errors import InputError, short_repr
+from simtrain.spec.errors import InputError
+from simtrain.spec.errors import file_value as json_value
 from simtrain.spec.units import is_number
 
 #: Gemma-2 and Gemma-3 layers: four RMSNorms (input, post_attention, pre_feedforward, post_feedforward; transformers
@@ -28,15 +28,6 @@ _NOT_DECODERS = {
                      "bigbird_pegasus", "whisper", "speech_to_text", "seamless_m4t", "encoder-decoder"),
                     "an encoder-decoder model"),
 }
-
-
-def json_value(value: Any) -> str:
-    """A config value as the JSON file spells it (true, null, 8), text quoted as elsewhere ('big'); cut to 60
-    characters, as every value a message or warning quotes (errors.short_repr)."""
-    if isinstance(value, str):
-        return short_repr(value)
-    text = json.dumps(value)
-    return text if len(text) <= 60 else text[:56] + " ..."
 
 
 def json_line(text: str | None, key: str | None) -> int | None:
