@@ -156,9 +156,10 @@ def test_configs_refused_before_now_load(folder):
 
 
 def test_small_qwen2_moe_counts():
-    """Qwen2-MoE (60 experts of 32, top-4, one shared expert of 128): the count by hand."""
+    """Qwen2-MoE (60 experts of 32, top-4, one shared expert of 128): the count by hand, with the q, k and v
+    biases of Qwen2MoeAttention (3 x 64; no output bias)."""
     h, layers, vocab = 64, 4, 128
-    layer = (h * 64 * 4) + 60 * 3 * h * 32 + 3 * h * 128 + 60 * h + 2 * h
+    layer = (h * 64 * 4) + 3 * 64 + 60 * 3 * h * 32 + 3 * h * 128 + 60 * h + 2 * h
     assert _hf("small_moe_qwen2").params_total == layers * layer + 2 * vocab * h + h
 
 

@@ -246,10 +246,11 @@ def _local_params(scenario: Scenario, pp_rank: int) -> tuple[int, int]:
     m, par = scenario.model, scenario.parallel
     t = par.tp
     layers = sum(rank_layers(scenario, pp_rank).values())
-    h, kv, f = m.hidden, m.kv_width, m.ffn_hidden
+    h, f = m.hidden, m.ffn_hidden
     matrices = m.matmul_params_per_layer // t
-    # column-parallel biases split by t, row-parallel ones (attention output, fc2) replicated
-    biases = ((h + 2 * kv + f * (m.mlp_matrices - 1)) // t + 2 * h) if m.bias else 0
+    # column-parallel biases split by t (q, k, v: bias or qkv_bias; fc1: bias), row-parallel ones (attention output,
+    # fc2: bias) replicated
+    biases = (m.qkv_bias_params + (f * (m.mlp_matrices - 1) if m.bias else 0)) // t + (2 * h if m.bias else 0)
     per_layer = matrices + biases + 2 * m.norm_params
     if m.moe is None:
         count = layers * per_layer

@@ -7,7 +7,8 @@ its authors published. Loading (presets, YAML files, HuggingFace configs) is in
 
 Counting conventions (every matrix in x out; /work/research/moe.md section 1.2): a SwiGLU MLP is 3 h f, a GELU
 MLP 2 h f; each layer has two norms; the router is E h (+ E with a bias); multi-head latent attention (DeepSeek-V2/V3)
-counts its down and up projections and the two latent RMSNorms.
+counts its down and up projections and the two latent RMSNorms; ``qkv_bias`` (Qwen2, Qwen2-MoE) adds q_width +
+2 kv_width biases per layer, ``bias`` those and the attention output's and the MLP's.
 """
 
 from __future__ import annotations
@@ -145,6 +146,10 @@ class ModelSpec(Closed):
     mlp: Literal["gelu", "swiglu"] = Field("gelu", description="gelu: 2 matrices; swiglu: 3 (gate, up, down)")
     tied_embeddings: bool = Field(False, description="output layer shares the input embedding")
     bias: bool = Field(False, description="linear layers carry biases (GPT-2/3 style; GPT-OSS's attention and experts)")
+    qkv_bias: bool = Field(False, description="the query, key and value projections carry biases and nothing else "
+                                              "does (Qwen2, Qwen2-MoE: q_proj, k_proj, v_proj with bias=True, o_proj "
+                                              "and the MLP without, transformers modeling_qwen2.py / "
+                                              "modeling_qwen2_moe.py); implied by bias")
     norm: Literal["layernorm", "rmsnorm"] | None = Field(
         None, description="layernorm has weight+bias (2h), rmsnorm weight only (h); default rmsnorm for swiglu")
     qk_norm: bool = Field(False, description="RMSNorm of head_dim on queries and keys (Qwen3)")
@@ -183,6 +188,9 @@ class ModelSpec(Closed):
         if self.head_dim is None and self.attention.kind == "mha" and self.hidden % self.heads:
             raise FieldError(f"hidden={self.hidden} is not divisible by heads={self.heads} (head size = hidden / "
                              "heads; give head_dim for heads of their own width)", "heads")
+        if self.qkv_bias and self.attention.kind == "mla":
+            raise FieldError("describes biases on multi-head attention's query, key and value projections; latent "
+                             "attention (attention.kind: mla) has none in simtrain: leave it out", "qkv_bias")
         if self.moe is not None and self.moe.dense_layers >= self.layers:
             raise FieldError(f"{self.moe.dense_layers} leaves no MoE layer among the model's {self.layers} "
                              "(dense_layers counts the leading layers with a dense MLP)", "moe", "dense_layers")
@@ -257,10 +265,16 @@ class ModelSpec(Closed):
         return h * (self.q_width + 2 * self.kv_width) + self.q_width * h
 
     @property
+    def qkv_bias_params(self) -> int:
+        """Biases of one layer's query, key and value projections (column-parallel: split by tp): q_width + 2 kv_width
+        with ``bias`` or ``qkv_bias`` in multi-head attention, else 0."""
+        return self.q_width + 2 * self.kv_width if (self.bias or self.qkv_bias) and self.attention.kind == "mha" else 0
+
+    @property
     def attention_other_params(self) -> int:
         """Attention weights that do no matrix multiply: biases, QK-norms, MLA's latent norms, sinks."""
         at = self.attention
-        n = (self.q_width + 2 * self.kv_width) + self.hidden if self.bias and at.kind == "mha" else 0
+        n = self.qkv_bias_params + (self.hidden if self.bias and at.kind == "mha" else 0)   # output's bias: bias only
         if self.qk_norm:
             n += 2 * self.head_size
         if at.kind == "mla":

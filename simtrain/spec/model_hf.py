@@ -141,6 +141,11 @@ def from_hf_config(config: dict[str, Any], *, file: str, name: str | None = None
         source["position_embeddings"] = "n_positions"
     if config.get("attention_bias") or config.get("mlp_bias"):
         out["bias"] = True
+    # Qwen2Attention: q_proj, k_proj, v_proj with bias=True, o_proj bias=False, hard-wired (no config key; transformers
+    # modeling_qwen2.py); Qwen2MoeAttention the same, bias=config.qkv_bias in the transformers versions whose
+    # Qwen2MoeConfig has that key (default True), hard-wired before (modeling_qwen2_moe.py)
+    if model_type == "qwen2" or (model_type == "qwen2_moe" and config.get("qkv_bias", True) is not False):
+        out["qkv_bias"] = True
     # a config.json without tie_word_embeddings means its class's default (transformers' PreTrainedConfig: True;
     # LlamaConfig, MistralConfig, Qwen2Config...: False; GemmaConfig: True)
     out.setdefault("tied_embeddings", _TIED_BY_DEFAULT.get(model_type, True))

@@ -105,6 +105,8 @@ _MOE_COUNTS: dict[str, tuple[int, bool, str]] = {
 }
 #: booleans the reader takes besides tie_word_embeddings
 _FLAGS = ("attention_bias", "mlp_bias", "use_sliding_window", "is_encoder_decoder")
+#: booleans the reader takes from a mixture-of-experts family's config only (Qwen2MoeConfig's qkv_bias)
+_MOE_FLAGS = ("qkv_bias",)
 #: numbers the reader only warns about: positive, or null for none
 _CAPS = ("attn_logit_softcapping", "final_logit_softcapping")
 
@@ -113,6 +115,7 @@ def check_values(config: dict[str, Any], moe: bool, file: str, text: str | None)
     """Each number and boolean the reader takes outside model_hf's _HF_KEYS, in range and of its type; else the key
     is named."""
     counts = {**_COUNTS, **(_MOE_COUNTS if moe else {})}
+    flags = _FLAGS + (_MOE_FLAGS if moe else ())
     for key, value in config.items():
         problem = None
         if key in counts:
@@ -122,7 +125,7 @@ def check_values(config: dict[str, Any], moe: bool, file: str, text: str | None)
             if not is_number(value) or value != int(value) or value < least:
                 kind = "a positive whole number" if least == 1 else "a whole number >= 0"
                 problem = f"{json_value(value)} is not {kind}{' or null' if nullable else ''} ({what})"
-        elif key in _FLAGS and value is not None and not isinstance(value, bool):
+        elif key in flags and value is not None and not isinstance(value, bool):
             problem = f"{json_value(value)} is not true or false"
         elif key in _CAPS and value is not None and (not is_number(value) or value <= 0):
             problem = f"{json_value(value)} is not a positive number or null (the cap c of c x tanh(x / c))"
