@@ -119,14 +119,15 @@ def test_torchtitan_is_refused_with_tensor_parallelism(tmp_path):
 @pytest.mark.parametrize("impl", ["nanotron", "torchtitan"])
 @pytest.mark.parametrize("model_change, train_change, says", [
     ({"bias": True}, {}, "bias: true"),
+    ({"qkv_bias": True}, {}, "qkv_bias: true"),
     ({"position_embeddings": 2048}, {}, "position_embeddings: 2048"),
     ({"norm": "layernorm"}, {}, "norm: layernorm"),
     ({"head_dim": 128}, {}, "head_dim: 128"),
     ({}, {"dropout": True}, "dropout: true"),
 ])
 def test_layer_kernels_refuse_layers_the_framework_does_not_build(tmp_path, impl, model_change, train_change, says):
-    """Both frameworks' Llama layers have RMSNorms, no biases, rotary positions, heads of hidden / heads and no
-    dropout: a scenario that says otherwise is refused, naming the key."""
+    """Both frameworks' Llama layers have RMSNorms, no biases (not even Qwen2's on q, k and v), rotary positions,
+    heads of hidden / heads and no dropout: a scenario that says otherwise is refused, naming the key."""
     from simtrain.spec.errors import InputError
 
     with pytest.raises(InputError, match=f"layer_kernels: '{impl}'.*{says}"):
