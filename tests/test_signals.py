@@ -123,9 +123,11 @@ def test_sigterm_ends_a_search_and_its_workers(tmp_path, simtrain_exe):
 
 def test_sigterm_ends_a_run_like_ctrl_c(tmp_path, simtrain_exe):
     """SIGTERM to `simtrain run` once its code runs: exit 130 and the one line 'interrupted', no traceback."""
-    # a ZeRO-3 step of 512 micro-batches: about 5 s of simulation, so the signal comes while it runs
+    # a ZeRO-3 step of 512 micro-batches: about 5 s of simulation, so the signal comes while it runs (1,136,592
+    # events, beyond the default simulation.max_events: the limit raised, else it is refused before it runs)
     proc = _start(["run", str(REPO / "scenarios" / "pp4_dp4.yaml"), "--set", "parallel.zero=3", "--set",
-                   "training.global_batch=2048", "--json", "r.json"], tmp_path, simtrain_exe)
+                   "training.global_batch=2048", "--set", "simulation.max_events=2000000", "--json", "r.json"],
+                  tmp_path, simtrain_exe)
     assert _wait_for(lambda: _catches_sigterm(proc.pid), timeout=30)
     time.sleep(0.5)
     proc.send_signal(signal.SIGTERM)
