@@ -1,13 +1,17 @@
 """The event estimate (simtrain.engine.limits.estimate_events) against the events the engine then schedules.
 
-A run whose estimate passes ``simulation.max_events`` is refused before it simulates anything; one whose estimate
-falls short of its real count runs until the engine's counter reaches the limit and is refused only then (seconds
-to minutes later on a large layout). So across the bundled scenarios and the variants that change what the engine
-plays (fidelity, overlap_dp, ZeRO stage, TP / PP / DP / EP, schedules), the estimate must lie within [0.7, 1.5] x the
-engine's own count (``Result.events``, the simpy events ``engine.lane.CountingEnvironment`` scheduled). The old
-estimate was 0.02-0.7 x on most of these (measured: pp4_dp4 folded 0.53, full 0.62, overlap_dp false 0.07;
-tp8_llama3_70b 0.16; fsdp_mpt7b_h100 0.52; dp8_baseline 0.02; Qwen3-30B-A3B EP 8 0.09); the engine.event_counts
-one is 1.0-1.3 x on every case here.
+A run is refused before it simulates anything when its count without the compute's re-timings by communication
+(``interrupts=False``: comm._comm_running re-times a compute only where a collective starts or ends under it) passes
+``simulation.max_events``; one whose count falls short runs until the engine's counter reaches the limit and is
+refused only then (seconds to minutes later on a large layout). Two rules, across the bundled scenarios and the
+variants that change what the engine plays (fidelity, overlap_dp, ZeRO stage and prefetch, TP / PP / DP / EP,
+schedules):
+- that count never passes 1.15 x the engine's own count (``Result.events``), so a run that fits is refused
+  beforehand only within 15% of the limit (measured: at most 1.13, compare_h100); the count with every re-timing is
+  an upper one, 1.0-1.94 x (the review's gpt-oss-120b EP 8 case, its gradient buckets queued past the backward);
+- the count is at least 0.4 x the engine's (measured 0.43 at the least, Qwen3-30B-A3B under ep_overlap): the old
+  estimate was 0.02-0.7 x on most of these (pp4_dp4 folded 0.53, full 0.62, overlap_dp false 0.07; tp8_llama3_70b
+  0.16; fsdp_mpt7b_h100 0.52; dp8_baseline 0.02; Qwen3-30B-A3B EP 8 0.09).
 """
 
 from __future__ import annotations
@@ -49,24 +53,46 @@ CASES = {
     "moe ep 8 pp 2 zero 2": lambda: _moe(pp=2, zero=2),
     "moe ep 8 ep_overlap full": lambda: _moe(ep_overlap=True, simulation={"fidelity": "full"}),
     "moe ep 8 pp 4 dualpipe": lambda: _moe(nodes=4, pp=4, schedule="dualpipe"),
+    "zero 3 backward_prefetch post full": lambda: load_scenario(SCENARIOS / "fsdp_mpt7b_h100.yaml", {
+        "parallel.backward_prefetch": "post", "simulation.fidelity": "full"}),
+    "gpt-oss-120b ep 8 full": lambda: _gpt_oss(),
 }
 
 
+def _gpt_oss(max_events=None):
+    """gpt-oss-120b on 4 DGX H100 nodes, DP 32, EP 8, full fidelity: its expert gradients' buckets queue past the
+    backward, so most start and end with no compute under them (the review's case: 12,737 events played, 24,766 in
+    the count with every re-timing)."""
+    return make_scenario(hardware="dgx-h100", nodes=4, model="gpt-oss-120b",
+                         training={"seq_len": 4096, "global_batch": 32, "micro_batch": 1, "dropout": False},
+                         parallel={"dp": 32, "tp": 1, "ep": 8},
+                         simulation={"fidelity": "full", **({"max_events": max_events} if max_events else {})})
+
+
 @pytest.mark.parametrize("case", list(CASES))
-def test_the_estimate_is_near_the_events_the_engine_schedules(case, monkeypatch):
-    """Rule: the estimate is within [0.7, 1.5] x the engine's count; the estimate is the one the engine made for
-    this very run (its lanes per stage: folded, full or symmetry classes), caught on its way to the check."""
+def test_the_count_a_run_is_refused_on_is_near_the_events_the_engine_schedules(case, monkeypatch):
+    """Rule: the count the engine refuses on lies within [0.4, 1.15] x the engine's own count, and the upper one
+    (every re-timing counted) is at least 0.95 x it; both are made for this very run (its lanes per stage: folded,
+    full or symmetry classes), caught on their way to the check."""
     seen = []
     estimate = core.estimate_events
 
-    def spy(plan, full, replicas=None):
-        seen.append(estimate(plan, full, replicas))
-        return seen[-1]
+    def spy(plan, full, replicas=None, interrupts=True):
+        seen.append((estimate(plan, full, replicas, interrupts=False), estimate(plan, full, replicas)))
+        return seen[-1][0] if not interrupts else seen[-1][1]
 
     monkeypatch.setattr(core, "estimate_events", spy)
     events = simulate(CASES[case]()).events
     assert len(seen) == 1
-    assert 0.7 <= seen[0] / events <= 1.5, (seen[0], events, round(seen[0] / events, 2))
+    floor, upper = seen[0]
+    assert 0.4 <= floor / events <= 1.15, (floor, events, round(floor / events, 2))
+    assert upper / events >= 0.95, (upper, events, round(upper / events, 2))
+
+
+def test_a_run_that_fits_is_not_refused_for_re_timings_it_does_not_play():
+    """The review's case: gpt-oss-120b EP 8 full plays 12,737 events; under a limit of 20,000 the count with every
+    re-timing (24,766) refused it, where it runs."""
+    assert simulate(_gpt_oss(max_events=20_000)).events <= 20_000
 
 
 def test_a_run_over_the_limit_is_refused_before_it_simulates(capsys, monkeypatch):
@@ -88,6 +114,6 @@ def test_a_run_over_the_limit_is_refused_before_it_simulates(capsys, monkeypatch
                             "--set", "training.global_batch=2048", "--set", "simulation.max_events=120000", "--full"],
                            capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
-    assert "this run needs about" in err and "more than simulation.max_events=120,000" in err, err
+    assert "this run needs at least about" in err and "more than simulation.max_events=120,000" in err, err
     assert "reached" not in err, err
     assert scheduled == []

@@ -60,7 +60,7 @@ def test_full_fidelity_on_100k_gpus_is_refused_quickly(huge, simtrain_exe):
     # at least one event per operation of every lane: 3,125 replicas x 4 stages = 12,500 lanes, each
     # running 8 forwards and 8 backwards -> at least 12,500 x 16 = 200,000 events
     assert "simulation.max_events" in err and "simulated events" in err
-    estimate = int(err.split("needs about ")[1].split(" ")[0].replace(",", ""))
+    estimate = int(err.split("needs at least about ")[1].split(" ")[0].replace(",", ""))
     assert estimate >= 12_500 * 16
     assert "fidelity: folded" in err
     assert elapsed < 15, f"refusal took {elapsed:.1f} s"
@@ -152,18 +152,17 @@ def test_refusal_time_grows_at_most_linearly_with_gpus(tmp_path):
     assert large < 8 * max(small, 0.05), (small, large)
 
 
-def test_the_limit_binds_while_the_run_goes(monkeypatch):
-    """simulation.max_events is a limit, not only a check of the estimate: where the estimate falls short of the
-    events a run schedules (here made to, the estimate replaced by 0: it is no longer short on any known run), the
-    run may schedule exactly the limit, one fewer stops it, and a folded run is not told to fold."""
-    import simtrain.engine.core
+def test_the_limit_binds_while_the_run_goes():
+    """simulation.max_events is a limit, not only a check of the estimate: a run is refused beforehand only on the
+    count without the compute's re-timings by communication, which falls short of what this run schedules (its DP
+    buckets start and end under the backward's compute: 473 counted, 622 played); then the run may schedule
+    exactly the limit, one fewer stops it, and a folded run is not told to fold."""
     from simtrain.spec.scenario import scenario_from_dict
 
     raw = {"name": "dp8", "hardware": "dgx-h100", "model": "llama2-7b",
            "training": {"seq_len": 4096, "global_batch": 64, "micro_batch": 1}, "parallel": {"dp": 8}}
     scenario = scenario_from_dict(raw)
     events = simulate(scenario).events
-    monkeypatch.setattr(simtrain.engine.core, "estimate_events", lambda plan, full, replicas=None: 0)
 
     def limited(limit):
         return scenario_from_dict({**raw, "simulation": {"max_events": limit}})

@@ -27,8 +27,11 @@ SEND, COPY = 2 + 1 + FLOW + 1, 2 + FLOW + 1
 class LaneEvents:
     """Events per lane of a run with ``lanes`` lanes per pipeline rank."""
 
-    def __init__(self, plan, lanes: int) -> None:
+    def __init__(self, plan, lanes: int, interrupts: bool = True) -> None:
         self.plan, self.lanes, self.memo = plan, lanes, {}
+        # a collective's re-timing of the compute happens only where a compute is running when it starts or ends
+        # (comm._comm_running: lane.comm_change); counted always (the upper count) or never (the floor)
+        self.interrupt = INTERRUPT if interrupts else 0
         sc = plan.scenario
         self.par, self.sim, self.dp = sc.parallel, sc.simulation, plan.placement.dp
         self.zero = self.par.zero if self.dp > 1 else 0
@@ -47,7 +50,7 @@ class LaneEvents:
         started event, the _run_phases process (initialize, end, done) and its phases (fluid.run_phase: a latency
         timeout, a flow), ``local`` of them ahead of the network (comm._fsdp_phases' local phase: a timeout)."""
         ph = sum((p.latency > 0) + FLOW * (p.flow_bytes > 0) for p in phases)
-        return 3 + INTERRUPT * live + (4 + ph + (local > 0)) / self.lanes
+        return 3 + self.interrupt * live + (4 + ph + (local > 0)) / self.lanes
 
     def dp_coll(self, kind: str, r: int, live: bool, local: float = 0.0) -> float:
         return self.once(("dp", kind, r, live, local > 0), self.collective, self.plan.dp_phases(kind, 1.0, r), live,
@@ -129,7 +132,7 @@ class LaneEvents:
         ``&`` condition, each half locked."""
         if self.par.ep_overlap and not buckets and self.zero < 3:
             pieces = ep_overlap.pair_pieces(self.plan.chunks[vf], self.plan.chunks[vb])
-            comm = 0 if self.ep is None else (self.ep + INTERRUPT + 1)
+            comm = 0 if self.ep is None else (self.ep + self.interrupt + 1)
             return 2 + sum((1 if kind == ep_overlap.AMAX else COMPUTE) + (self.ep is None) if stream == "comp" else
                            comm * (sec > 0) for stream, _side, kind, _layer, sec, _after in pieces)
         return 5 + self.forward(r, vf, "locked") + self.backward(r, vb, part, buckets, "locked")

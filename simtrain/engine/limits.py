@@ -15,12 +15,12 @@ from simtrain.spec.scenario import Scenario
 from simtrain.spec.yamlio import locate
 
 
-def estimate_events(plan: Plan, full: bool, replicas: int | None = None) -> int:
+def estimate_events(plan: Plan, full: bool, replicas: int | None = None, interrupts: bool = True) -> int:
     """Simpy events the run will schedule, counted from the plan before running it (engine.event_counts: per lane,
     what the engine's code schedules for each op, collective, send and copy); ``replicas``: the lanes per pipeline
     rank when given (symmetry classes), else dp (full) or 1 (folded)."""
     lanes = replicas if replicas is not None else plan.placement.dp if full else 1
-    count = LaneEvents(plan, lanes)
+    count = LaneEvents(plan, lanes, interrupts)
     return math.ceil(lanes * sum(_lane(count, r) for r in range(plan.scenario.parallel.pp)))
 
 
