@@ -73,17 +73,17 @@ def test_three_million_layers_are_refused_in_well_under_a_second(folder, capsys)
 
 
 def test_deep_zero3_layers_are_refused_by_the_event_bound_before_the_plan(folder):
-    """ZeRO-3 gathers every layer's weights in each micro-batch's forward and backward, about 12 events each, plus
-    2 per layer for the gradients: 10,000 layers x (2 + 24 x 8 micro-batches) = 1,940,000 events on dp=2, more than
-    max_events=1,000,000: refused at load."""
+    """ZeRO-3 gathers every layer's weights in each micro-batch's forward and backward and reduce-scatters its
+    gradients, at least 3 events each, plus 2 per layer for the gradients: 10,000 layers x (2 + 9 x 16 micro-batches)
+    = 1,460,000 events, more than max_events=1,000,000: refused at load."""
     from simtrain.spec.errors import SimulationLimitError
     from simtrain.spec.scenario import load_scenario
 
     model = {"name": "deep", "layers": 10_000, "hidden": 64, "heads": 4, "ffn_hidden": 256, "vocab": 128}
     with pytest.raises(SimulationLimitError) as exc:
         load_scenario("base.yaml", {"model": model, "parallel.zero": 3, "parallel.pp": 1, "parallel.dp": 4,
-                                    "training.global_batch": 32, "training.micro_batch": 1})
-    assert "10,000 layers x 8 micro-batches (ZeRO-3 gathers) need at least 1,940,000" in str(exc.value)
+                                    "training.global_batch": 64, "training.micro_batch": 1})
+    assert "10,000 layers x 16 micro-batches (ZeRO-3 gathers) need at least 1,460,000" in str(exc.value)
 
 
 @pytest.mark.parametrize("args,says", [

@@ -161,3 +161,22 @@ def test_memory_holds_the_qkv_biases(tmp_path, tp):
     for part in ("params", "grads", "optimizer"):
         per_param = getattr(b, part) / n_without
         assert getattr(a, part) == pytest.approx(getattr(b, part) + per_param * QWEN2_0_5B_QKV_BIASES // tp)
+
+
+def test_qwen2_moe_qkv_bias_null_builds_none(tmp_path):
+    """Qwen2MoeAttention passes config.qkv_bias to nn.Linear's bias: null builds no bias, as false does (the review
+    found null read as true)."""
+    config = json.loads((DATA / "hf_moe" / "small_moe_qwen2" / "config.json").read_text(encoding="utf-8"))
+    assert not _load(tmp_path, {**config, "qkv_bias": None}).qkv_bias
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4])
+def test_moe_memory_splits_the_qkv_biases_by_tp(tmp_path, tp):
+    """In an MoE layer too the q, k, v biases are column-parallel: one GPU holds 1/tp of the small Qwen2-MoE
+    fixture's 4 x (64 + 2 x 64) = 768 (the review found 768 at every tp)."""
+    config = json.loads((DATA / "hf_moe" / "small_moe_qwen2" / "config.json").read_text(encoding="utf-8"))
+    with_bias = _load(tmp_path, config)
+    training = {"seq_len": 256, "global_batch": 8}
+    n = [local_params(make_scenario(model={**with_bias.model_dump(), "qkv_bias": q}, training=training,
+                                    parallel={"tp": tp, "sequence_parallel": tp > 1}), 0)[0] for q in (True, False)]
+    assert n[0] - n[1] == 768 // tp

@@ -48,9 +48,11 @@ def holds_last_stage(scenario: Scenario, pp_rank: int) -> bool:
 
 def moe_dense_part_per_rank(model, tp: int) -> int:
     """One MoE layer's weights outside the routed experts on one TP rank: the attention matrices and the shared
-    experts split by tp; norms, router, biases and sinks replicated."""
-    matrices = model.attention_matmul_params + model.shared_expert_params
-    return matrices // tp + model.attention_other_params + 2 * model.norm_params + model.router_params
+    experts split by tp, with the q, k and v biases (column-parallel, as memory._local_params splits them); norms,
+    router, the output's bias and sinks replicated."""
+    matrices = model.attention_matmul_params + model.shared_expert_params + model.qkv_bias_params
+    replicated = model.attention_other_params - model.qkv_bias_params
+    return matrices // tp + replicated + 2 * model.norm_params + model.router_params
 
 
 def experts_per_rank(model, ep: int, etp: int) -> int:

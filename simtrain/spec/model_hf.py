@@ -141,10 +141,9 @@ def from_hf_config(config: dict[str, Any], *, file: str, name: str | None = None
         source["position_embeddings"] = "n_positions"
     if config.get("attention_bias") or config.get("mlp_bias"):
         out["bias"] = True
-    # Qwen2Attention: q_proj, k_proj, v_proj with bias=True, o_proj bias=False, hard-wired (no config key; transformers
-    # modeling_qwen2.py); Qwen2MoeAttention the same, bias=config.qkv_bias in the transformers versions whose
-    # Qwen2MoeConfig has that key (default True), hard-wired before (modeling_qwen2_moe.py)
-    if model_type == "qwen2" or (model_type == "qwen2_moe" and config.get("qkv_bias", True) is not False):
+    # Qwen2Attention: q, k, v projections bias=True, o_proj bias=False, hard-wired (transformers modeling_qwen2.py);
+    # Qwen2MoeAttention bias=config.qkv_bias where Qwen2MoeConfig has it (default True; null builds none)
+    if model_type == "qwen2" or (model_type == "qwen2_moe" and config.get("qkv_bias", True)):
         out["qkv_bias"] = True
     # a config.json without tie_word_embeddings means its class's default (transformers' PreTrainedConfig: True;
     # LlamaConfig, MistralConfig, Qwen2Config...: False; GemmaConfig: True)

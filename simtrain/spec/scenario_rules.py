@@ -36,14 +36,15 @@ def layer_event_estimate(layers: int, microbatches: int, dp: int, zero: int, rep
     """A lower bound of the simulated events that grow with the layer count: with DP gradients launched during the
     backward, every layer's backward is its own event pair on each lane (measured: 8,321 events for 4,000 layers on
     pp=2, dp=2; 16,526 in full fidelity); ZeRO-3 gathers each layer's weights in every micro-batch's forward and
-    backward, at least 12 events each (simtrain.engine.event_counts counts them: pp4_dp4 at zero 3 plays 35,472
-    events where this bound gives 15,360). Layers x micro-batches x lanes, counted before any per-layer structure is
-    built."""
+    backward and reduce-scatters its gradients, at least 3 events each on every lane (its process's start and end
+    and its done event: engine.event_counts.LaneEvents.collective without the re-timings, which
+    backward_prefetch none skips; the review found 12 each refusing a run of 92,080 events at 99,328). Layers x
+    micro-batches x lanes, counted before any per-layer structure is built."""
     if dp <= 1:
         return 0
     per_layer = 2 if overlap_dp else 0
     if zero >= 3:
-        per_layer += 12 * 2 * microbatches
+        per_layer += 3 * 3 * microbatches
     return per_layer * layers * replicas
 
 
