@@ -1,17 +1,18 @@
 """The event estimate (simtrain.engine.limits.estimate_events) against the events the engine then schedules.
 
-A run is refused before it simulates anything when its count without the compute's re-timings by communication
-(``interrupts=False``: comm._comm_running re-times a compute only where a collective starts or ends under it) passes
-``simulation.max_events``; one whose count falls short runs until the engine's counter reaches the limit and is
-refused only then (seconds to minutes later on a large layout). Two rules, across the bundled scenarios and the
-variants that change what the engine plays (fidelity, overlap_dp, ZeRO stage and prefetch, TP / PP / DP / EP,
-schedules):
-- that count never passes 1.15 x the engine's own count (``Result.events``), so a run that fits is refused
-  beforehand only within 15% of the limit (measured: at most 1.13, compare_h100); the count with every re-timing is
-  an upper one, 1.0-1.94 x (the review's gpt-oss-120b EP 8 case, its gradient buckets queued past the backward);
-- the count is at least 0.4 x the engine's (measured 0.43 at the least, Qwen3-30B-A3B under ep_overlap): the old
-  estimate was 0.02-0.7 x on most of these (pp4_dp4 folded 0.53, full 0.62, overlap_dp false 0.07; tp8_llama3_70b
-  0.16; fsdp_mpt7b_h100 0.52; dp8_baseline 0.02; Qwen3-30B-A3B EP 8 0.09).
+simtrain.engine.event_counts counts, op by op, the simpy events the engine's code schedules. Three of them happen only
+some of the time (a collective re-times the compute only where one runs as it starts or ends, a flow's end sets a
+re-rating timer only where other flows are in flight, a coarse op's rounding timeout only where its two lengths
+differ): the upper count takes them always, the floor (``upper=False``) never. A run is refused before it simulates
+anything when the floor passes ``simulation.max_events``; one whose floor falls short runs until the engine's counter
+reaches the limit and is refused only then. Two rules, across the bundled scenarios and the variants that change what
+the engine plays (fidelity, overlap_dp, ZeRO stage and prefetch, TP / PP / DP / EP, schedules, no DP at all):
+- the floor never passes the engine's own count (``Result.events``), so a run that fits is never refused beforehand
+  (two reviews found it passed: counting the re-timings always, 1.94 x on gpt-oss-120b EP 8 full; then the flows'
+  timers and the rounding timeouts, 1.17-1.24 x on pipelines without DP traffic and compare_h100 in full fidelity);
+- the floor is at least 0.4 x the engine's count (measured 0.43 at the least, Qwen3-30B-A3B under ep_overlap), and the
+  upper count at least 0.95 x: the old estimate was 0.02-0.7 x on most of these (pp4_dp4 folded 0.53, full 0.62,
+  overlap_dp false 0.07; tp8_llama3_70b 0.16; fsdp_mpt7b_h100 0.52; dp8_baseline 0.02; Qwen3-30B-A3B EP 8 0.09).
 """
 
 from __future__ import annotations
@@ -56,6 +57,9 @@ CASES = {
     "zero 3 backward_prefetch post full": lambda: load_scenario(SCENARIOS / "fsdp_mpt7b_h100.yaml", {
         "parallel.backward_prefetch": "post", "simulation.fidelity": "full"}),
     "gpt-oss-120b ep 8 full": lambda: _gpt_oss(),
+    "compare_h100 full": lambda: load_scenario(SCENARIOS / "compare_h100.yaml", {"simulation.fidelity": "full"}),
+    "1f1b pp 4 without dp": lambda: load_scenario(SCENARIOS / "pp4_dp4.yaml", {"parallel.dp": 1, "nodes": 1,
+                                                                               "gpus_per_node": 4}),
 }
 
 
@@ -71,21 +75,21 @@ def _gpt_oss(max_events=None):
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_the_count_a_run_is_refused_on_is_near_the_events_the_engine_schedules(case, monkeypatch):
-    """Rule: the count the engine refuses on lies within [0.4, 1.15] x the engine's own count, and the upper one
-    (every re-timing counted) is at least 0.95 x it; both are made for this very run (its lanes per stage: folded,
+    """Rule: the floor the engine refuses on lies within [0.4, 1] x the engine's own count, and the upper count is
+    at least 0.95 x it; both are made for this very run (its lanes per stage: folded,
     full or symmetry classes), caught on their way to the check."""
     seen = []
     estimate = core.estimate_events
 
-    def spy(plan, full, replicas=None, interrupts=True):
-        seen.append((estimate(plan, full, replicas, interrupts=False), estimate(plan, full, replicas)))
-        return seen[-1][0] if not interrupts else seen[-1][1]
+    def spy(plan, full, replicas=None, upper=True):
+        seen.append((estimate(plan, full, replicas, upper=False), estimate(plan, full, replicas)))
+        return seen[-1][0] if not upper else seen[-1][1]
 
     monkeypatch.setattr(core, "estimate_events", spy)
     events = simulate(CASES[case]()).events
     assert len(seen) == 1
     floor, upper = seen[0]
-    assert 0.4 <= floor / events <= 1.15, (floor, events, round(floor / events, 2))
+    assert 0.4 * events <= floor <= events, (floor, events, round(floor / events, 2))
     assert upper / events >= 0.95, (upper, events, round(upper / events, 2))
 
 

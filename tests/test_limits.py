@@ -192,7 +192,8 @@ def test_the_layer_bound_does_not_refuse_a_zero3_run_that_fits():
     """The load-time bound counts at least 3 events per ZeRO-3 gather and reduce-scatter (engine.event_counts): with
     backward_prefetch none no gather re-times a running compute, and Llama 2 7B on 16 GPUs (ZeRO-3, 2 micro-batches,
     full fidelity) plays 23,068 events; its bound at 12 events per collective was 32 layers x 16 lanes x
-    (2 + 12 x 2 x 2) = 25,600, which refused it under a limit of 24,000 (the review's case, at 8 micro-batches)."""
+    (2 + 12 x 2 x 2) = 25,600, which refused it under a limit of 24,000 (the review found it at 8 micro-batches:
+    92,080 played, refused at 99,328)."""
     from simtrain.spec.scenario import scenario_from_dict
 
     raw = {"name": "z3none", "hardware": "dgx-h100", "nodes": 2, "model": "llama2-7b",

@@ -116,9 +116,9 @@ class Engine(CommMixin, SegmentMixin):
 
     def run(self) -> Timeline:
         replicas = len(self.replicas) if self.classes else None
-        # refused before any work only on the count without the compute's re-timings by communication (which happen
-        # only where a collective starts or ends under a running compute): a run that fits is not refused for them
-        floor = estimate_events(self.plan, self.full, replicas, interrupts=False)
+        # refused before any work only on the floor of the count (engine.event_counts: without the events that happen
+        # only some of the time), so that a run that fits is not refused for events it does not play
+        floor = estimate_events(self.plan, self.full, replicas, upper=False)
         if floor > self.sim.max_events:
             raise over_limit(self.sc, self.full, f"this run needs at least about {floor:,} simulated events, more "
                                                  f"than simulation.max_events={self.sim.max_events:,}")

@@ -2,9 +2,10 @@
 :func:`simtrain.engine.limits.estimate_events`). simpy schedules an event when a timeout is made and when an event
 succeeds: a process's start (``Initialize``) and end, a condition (``a | b``, ``a & b``), a resource's request and
 release. Each count below says which engine code it is read from. They follow the engine's choices op by op (which
-backward sends its gradients in buckets, which op plays segment by segment) and assume what it does most of the
-time: a flow's end re-rates flows still in flight, a collective launched during a backward starts and ends while the
-lane computes. A stage's rendezvous and all-to-all meetings are shared by its lanes: a share of them per lane.
+backward sends its gradients in buckets, which op plays segment by segment). What it does only some of the time (a
+flow's end re-rates flows still in flight, a collective launched during a backward starts and ends while the lane
+computes, a coarse op's rounding timeout) is counted always in the upper count and never in the floor. A stage's
+rendezvous and all-to-all meetings are shared by its lanes: a share of them per lane.
 """
 
 from __future__ import annotations
@@ -27,17 +28,22 @@ SEND, COPY = 2 + 1 + FLOW + 1, 2 + FLOW + 1
 class LaneEvents:
     """Events per lane of a run with ``lanes`` lanes per pipeline rank."""
 
-    def __init__(self, plan, lanes: int, interrupts: bool = True) -> None:
+    def __init__(self, plan, lanes: int, upper: bool = True) -> None:
         self.plan, self.lanes, self.memo = plan, lanes, {}
-        # a collective's re-timing of the compute happens only where a compute is running when it starts or ends
-        # (comm._comm_running: lane.comm_change); counted always (the upper count) or never (the floor)
-        self.interrupt = INTERRUPT if interrupts else 0
+        # three events happen only some of the time: a collective re-times the compute only where one is running
+        # when it starts or ends (comm._comm_running: lane.comm_change); a flow's end sets a re-rating timer only
+        # where other flows are in flight; a coarse op's rounding timeout only where its two lengths differ. The
+        # upper count takes them always, the floor (what a run is refused on beforehand) never
+        self.interrupt = INTERRUPT if upper else 0
+        self.flow = FLOW if upper else FLOW - 1
+        self.send, self.copy = SEND - FLOW + self.flow, COPY - FLOW + self.flow
+        self.rounding = 0.5 if upper else 0.0
         sc = plan.scenario
         self.par, self.sim, self.dp = sc.parallel, sc.simulation, plan.placement.dp
         self.zero = self.par.zero if self.dp > 1 else 0
         # ep_flows.EPFlows.run: one lane per stage runs the flow itself; else the stage's meeting runs it once in a
         # process of its own (initialize, end, done event); without EP flows an EP segment is a timeout
-        self.ep = (FLOW if lanes == 1 else (3 + FLOW) / lanes) if EPFlows.applies(sc) else None
+        self.ep = (self.flow if lanes == 1 else (3 + self.flow) / lanes) if EPFlows.applies(sc) else None
 
     def once(self, key, count, *args):
         if key not in self.memo:
@@ -49,7 +55,7 @@ class LaneEvents:
         re-timing the lane's compute when ``live`` (launched during a backward); once per stage the rendezvous'
         started event, the _run_phases process (initialize, end, done) and its phases (fluid.run_phase: a latency
         timeout, a flow), ``local`` of them ahead of the network (comm._fsdp_phases' local phase: a timeout)."""
-        ph = sum((p.latency > 0) + FLOW * (p.flow_bytes > 0) for p in phases)
+        ph = sum((p.latency > 0) + self.flow * (p.flow_bytes > 0) for p in phases)
         return 3 + self.interrupt * live + (4 + ph + (local > 0)) / self.lanes
 
     def dp_coll(self, kind: str, r: int, live: bool, local: float = 0.0) -> float:
@@ -67,7 +73,7 @@ class LaneEvents:
             # the timeout is made where the op's planned length passes the time its compute took: by the
             # communication's length, or without any by a rounding error of either sign (counted half)
             rest = {"tp", "cp", "amax"} | ({"ep"} if self.ep is None else set())
-            wait = 1.0 if rest.intersection(live) else 0.5 * ("compute" in live)
+            wait = 1.0 if rest.intersection(live) else self.rounding * ("compute" in live)
             return COMPUTE * ("compute" in live) + wait + ep * (self.ep is not None and "ep" in live)
         n = sum(COMPUTE if s == "compute" else ep if s == "ep" else s != "cp_hidden" for s in live)
         if how == "locked":
@@ -86,7 +92,7 @@ class LaneEvents:
             gather = self.dp_coll("all_gather", r, True, c.gather_prep_per_byte)
             return self.play(segs, "each") + gather * (c.layers + (c.zero3_edge_bytes > 0))
         if how == "coarse" and c.offload_groups:   # op_play._forward_with_copies, host_copies.after_forward
-            return self.play(segs, "each") + COPY * c.offload_groups
+            return self.play(segs, "each") + self.copy * c.offload_groups
         return self.play(segs, how)
 
     def backward(self, r: int, v: int, part: str, buckets: bool, how: str) -> float:
@@ -102,7 +108,7 @@ class LaneEvents:
             scatter = self.dp_coll("reduce_scatter", r, True, c.grad_prep_per_byte)
             return n + self.play(segs, "each") + gather * (c.layers + (c.zero3_edge_bytes > 0)) + scatter * (
                 c.layers + (c.grad_bytes_edge > 0))
-        copies = COPY * c.offload_groups if part != "weight" else 0
+        copies = self.copy * c.offload_groups if part != "weight" else 0
         if buckets:
             n += copies + self.play(segs, "each")
             size, edp = self.sim.dp_bucket_size, self.plan.has_experts and self.plan.placement.edp > 1

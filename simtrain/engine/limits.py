@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from simtrain.engine.comm import _buckets
-from simtrain.engine.event_counts import COMPUTE, SEND, LaneEvents
+from simtrain.engine.event_counts import COMPUTE, LaneEvents
 from simtrain.plan.build import Plan
 from simtrain.plan.schedules import split_backwards
 from simtrain.spec.errors import SimulationLimitError
@@ -15,17 +15,17 @@ from simtrain.spec.scenario import Scenario
 from simtrain.spec.yamlio import locate
 
 
-def estimate_events(plan: Plan, full: bool, replicas: int | None = None, interrupts: bool = True) -> int:
+def estimate_events(plan: Plan, full: bool, replicas: int | None = None, upper: bool = True) -> int:
     """Simpy events the run will schedule, counted from the plan before running it (engine.event_counts: per lane,
     what the engine's code schedules for each op, collective, send and copy); ``replicas``: the lanes per pipeline
-    rank when given (symmetry classes), else dp (full) or 1 (folded)."""
+    rank when given (symmetry classes), else dp (full) or 1 (folded); ``upper``: the upper count, else the floor."""
     lanes = replicas if replicas is not None else plan.placement.dp if full else 1
-    count = LaneEvents(plan, lanes, interrupts)
+    count = LaneEvents(plan, lanes, upper)
     return math.ceil(lanes * sum(_lane(count, r) for r in range(plan.scenario.parallel.pp)))
 
 
 def _lane(count: LaneEvents, r: int) -> float:
-    """core.Engine._lane: its process (initialize, end), its ops with their sends (comm._send: SEND to another
+    """core.Engine._lane: its process (initialize, end), its ops with their sends (comm._send: count.send to another
     rank, the receive event on its own), then the end of its step."""
     plan, layout, sim, par, zero = count.plan, count.plan.layout, count.sim, count.par, count.zero
     ops = plan.schedule[r]
@@ -41,7 +41,7 @@ def _lane(count: LaneEvents, r: int) -> float:
     grad = "all_reduce" if zero == 0 else "reduce_scatter"
 
     def send(v: int, to: int) -> int:
-        return 0 if to < 0 else SEND if layout.rank[v] != layout.rank[to] else 1
+        return 0 if to < 0 else count.send if layout.rank[v] != layout.rank[to] else 1
 
     n = 2.0
     for i, op in enumerate(ops):
@@ -61,7 +61,7 @@ def _lane(count: LaneEvents, r: int) -> float:
             n += count.once(("FB", vf, v, part, b), count.pair, r, vf, v, part, b)
             n += send(vf, layout.next[vf]) + send(v, layout.prev[v])
     if par.schedule == "dualpipe" and par.pp > 1:   # dualpipe.mirror_gradient_sum: finalize.exchange's flow
-        n += SEND
+        n += count.send
     edp = plan.has_experts and plan.placement.edp > 1
     if sync and zero < 2 and not overlap:   # after the last backward: every chunk's buckets, the experts'
         for v in layout.stages_of(r):
@@ -74,7 +74,7 @@ def _lane(count: LaneEvents, r: int) -> float:
     # finalize.finalize_gradients: the TP sum's timeout; the tied embedding's sum: the ready event, a flow's process
     # (as a send's) and the all_of condition
     n += bool(plan.replicated_grad_tp and plan.replicated_grad_tp[r][0] > 0)
-    n += (2 + SEND) * bool(plan.tied_grad_bytes and plan.tied_grad_bytes[r] > 0)
+    n += (2 + count.send) * bool(plan.tied_grad_bytes and plan.tied_grad_bytes[r] > 0)
     n += 3 if plan.optimizer_host else COMPUTE   # the step: the host's three timeouts, or a compute
     if sync and zero in (1, 2):   # the parameter all-gather, the experts' over their own group
         n += count.dp_coll("all_gather", r, False)
