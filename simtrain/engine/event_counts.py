@@ -20,9 +20,6 @@ COMPUTE = 2
 #: comm._comm_running: a collective's start and its end each succeed the lane's change event and re-time the compute
 #: they interrupt (core.Engine._compute: its timeout and condition again)
 INTERRUPT = 2 * (1 + COMPUTE)
-#: comm.CommMixin._send to another rank: its process (initialize, end), the phase's latency timeout, its flow, the
-#: receive event; host_copies.HostCopies._copy: its process, its flow (no latency), its done event
-SEND, COPY = 2 + 1 + FLOW + 1, 2 + FLOW + 1
 
 
 class LaneEvents:
@@ -36,7 +33,9 @@ class LaneEvents:
         # upper count takes them always, the floor (what a run is refused on beforehand) never
         self.interrupt = INTERRUPT if upper else 0
         self.flow = FLOW if upper else FLOW - 1
-        self.send, self.copy = SEND - FLOW + self.flow, COPY - FLOW + self.flow
+        # comm.CommMixin._send to another rank: its process (initialize, end), the phase's latency timeout, its flow,
+        # the receive event; host_copies.HostCopies._copy: its process, its flow (no latency), its done event
+        self.send, self.copy = 2 + 1 + self.flow + 1, 2 + self.flow + 1
         self.rounding = 0.5 if upper else 0.0
         sc = plan.scenario
         self.par, self.sim, self.dp = sc.parallel, sc.simulation, plan.placement.dp
