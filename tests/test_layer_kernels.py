@@ -120,6 +120,8 @@ def test_torchtitan_is_refused_with_tensor_parallelism(tmp_path):
 @pytest.mark.parametrize("model_change, train_change, says", [
     ({"bias": True}, {}, "bias: true"),
     ({"qkv_bias": True}, {}, "qkv_bias: true"),
+    ({"attention_bias": True}, {}, "attention_bias: true"),
+    ({"mlp_bias": True}, {}, "mlp_bias: true"),
     ({"position_embeddings": 2048}, {}, "position_embeddings: 2048"),
     ({"norm": "layernorm"}, {}, "norm: layernorm"),
     ({"head_dim": 128}, {}, "head_dim: 128"),

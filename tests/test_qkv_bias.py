@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import DATA, make_scenario
+from conftest import DATA, make_scenario, write_hf_config
 
 from simtrain.plan.memory import local_params, stage_memory
 from simtrain.spec.errors import InputError
@@ -69,10 +69,7 @@ QWEN2_5_7B_PARAMS = 7_615_616_512
 
 
 def _load(tmp_path: Path, config: dict):
-    folder = tmp_path / "m"
-    folder.mkdir(exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
-    return load_model(str(folder / "config.json"), base_dir=tmp_path, file="s.yaml")
+    return load_model(str(write_hf_config(tmp_path, config)), base_dir=tmp_path, file="s.yaml")
 
 
 def test_hand_counts_add_up():

@@ -272,9 +272,9 @@ def sweep_identity(scenario: Scenario, grid: dict[str, list]) -> dict[str, Any]:
             parent.pop(last, None)
     hardware = json.loads(scenario.hardware.model_dump_json())
     # a model file may change under the same path; its warnings (unmodelled) change no row, and tables written
-    # before the field existed resume; so do those written before qkv_bias, where it is false
-    model = json.loads(scenario.model.model_dump_json(exclude={"unmodelled"} | (
-        set() if scenario.model.qkv_bias else {"qkv_bias"})))
+    # before the field existed resume; so do those written before the bias flags, where they are false
+    later = {key for key in ("qkv_bias", "attention_bias", "mlp_bias") if not getattr(scenario.model, key)}
+    model = json.loads(scenario.model.model_dump_json(exclude={"unmodelled"} | later))
     return {"grid": list(grid), "scenario": raw, "model": model, "hardware": hardware}
 
 

@@ -71,8 +71,9 @@ def replicated_grad_elements(model, layers: list[int], last: bool, sequence_para
     for layer in layers:
         if sequence_parallel:
             n += 2 * model.norm_params
-            if model.bias:   # the attention output's and the MLP's (or a dense layer's) second linear
-                n += 2 * model.hidden
+            n += model.out_bias_params   # the attention output's bias, and the MLP's second linear's
+            if model.mlp_biased:
+                n += model.hidden
             if model.is_moe_layer(layer):
                 n += model.router_params
             if at.kind == "mla":   # the duplicated down projections and the latents' norms

@@ -248,9 +248,10 @@ def _local_params(scenario: Scenario, pp_rank: int) -> tuple[int, int]:
     layers = sum(rank_layers(scenario, pp_rank).values())
     h, f = m.hidden, m.ffn_hidden
     matrices = m.matmul_params_per_layer // t
-    # column-parallel biases split by t (q, k, v: bias or qkv_bias; fc1: bias), row-parallel ones (attention output,
-    # fc2: bias) replicated
-    biases = (m.qkv_bias_params + (f * (m.mlp_matrices - 1) if m.bias else 0)) // t + (2 * h if m.bias else 0)
+    # column-parallel biases split by t (q, k, v; fc1), row-parallel ones (attention output, fc2) replicated
+    mlp_out_bias = h if m.mlp_biased else 0
+    biases = (m.qkv_bias_params + (f * (m.mlp_matrices - 1) if m.mlp_biased else 0)) // t + m.out_bias_params + \
+        mlp_out_bias
     per_layer = matrices + biases + 2 * m.norm_params
     if m.moe is None:
         count = layers * per_layer

@@ -150,6 +150,11 @@ class ModelSpec(Closed):
                                               "does (Qwen2, Qwen2-MoE: q_proj, k_proj, v_proj with bias=True, o_proj "
                                               "and the MLP without, transformers modeling_qwen2.py / "
                                               "modeling_qwen2_moe.py); implied by bias")
+    attention_bias: bool = Field(False, description="the attention's query, key, value and output projections carry "
+                                                    "biases and the MLP's do not (LlamaAttention, Qwen3, Gemma with "
+                                                    "attention_bias: true in transformers); implied by bias")
+    mlp_bias: bool = Field(False, description="the dense MLP's linears carry biases (LlamaMLP with mlp_bias: true in "
+                                              "transformers); implied by bias")
     norm: Literal["layernorm", "rmsnorm"] | None = Field(
         None, description="layernorm has weight+bias (2h), rmsnorm weight only (h); default rmsnorm for swiglu")
     qk_norm: bool = Field(False, description="RMSNorm of head_dim on queries and keys (Qwen3)")
@@ -188,9 +193,13 @@ class ModelSpec(Closed):
         if self.head_dim is None and self.attention.kind == "mha" and self.hidden % self.heads:
             raise FieldError(f"hidden={self.hidden} is not divisible by heads={self.heads} (head size = hidden / "
                              "heads; give head_dim for heads of their own width)", "heads")
-        if self.qkv_bias and self.attention.kind == "mla":
-            raise FieldError("describes biases on multi-head attention's query, key and value projections; latent "
-                             "attention (attention.kind: mla) has none in simtrain: leave it out", "qkv_bias")
+        for key in ("qkv_bias", "attention_bias"):
+            if getattr(self, key) and self.attention.kind == "mla":
+                raise FieldError("describes biases on multi-head attention's projections; latent attention "
+                                 "(attention.kind: mla) has none in simtrain: leave it out", key)
+        if self.mlp_bias and self.moe is not None:
+            raise FieldError("describes biases on a dense MLP's linears; with a mixture of experts simtrain builds "
+                             "biases only with bias: true (GPT-OSS's): leave it out", "mlp_bias")
         if self.moe is not None and self.moe.dense_layers >= self.layers:
             raise FieldError(f"{self.moe.dense_layers} leaves no MoE layer among the model's {self.layers} "
                              "(dense_layers counts the leading layers with a dense MLP)", "moe", "dense_layers")
@@ -267,14 +276,26 @@ class ModelSpec(Closed):
     @property
     def qkv_bias_params(self) -> int:
         """Biases of one layer's query, key and value projections (column-parallel: split by tp): q_width + 2 kv_width
-        with ``bias`` or ``qkv_bias`` in multi-head attention, else 0."""
-        return self.q_width + 2 * self.kv_width if (self.bias or self.qkv_bias) and self.attention.kind == "mha" else 0
+        with ``bias``, ``qkv_bias`` or ``attention_bias`` in multi-head attention, else 0."""
+        biased = self.bias or self.qkv_bias or self.attention_bias
+        return self.q_width + 2 * self.kv_width if biased and self.attention.kind == "mha" else 0
+
+    @property
+    def out_bias_params(self) -> int:
+        """The attention output projection's bias (row-parallel: replicated over tp): hidden with ``bias`` or
+        ``attention_bias`` in multi-head attention, else 0."""
+        return self.hidden if (self.bias or self.attention_bias) and self.attention.kind == "mha" else 0
+
+    @property
+    def mlp_biased(self) -> bool:
+        """The MLP's linears (a dense layer's, or GPT-OSS's experts') carry biases: ``bias`` or ``mlp_bias``."""
+        return self.bias or self.mlp_bias
 
     @property
     def attention_other_params(self) -> int:
         """Attention weights that do no matrix multiply: biases, QK-norms, MLA's latent norms, sinks."""
         at = self.attention
-        n = self.qkv_bias_params + (self.hidden if self.bias and at.kind == "mha" else 0)   # output's bias: bias only
+        n = self.qkv_bias_params + self.out_bias_params
         if self.qk_norm:
             n += 2 * self.head_size
         if at.kind == "mla":
@@ -288,7 +309,7 @@ class ModelSpec(Closed):
         return self.mlp_matrices * self.hidden * width
 
     def _mlp_bias(self, width: int) -> int:
-        return width * (self.mlp_matrices - 1) + self.hidden if self.bias else 0
+        return width * (self.mlp_matrices - 1) + self.hidden if self.mlp_biased else 0
 
     @property
     def expert_params(self) -> int:
@@ -310,6 +331,12 @@ class ModelSpec(Closed):
     def matmul_params_per_layer(self) -> int:
         """Weights of one dense block's matrix multiplies: QKV, attention output, the MLP matrices."""
         return self.attention_matmul_params + self._mlp_params(self.ffn_hidden)
+
+    def model_copy(self, *, update=None, deep: bool = False) -> ModelSpec:
+        """pydantic's copy, without the cached per-layer count: an update of a size field would keep the old one."""
+        copy = super().model_copy(update=update, deep=deep)
+        copy.__dict__.pop("params_per_layer", None)
+        return copy
 
     @cached_property
     def params_per_layer(self) -> int:

@@ -22,6 +22,8 @@ from simtrain.spec.errors import InputError
 from simtrain.spec.errors import file_value as json_value
 from simtrain.spec.model import ModelSpec
 from simtrain.spec.model_hf_checks import (
+    NO_ATTENTION_BIAS_KEY,
+    NO_MLP_BIAS_KEY,
     check_alternating,
     check_values,
     json_line,
@@ -139,8 +141,13 @@ def from_hf_config(config: dict[str, Any], *, file: str, name: str | None = None
         out["bias"] = True
         out["position_embeddings"] = config.get("n_positions", 0)
         source["position_embeddings"] = "n_positions"
-    if config.get("attention_bias") or config.get("mlp_bias"):
-        out["bias"] = True
+    # attention_bias: q, k, v and o_proj biased (LlamaAttention, Qwen3, Gemma 1-3; DeepSeek's latent projections,
+    # which simtrain refuses); mlp_bias: gate, up, down biased (LlamaMLP, DeepseekV2MLP); the other families read
+    # neither key (transformers modeling_*.py)
+    if config.get("attention_bias") and model_type not in NO_ATTENTION_BIAS_KEY:
+        out["attention_bias"] = True
+    if config.get("mlp_bias") and model_type not in NO_MLP_BIAS_KEY:
+        out["mlp_bias"] = True
     # Qwen2Attention: q, k, v projections bias=True, o_proj bias=False, hard-wired (transformers modeling_qwen2.py);
     # Qwen2MoeAttention bias=config.qkv_bias where Qwen2MoeConfig has it (default True; null builds none)
     if model_type == "qwen2" or (model_type == "qwen2_moe" and config.get("qkv_bias", True)):

@@ -42,8 +42,11 @@ def check_layer_kernel_rules(m, tr, par, fail) -> None:
         why = f"norm: {m.norm_kind} (the layer's norms are RMSNorms)"
     elif m.bias:
         why = "bias: true (the layer's linears have no biases)"
-    elif m.qkv_bias:
-        why = "qkv_bias: true (the layer's query, key and value projections have no biases)"
+    elif m.qkv_bias or m.attention_bias:
+        key = "qkv_bias" if m.qkv_bias else "attention_bias"
+        why = f"{key}: true (the layer's attention projections have no biases)"
+    elif m.mlp_bias:
+        why = "mlp_bias: true (the layer's MLP linears have no biases)"
     elif m.position_embeddings:
         why = f"position_embeddings: {m.position_embeddings} (the layer uses rotary positions, no learned table)"
     elif m.head_dim is not None and m.head_dim * m.heads != m.hidden:
