@@ -284,7 +284,9 @@ def _comm_running(lane, factor: float, delta: int) -> None:
         change.succeed()
 
 
-def _buckets(total: float, size: float) -> list[float]:
+def dp_buckets(total: float, size: float) -> list[float]:
+    """A chunk's DP gradient bytes in equal buckets of at most ``size`` (the engine plays one collective per bucket;
+    the event estimate counts them the same way)."""
     if total <= 0:
         return []
     n = max(1, math.ceil(total / size))

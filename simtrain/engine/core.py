@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 
 from simtrain.engine.classes import ReplicaClasses
-from simtrain.engine.comm import CommMixin, _buckets
+from simtrain.engine.comm import CommMixin, dp_buckets
 from simtrain.engine.dualpipe import mirror_gradient_sum
 from simtrain.engine.ep_flows import EPFlows
 from simtrain.engine.finalize import finalize_gradients
@@ -291,7 +291,7 @@ class Engine(CommMixin, SegmentMixin):
             for v in plan.layout.stages_of(lane.rank):
                 c = plan.chunks[v]
                 total = c.grad_bytes_layers + c.grad_bytes_edge
-                for nbytes in _buckets(total, self.sim.dp_bucket_size):
+                for nbytes in dp_buckets(total, self.sim.dp_bucket_size):
                     self._collective(lane, "dp", "dp_" + grad_kind,
                                      self._dp_phases(grad_kind, nbytes, lane.rank), nbytes,
                                      vstage=c.vstage)
@@ -329,7 +329,7 @@ class Engine(CommMixin, SegmentMixin):
         if plan.placement.edp <= 1:
             return
         total = plan.expert_grad_bytes[lane.rank]
-        for nbytes in _buckets(total, self.sim.dp_bucket_size):
+        for nbytes in dp_buckets(total, self.sim.dp_bucket_size):
             self._collective(lane, "dp", "edp_" + grad_kind, plan.edp_phases(grad_kind, nbytes, lane.rank), nbytes)
 
     def _alloc(self, lane: Lane, nbytes: float) -> None:

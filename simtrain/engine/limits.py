@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from simtrain.engine.comm import _buckets
+from simtrain.engine.comm import dp_buckets
 from simtrain.engine.event_counts import COMPUTE, LaneEvents
 from simtrain.plan.build import Plan
 from simtrain.plan.schedules import split_backwards
@@ -66,10 +66,10 @@ def _lane(count: LaneEvents, r: int) -> float:
     if sync and zero < 2 and not overlap:   # after the last backward: every chunk's buckets, the experts'
         for v in layout.stages_of(r):
             c = plan.chunks[v]
-            n += len(_buckets(c.grad_bytes_layers + c.grad_bytes_edge, sim.dp_bucket_size)) * \
+            n += len(dp_buckets(c.grad_bytes_layers + c.grad_bytes_edge, sim.dp_bucket_size)) * \
                 count.dp_coll(grad, r, False)
         if edp:
-            n += len(_buckets(plan.expert_grad_bytes[r], sim.dp_bucket_size)) * \
+            n += len(dp_buckets(plan.expert_grad_bytes[r], sim.dp_bucket_size)) * \
                 count.collective(plan.edp_phases(grad, 1.0, r), False)
     # finalize.finalize_gradients: the TP sum's timeout; the tied embedding's sum: the ready event, a flow's process
     # (as a send's) and the all_of condition
