@@ -78,8 +78,19 @@ SCENARIO_RULE = ("(allowed: a mapping of the scenario's keys written under scena
      "c.yaml:8: measured: case 'x': 5 is a number, not a table of figures (allowed: a mapping of what the source "
      "measured, e.g. {tokens_per_s_per_gpu: 3000, mfu: 0.45})"),
     ("mfu: 0.4", "mfu: high",
-     "c.yaml:8: measured.mfu: case 'x': 'high' is not a measured figure (allowed: a number > 0, which simtrain "
-     "compares with its prediction)"),
+     "c.yaml:8: measured.mfu: case 'x': 'high' is not a measured figure (allowed: a number from 1e-12 to 1e+12, "
+     "which simtrain compares with its prediction)"),
+    # 1e300 x the target over the prediction overflowed to inf, which the --json report cannot hold (exit 1)
+    ("mfu: 0.4", "mfu: 1.0e+300",
+     "c.yaml:8: measured.mfu: case 'x': 1e+300 is not a measured figure (allowed: a number from 1e-12 to 1e+12, "
+     "which simtrain compares with its prediction)"),
+    # a denormal target made the error inf% (exit 1 with --json); time's range is docs/errors.md's 1 ps to 1 day
+    ("target_step_time_s: 1.0", "target_step_time_s: 4.9e-324",
+     "c.yaml:9: target_step_time_s: case x: 5e-324 is not a measured step time; give the seconds per step, a "
+     "number from 1e-12 to 86400 (1 ps to 1 day)"),
+    ("target_step_time_s: 1.0", "target_step_time_s: 1.0e+6",
+     "c.yaml:9: target_step_time_s: case x: 1000000.0 is not a measured step time; give the seconds per step, a "
+     "number from 1e-12 to 86400 (1 ps to 1 day)"),
     ("mfu: 0.4", "mfu: 0.4, when: 2024-01-01",
      f"c.yaml:8: measured.when: case 'x': 2024-01-01 is a date, which the report (JSON) cannot hold {JSON_RULE}"),
     ("mfu: 0.4", "mfu: 0.4, runs: [1.0, .inf]",

@@ -8,6 +8,7 @@ import math
 from importlib import resources
 from pathlib import Path
 
+from simtrain.spec.bounds import FLOAT_RANGE, QUANTITY_RANGES
 from simtrain.spec.errors import InputError, file_value, short_repr, suggest
 from simtrain.spec.yamlio import line_of, load_yaml
 
@@ -142,10 +143,11 @@ def _check_values(case: dict, index: int, file: str) -> None:
     if measured is not None and not isinstance(measured, dict):
         raise refuse("measured", f"{file_value(measured)} is {_kind(measured)}, not a table of figures",
                      "a mapping of what the source measured, e.g. {tokens_per_s_per_gpu: 3000, mfu: 0.45}", name)
+    low, high = FLOAT_RANGE
     for key, value in (measured or {}).items():
-        if key in MEASURED_NUMBERS and not _positive_number(value):
+        if key in MEASURED_NUMBERS and not (_positive_number(value) and low <= value <= high):
             raise refuse(f"measured.{key}", f"{file_value(value)} is not a measured figure",
-                         "a number > 0, which simtrain compares with its prediction", name)
+                         f"a number from {low:g} to {high:g}, which simtrain compares with its prediction", name)
     unwritable = _not_json(measured, "measured")
     if unwritable:
         where, value = unwritable
@@ -168,9 +170,11 @@ def _check_values(case: dict, index: int, file: str) -> None:
                          "state); quote an entry that holds ': '", file=file, line=lines.get("assumed"),
                          field="assumed")
     target = case["target_step_time_s"]
-    if not _positive_number(target):
+    low, high, _, span = QUANTITY_RANGES["time"]
+    if not (_positive_number(target) and low <= target <= high):
         raise InputError(f"case {case_id}: {target!r} is not a measured step time; give the seconds per step, "
-                         "a number > 0", file=file, line=lines.get("target_step_time_s"), field="target_step_time_s")
+                         f"a number from {low:g} to {high:g} ({span})", file=file,
+                         line=lines.get("target_step_time_s"), field="target_step_time_s")
 
 
 def _check_compare_to(case: dict, ids: list[str], file: str) -> None:

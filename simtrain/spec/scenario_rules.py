@@ -415,10 +415,17 @@ def _check_domain(s, raw: dict, fail, gpus: int) -> None:
     """A hardware file whose scale-up domain spans several nodes (``intra_node.domain_gpus``: an NVL72 rack of
     trays) describes racks: a cluster larger than one domain fills whole domains, and TP groups stay on NVLink
     inside one (the placement puts TP innermost, so a TP size that divides the domain never leaves it)."""
-    if s.hardware.explicit or s.hardware.intra_node.domain_gpus is None:
+    if s.hardware.explicit:
         return
-    domain = s.hardware.intra_node.domain_gpus
     where = display_path(s.hardware_file)
+    domain = s.hardware.intra_node.domain_gpus
+    if s.nodes > 1 and s.hardware.inter_node is None and (domain is None or gpus > domain):
+        said = "nodes" in raw
+        fail("nodes" if said else "hardware", f"{s.nodes if said else f'{s.nodes} nodes (its default)'} need a "
+             f"network between the nodes, but {where} has no inter_node section (allowed: 1 node, or add inter_node "
+             "to the hardware file with its source)")
+    if domain is None:
+        return
     if domain % s.gpus_per_node:
         fail("gpus_per_node", f"{s.gpus_per_node} GPUs per node do not tile the {domain}-GPU NVLink domain of "
              f"{where} (allowed: a divisor of {domain}, e.g. {s.hardware.gpus_per_node})")
