@@ -258,6 +258,25 @@ class ExplicitLink(Closed):
 _GPU_NODE = re.compile(r"gpu(\d+)")
 
 
+def _all_joined(devices: list[ExplicitDevice], links: list[ExplicitLink]) -> None:
+    """Every device of an explicit topology reaches the first one over its links (each carries traffic both ways):
+    refuse the first that does not, at its line, before any route is asked for."""
+    root: dict[str, str] = {}
+
+    def find(name: str) -> str:
+        while root.get(name, name) != name:
+            name = root[name]
+        return name
+
+    for link in links:
+        root[find(link.a)] = find(link.b)
+    first = find(devices[0].name)
+    for i, device in enumerate(devices):
+        if find(device.name) != first:
+            raise FieldError(f"'{device.name}' has no path to '{devices[0].name}' over the links (the devices must "
+                             "form one network: link it, or its switch, to the others)", "devices", i, "name")
+
+
 def _not_an_internal_name(name: str, section: str, index: int) -> None:
     """Refuse a user's name that the cluster graph uses for another GPU, at its line."""
     m = _GPU_NODE.fullmatch(name)
@@ -321,6 +340,7 @@ class HardwareSpec(Closed):
                     if name not in seen:
                         raise FieldError(f"link end '{name}' is not a device or switch{suggest(name, sorted(seen))}",
                                          "links", i, end)
+            _all_joined(self.devices, self.links)
         return self
 
     @model_validator(mode="after")
