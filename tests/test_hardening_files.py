@@ -199,3 +199,37 @@ def test_resume_into_a_table_that_is_not_its_extension(folder, capsys, name, con
     assert code == 2, err
     assert err.startswith(f"error: {name}: cannot resume: it is not a") and len(err.strip().splitlines()) == 1
     assert (folder / name).read_bytes() == content
+
+
+@pytest.mark.parametrize("name, edit, says", [
+    ("t.csv", ("step_time_s", "1e999"), "row 1: step_time_s holds '1e999', not a finite number >= 0"),
+    ("t.csv", ("tokens_per_s", "-5"), "row 1: tokens_per_s holds '-5', not a finite number >= 0"),
+    ("t.csv", ("mfu", "nan"), "row 1: mfu holds 'nan', not a finite number >= 0"),
+    ("t.jsonl", ("step_time_s", float("nan")), "row 1: step_time_s holds nan, not a finite number >= 0"),
+    ("t.jsonl", ("step_time_s", float("inf")), "row 1: step_time_s holds inf, not a finite number >= 0"),
+])
+def test_resume_refuses_an_edited_metric(folder, capsys, name, edit, says):
+    """--resume keeps the rows already written and ranks them with the new ones: a metric edited to infinity, NaN
+    or a negative value is refused, naming the row and column (the audit found 'best: inf s per step' at exit 0);
+    the file is left as it was."""
+    import csv
+    import json
+
+    args = ["sweep", "base.yaml", "--grid", "training.micro_batch=1,2", "--out", name, "--workers", "1"]
+    assert run_cli(args, capsys)[0] == 0
+    path = folder / name
+    column, value = edit
+    if name.endswith(".csv"):
+        rows = list(csv.reader(path.open(newline="")))
+        rows[1][rows[0].index(column)] = value
+        with path.open("w", newline="") as fh:
+            csv.writer(fh).writerows(rows)
+    else:
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        rows[0][column] = value
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    before = path.read_bytes()
+    code, _, err = run_cli([*args, "--resume"], capsys)
+    assert code == 2, err
+    assert err.startswith(f"error: {name}: cannot resume: it is not a") and says in err
+    assert len(err.strip().splitlines()) == 1 and path.read_bytes() == before

@@ -14,7 +14,7 @@ from typing import Any
 
 from simtrain.decide.sweep import COLUMNS, MAX_POINTS, as_grid, check_grid_keys, grid_points, run_points
 from simtrain.decide.table_lock import table_lock
-from simtrain.decide.tables import column_name, typed
+from simtrain.decide.tables import DTYPES, column_name, typed
 from simtrain.report.outputs import check_replaceable, special_target, write_atomic
 from simtrain.spec.errors import InputError, display_path
 from simtrain.spec.scenario import Scenario
@@ -64,6 +64,25 @@ def cell(value: Any) -> str:
     if isinstance(value, float):
         return repr(value)
     return str(value)
+
+
+#: the metrics a sweep writes as numbers: finite and >= 0 where present (a failed point leaves them empty)
+_NUMERIC = tuple(c for c in COLUMNS if c != "error" and DTYPES.get(c) == "float64")
+
+
+def _check_metrics(row: dict[str, Any], n: int) -> None:
+    """A row read back by --resume holds what a sweep writes: each numeric metric empty, or finite and >= 0;
+    an edited value (1e999, nan, text) is refused, naming the row and the column, not carried into the best."""
+    for column in _NUMERIC:
+        value = row.get(column)          # not _plain: a NaN here was written by hand (simtrain writes none)
+        if value is None or value == "":
+            continue
+        try:
+            number = float(value) if not isinstance(value, bool) else float("nan")
+        except (TypeError, ValueError):
+            number = float("nan")
+        if not (number == number and 0 <= number < float("inf")):
+            raise ValueError(f"row {n}: {column} holds {value!r}, not a finite number >= 0")
 
 
 def _line(row: dict[str, Any], columns: list[str], fmt: str) -> str:
@@ -135,6 +154,7 @@ class RowFile:
         return {column_name(k): v for k, v in row.items()}
 
     def _add(self, row: dict[str, Any], line: str) -> None:
+        _check_metrics(row, len(self.entries) + 1)
         self.entries.setdefault(self.key(row), line)
 
     def _load_stream(self) -> None:
