@@ -43,17 +43,21 @@ def test_cli_fix_value_outside_the_schema_is_refused_by_name(small_file, capsys,
 
 
 def test_fix_values_are_read_as_the_schema_reads_them():
-    """Python API: fix={'parallel.zero': [1, 7]} is refused at 7 (field 'fix'); a value the schema reads as another
-    ('2' for tp 2) narrows the search as that value does."""
+    """Python API: fix={'parallel.zero': [1, 7]} is refused at 7 (field 'fix'); text where the schema takes a
+    number ('2' for tp 2) is refused as the schema refuses it in a file (it was read as 2, as pydantic's lax mode
+    read it); a float the schema reads as a whole number (2.0) narrows the search as 2 does."""
     sc = make_scenario(hardware=TWO_NODES, nodes=1, gpus_per_node=4, training={"global_batch": 4},
                        parallel={"dp": 4})
     with pytest.raises(InputError) as err:
         enumerate_layouts(sc, fix={"parallel.zero": [1, 7]})
     assert err.value.field == "fix"
     assert str(err.value) == "fix: parallel.zero: 7 is not allowed (allowed: 0, 1, 2 or 3)"
-    as_text = enumerate_layouts(sc, fix={"parallel.tp": "2"})
-    assert as_text and as_text == enumerate_layouts(sc, fix={"parallel.tp": 2})
-    assert {x["tp"] for x in as_text} == {2}
+    with pytest.raises(InputError) as err:
+        enumerate_layouts(sc, fix={"parallel.tp": "2"})
+    assert str(err.value) == "fix: parallel.tp: '2' is text, not a whole number (write the number without quotes)"
+    as_float = enumerate_layouts(sc, fix={"parallel.tp": 2.0})
+    assert as_float and as_float == enumerate_layouts(sc, fix={"parallel.tp": 2})
+    assert {x["tp"] for x in as_float} == {2}
 
 
 def test_cli_no_layout_with_the_fixed_values_names_the_option_once(small_file, capsys):

@@ -179,3 +179,25 @@ def test_a_command_line_value_refused_names_its_option(capsys, args, says):
     from conftest import REPO, run_cli
     code, _, err = run_cli(["run", str(REPO / "scenarios" / "pp4_dp4.yaml"), *args], capsys)
     assert code == 2 and says in err and len(err.strip().splitlines()) == 1, err[:300]
+
+
+@pytest.mark.parametrize("text, expected", [
+    # a key written beside a merge overrides the merged one (YAML 1.1 merge key type: "the key is ... overridden")
+    ("a: &a {x: 1, y: 2}\nb:\n  <<: *a\n  x: 3\n", {"x": 3, "y": 2}),
+    # of several merged mappings the earlier one wins
+    ("a: &a {x: 1}\nc: &c {x: 2, z: 5}\nb:\n  <<: [*a, *c]\n", {"x": 1, "z": 5}),
+])
+def test_a_merged_key_is_overridden_as_yaml_says(tmp_path, text, expected):
+    """The audit found `<<: *c` then an explicit `seq_len` refused as "key 'seq_len' appears twice"."""
+    path = tmp_path / "m.yaml"
+    path.write_text(text, encoding="utf-8")
+    b = yamlio.load_yaml(path)["b"]
+    assert dict(b) == expected == yaml.safe_load(text)["b"]
+
+
+def test_a_key_written_twice_beside_a_merge_is_still_refused(tmp_path):
+    path = tmp_path / "m.yaml"
+    path.write_text("a: &a {x: 1}\nb:\n  <<: *a\n  y: 1\n  y: 2\n", encoding="utf-8")
+    with pytest.raises(InputError, match="key 'y' appears twice in the same mapping") as err:
+        yamlio.load_yaml(path)
+    assert err.value.line == 5

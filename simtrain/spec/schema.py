@@ -23,7 +23,7 @@ from pydantic import (
 
 from simtrain.spec.bounds import FIELD_RANGES as _KEYED
 from simtrain.spec.bounds import number_problem
-from simtrain.spec.errors import InputError, short_repr, suggest
+from simtrain.spec.errors import InputError, one_line, short_repr, suggest
 from simtrain.spec.quantity import QuantityMark
 from simtrain.spec.yamlio import locate
 
@@ -61,6 +61,14 @@ class Closed(BaseModel):
             problem = _boolean_as_number(cls.model_fields[info.field_name].annotation, value)
             if problem:
                 raise FieldError(*problem)
+        if isinstance(value, str) and info.field_name == "name" and not value.isprintable():
+            raise FieldError(f"{one_line(repr(value))} holds a control character (a newline, a tab, an escape); a "
+                             "name is printed in reports and charts: one line of printable text")
+        if isinstance(value, str) and info.field_name in cls.model_fields:
+            field = cls.model_fields[info.field_name]
+            problem = None if _is_quantity(field) else _text_as_number(field.annotation, value)
+            if problem:
+                raise FieldError(problem)
         return value
 
 
@@ -127,6 +135,24 @@ def _number_kind(ann: Any) -> tuple[str, str] | None:
     if float in alternatives:
         return "a number", ""
     return None
+
+
+def _text_as_number(ann: Any, value: str) -> str | None:
+    """The message for text at a place that takes a number and no text but the words its type names (lax mode
+    would read "128" as 128 and " 1_28 " too; the HuggingFace reader refuses such text, and so do these)."""
+    alternatives = _alternatives(ann)
+    if str in alternatives or Any in alternatives:
+        return None
+    words = [v for alt in alternatives if get_origin(alt) is Literal for v in get_args(alt) if isinstance(v, str)]
+    kind = _number_kind(ann)
+    if kind is None or value in words:
+        return None
+    try:
+        float(value.replace("_", ""))
+    except ValueError:
+        return None      # not a number at all: pydantic's own message says what is allowed
+    also = " or " + ", ".join(repr(w) for w in words) if words else ""
+    return f"{value!r} is text, not {kind[0]}{kind[1]}{also} (write the number without quotes)"
 
 
 def _boolean_as_number(ann: Any, value: Any, *where: int | str) -> tuple[str, ...] | None:
@@ -222,6 +248,10 @@ def _describe(err: dict, model: type[BaseModel]) -> str:
         names = _field_names(model, loc)
         hint = suggest(str(loc[-1]), names)
         return f"unknown key{hint}" + (f"; allowed keys: {', '.join(names)}" if not hint and names else "")
+    if kind == "invalid_key":           # YAML read an unquoted number or boolean as the key
+        names = _field_names(model, loc)
+        what = "a boolean" if isinstance(value, bool) else "a number"
+        return f"{what} is not a key name" + (f"; allowed keys: {', '.join(names)}" if names else "")
     if kind == "missing":
         return "is required but missing"
     if kind == "literal_error":

@@ -71,17 +71,22 @@ def _short(node: yaml.Node) -> str:
 
 
 def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> LineDict:
-    loader.flatten_mapping(node)
+    written = {id(key_node) for key_node, _ in node.value}
+    loader.flatten_mapping(node)        # a merge (<<: *base) puts the merged pairs first, in precedence order
     out = LineDict()
     out.line = node.start_mark.line + 1
+    merged: set = set()
     for key_node, value_node in node.value:
         key = _construct(loader, key_node)
         if not isinstance(key, (str, int, float, bool)):
             raise InputError(f"a mapping key must be a plain name, not {_short(key_node)}",
                              line=key_node.start_mark.line + 1)
-        if key in out:
+        if key in out and key not in merged:
             raise InputError(f"key '{key}' appears twice in the same mapping",
                              line=key_node.start_mark.line + 1, field=str(key))
+        # YAML's merge: a key written in the mapping overrides the merged one, and an earlier merged mapping a
+        # later one
+        (merged.discard if id(key_node) in written else merged.add)(key)
         out[key] = _construct(loader, value_node)
         out.key_lines[key] = key_node.start_mark.line + 1
     return out
