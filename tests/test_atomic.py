@@ -62,7 +62,7 @@ def test_interrupt_mid_write_leaves_no_file(tmp_path, monkeypatch):
 @pytest.mark.parametrize("option", ["--json", "--gantt", "--trace", "--memory-plot"])
 def test_cli_outputs_go_through_write_atomic(tmp_path, monkeypatch, capsys, option):
     """Every file `simtrain run` writes is written atomically: with the disk full at the flush, the
-    old file survives, no temporary file is left and the CLI says so in one line (exit 2)."""
+    old file survives, no temporary file is left and the CLI says so in one line naming the file (exit 2)."""
     if option != "--json":
         pytest.importorskip("simtrain.report.charts")
     target = tmp_path / ("out.json" if option in ("--json", "--trace") else "out.html")
@@ -74,7 +74,7 @@ def test_cli_outputs_go_through_write_atomic(tmp_path, monkeypatch, capsys, opti
     monkeypatch.setattr(os, "fsync", full_disk)
     code, _, err = run_cli(["run", str(SCENARIO), option, str(target)], capsys)
     assert code == 2, err
-    assert err.strip() == "error: No space left on device"
+    assert err.strip() == f"error: {target}: No space left on device"
     assert target.read_text(encoding="utf-8") == OLD
     assert _leftovers(tmp_path, target) == []
 

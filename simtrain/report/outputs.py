@@ -5,6 +5,11 @@ A target that exists and is not a regular file is never renamed over (that would
 user's FIFO with a regular file): a character device (``/dev/null``, a terminal) or a FIFO with a reader is
 written into directly; a FIFO without a reader (writing would block), a socket, a block device (a disk) or a
 folder is refused.
+
+A symlink is written through: the file it points to is replaced (the link stays a link). A file its owner protected
+is never replaced: read-only by its mode bits (also for root, whom ``os.access`` lets write anything), or marked
+immutable or append-only (``chattr +i``, ``+a``); a replaced file keeps its permission bits (and, for root, its owner).
+Every error names the file asked for, never the temporary one.
 """
 
 from __future__ import annotations
@@ -20,9 +25,20 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
+from simtrain.report.output_checks import (  # noqa: F401 - check_replaceable and written_by_simtrain: imported from here too
+    check_replaceable,
+    check_writable,
+    folder_problem,
+    shown_path,
+    special_target,
+    write_target,
+    written_by_simtrain,
+)
 from simtrain.spec.errors import InputError
 
-_STAGE: ContextVar[list[tuple[str | bytes, Path]] | None] = ContextVar("simtrain_staged_outputs", default=None)
+#: files staged by the innermost ``staged_outputs`` block: (temporary file or a special file's data, the file it
+#: replaces, the path the user asked for)
+_STAGE: ContextVar[list[tuple[str | bytes, Path, Path]] | None] = ContextVar("simtrain_staged_outputs", default=None)
 
 
 @contextmanager
@@ -33,24 +49,24 @@ def staged_outputs() -> Iterator[None]:
     if _STAGE.get() is not None:   # inside another block: its end commits these files too
         yield
         return
-    pending: list[tuple[str, Path]] = []
+    pending: list[tuple[str | bytes, Path, Path]] = []
     token = _STAGE.set(pending)
     try:
         yield
     except BaseException:
-        for tmp, _ in pending:
+        for tmp, _, _ in pending:
             _unlink(tmp)
         raise
     finally:
         _STAGE.reset(token)
-    for done, (tmp, path) in enumerate(pending):
+    for done, (tmp, target, asked) in enumerate(pending):
         try:
             if isinstance(tmp, bytes):      # a device or FIFO: its data, written in at the end like a rename
-                _write_special(path, tmp)
+                _write_special(target, tmp, asked)
             else:
-                os.replace(tmp, path)
+                _rename(tmp, target, asked)
         except BaseException:
-            for rest, _ in pending[done:]:
+            for rest, _, _ in pending[done:]:
                 _unlink(rest)
             raise
 
@@ -64,140 +80,130 @@ def _unlink(tmp: str | bytes) -> None:
         pass
 
 
-def special_target(path: str | Path) -> str | None:
-    """What kind of existing non-regular file ``path`` names (following symlinks): 'device', 'fifo', or the
-    reason it is refused; None for a regular file or no file."""
-    try:
-        mode = os.stat(path).st_mode
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    if stat.S_ISREG(mode):
-        return None
-    if stat.S_ISCHR(mode):
-        return "device"
-    if stat.S_ISFIFO(mode):
-        return "fifo"
-    kind = ("a folder" if stat.S_ISDIR(mode) else "a block device (a disk)" if stat.S_ISBLK(mode)
-            else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
-    raise InputError(f"cannot write '{path}': it is {kind}, which simtrain never writes into or replaces; "
-                     "name a regular file")
-
-
-def _write_special(path: Path, data: bytes) -> None:
+def _write_special(path: Path, data: bytes, asked: Path | None = None) -> None:
     """Write ``data`` into an existing character device or FIFO, never replacing it. A FIFO is opened without
     blocking: with no reader at the other end the write could wait forever, so it is refused."""
+    asked = path if asked is None else asked
     try:
         fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
     except OSError as err:
         if err.errno == errno.ENXIO:
-            raise InputError(f"cannot write '{path}': it is a FIFO with no reader (start the reader first, or name "
+            raise InputError(f"cannot write '{asked}': it is a FIFO with no reader (start the reader first, or name "
                              "a regular file)") from None
-        raise
+        raise _of(err, asked) from None
     try:
         os.set_blocking(fd, True)
         with os.fdopen(fd, "wb", closefd=True) as fh:
             fd = -1
             fh.write(data)
+            fh.flush()
+    except OSError as err:      # /dev/full: "No space left on device", said of the file asked for
+        raise _of(err, asked) from None
     finally:
         if fd >= 0:
             os.close(fd)
 
 
-#: how much of an existing file is read to tell whether simtrain wrote it
-_HEAD_BYTES = 64 * 2**10
-#: the first bytes of each kind of file simtrain writes: canonical JSON (``dumps_json``: one-space indent; the
-#: report, memory, compare, search and validate JSON, and a sweep's ``.sweep.json`` record), a Chrome trace
-#: (``report.trace``), a chart page (``charts.figures_html``)
-_OUR_STARTS = (b'{\n "', b'{"traceEvents":[{"ph":"M","name":"process_name"',
-               b'<!DOCTYPE html>\n<html>\n<head>\n<meta charset="utf-8">\n<title>')
-#: a column every sweep table (step_time_s) or search table (estimate_s) has, in its header line or Parquet footer
-_TABLE_COLUMNS = (b"step_time_s", b"estimate_s")
-
-
-def written_by_simtrain(path: str | Path, header: bytes | None = None) -> bool:
-    """Whether the existing regular file ``path`` is empty or one simtrain writes (a report, chart, trace or table,
-    told by how it starts; a chart page also by its figures' ids, a table by a column of its own or by ``header``,
-    the first line of the table about to replace it)."""
-    path = Path(path)
-    size = path.stat().st_size
-    if size == 0:
-        return True
-    with open(path, "rb") as fh:
-        head = fh.read(_HEAD_BYTES)
-        if head.startswith(b"PAR1"):          # Parquet: the column names sit in the footer
-            fh.seek(max(size - _HEAD_BYTES, 0))
-            return any(col in fh.read() for col in _TABLE_COLUMNS)
-        if head.startswith(_OUR_STARTS[2]):   # a chart page: plotly.js comes first, the figures' divs after it
-            return size <= 2**26 and b'id="simtrain-figure-' in head + fh.read()
-    if head.startswith(_OUR_STARTS[:2]):
-        return True
-    first = head.split(b"\n", 1)[0]
-    if header is not None and first == header.rstrip(b"\r\n"):
-        return True
-    return any(col in first for col in _TABLE_COLUMNS)     # a CSV header or a JSON-lines row of a table
-
-
-def check_replaceable(path: str | Path, header: bytes | None = None) -> None:
-    """Refuse to replace (or append to) an existing regular file that simtrain did not write: a user's file is
-    never overwritten by an output option (``--json``, ``--out``, ``--gantt``, ``--trace``, ``--plot``)."""
-    path = Path(path)
-    if special_target(path) or not path.exists():
-        return
-    try:
-        ours = written_by_simtrain(path, header)
-    except OSError as err:
-        raise InputError(f"cannot write '{path}': {err.strerror}") from None
-    if not ours:
-        raise InputError(f"cannot write '{path}': it exists and is not a file simtrain wrote (a report, chart, trace "
-                         "or table), and simtrain never replaces another program's file; remove it or name another "
-                         "file")
-
-
 def write_output(path: str | Path, data: str | bytes) -> Path:
     """:func:`write_atomic` for a file a user named: refused where it would replace a file simtrain did not
-    write (:func:`check_replaceable`)."""
+    write (:func:`check_replaceable`) or one its owner protected (:func:`check_writable`)."""
     check_replaceable(path)
     return write_atomic(path, data)
 
 
 def write_atomic(path: str | Path, data: str | bytes) -> Path:
     """Write ``data`` to ``path`` through a temporary file and a rename (inside ``staged_outputs``, the rename
-    waits for the block's end)."""
-    path = Path(path)
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise InputError(f"cannot write '{path}': folder '{parent}' does not exist")
-    if special_target(path):
+    waits for the block's end). A symlink is written through (:func:`write_target`); a protected file is refused
+    (:func:`check_writable`); a replaced file keeps its permission bits and, where the rights allow, its owner."""
+    target = write_target(path)
+    asked = Path(path)
+    parent = target.parent if str(target.parent) else Path(".")
+    problem = folder_problem(parent)
+    if problem:
+        raise InputError(f"cannot write {shown_path(asked, target)}: {problem}")
+    if special_target(target):
         raw = data if isinstance(data, bytes) else data.encode("utf-8")
         stage = _STAGE.get()
         if stage is None:
-            _write_special(path, raw)
+            _write_special(target, raw, asked)
         else:
-            stage.append((raw, path))
-        return path
+            stage.append((raw, target, asked))
+        return asked
+    check_writable(target)
     mode = "wb" if isinstance(data, bytes) else "w"
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
+        fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(target.name, parent), suffix=".tmp", dir=parent)
     except OSError as err:      # a read-only folder, /proc, a full disk: name the file asked for, not the temporary
-        raise InputError(f"cannot write '{path}': {err.strerror} (simtrain writes a temporary file in "
-                         f"'{parent}' and renames it over the target)") from None
+        raise InputError(f"cannot write {shown_path(asked, target)}: {err.strerror} (simtrain writes a temporary file "
+                         f"in '{parent}' and renames it over the target)") from None
     try:
-        with os.fdopen(fd, mode, **({} if mode == "wb" else {"encoding": "utf-8"})) as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
+        try:
+            with os.fdopen(fd, mode, **({} if mode == "wb" else {"encoding": "utf-8"})) as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            _take_over_permissions(tmp, target)
+        except OSError as err:  # a full disk, a quota, an I/O error: said of the file asked for
+            raise _of(err, asked) from None
         stage = _STAGE.get()
         if stage is None:
-            os.replace(tmp, path)
+            _rename(tmp, target, asked)
         else:
-            stage.append((tmp, path))
+            stage.append((tmp, target, asked))
     except BaseException:
         _unlink(tmp)
         raise
-    return path
+    return asked
+
+
+def _rename(tmp: str, target: Path, asked: Path) -> None:
+    try:
+        os.replace(tmp, target)
+    except OSError as err:      # e.g. the target became immutable, or sits in a sticky folder and is another user's
+        raise _of(err, asked) from None
+
+
+def _of(err: OSError, asked: Path) -> OSError:
+    """``err`` said of the file the user asked for (its errno kept for callers), not of a temporary file or of the
+    file a symlink points to: the CLI prints 'error: FILE: REASON'."""
+    return OSError(err.errno, err.strerror or str(err), str(asked))
+
+
+def _take_over_permissions(tmp: str, target: Path) -> None:
+    """Give the temporary file the permission bits of the file it replaces (a private report stays private), and
+    for root its owner and group too; a new file gets 0666 less the umask, as ``open`` would give it."""
+    try:
+        st = os.stat(target)
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        return
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        mine = os.stat(tmp)
+        if (st.st_uid, st.st_gid) != (mine.st_uid, mine.st_gid):
+            try:
+                os.chown(tmp, st.st_uid, st.st_gid)
+            except OSError:     # root without the right (a user namespace, an NFS root squash): the new owner stays
+                pass
+    os.chmod(tmp, stat.S_IMODE(st.st_mode) & 0o777)
+
+
+#: the bytes a temporary file adds to its target's name: '.', '.', mkstemp's 8 random characters, '.tmp'
+_TEMP_EXTRA = 1 + 1 + 8 + 4
+
+
+def _temp_prefix(name: str, parent: Path) -> str:
+    """'.NAME.' for the temporary file beside NAME, NAME cut so that the whole name fits the folder's limit
+    (NAME_MAX, 255 bytes on most file systems): a legal 255-byte target name still gets a temporary file."""
+    try:
+        limit = os.pathconf(parent, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):
+        limit = 255
+    budget = max(limit - _TEMP_EXTRA, 1)
+    while name and len(os.fsencode(name)) > budget:
+        name = name[:-1]
+    return f".{name}."
 
 
 #: json's C encoder (it runs only without ``indent``): one line of JSON for a row or a scalar
