@@ -39,6 +39,8 @@ class OutPath(click.Path):
         self.kind = kind
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value == "":
+            self.fail("the file name is empty; give a file name", param, ctx)
         if value == "-":
             self.fail("'-' (standard output) is only for --json; give a file name", param, ctx)
         suffix = os.path.splitext(str(value))[1].lower()
@@ -50,22 +52,27 @@ class OutPath(click.Path):
 
 
 def distinct_outputs(**paths: str | None) -> None:
-    """Refuse two output options naming one file (the second would overwrite the first), a file in a
-    folder that does not exist, or a socket, block device or folder (never written into or replaced): exit 2."""
-    from simtrain.report.outputs import special_target
+    """Refuse an empty file name, two output options naming one file (the second would overwrite the first; a
+    symlink names the file it points to), a file in a folder that does not exist (or under a file), or a socket,
+    block device or folder (never written into or replaced): exit 2."""
+    from simtrain.report.outputs import folder_problem, special_target, write_target
 
     seen: dict[str, str] = {}
     for option, path in paths.items():
-        if not path or path == "-":
+        if path is None or path == "-":
             continue
-        key = os.path.normcase(os.path.abspath(path))
         flag = "the sweep's record" if option == "record" else "--" + option.replace("_", "-")
+        if path == "":      # every command's output options pass here, --json's plain click.Path too
+            raise click.UsageError(f"{flag} was given an empty file name; give a file name")
+        target = str(write_target(path))
+        key = os.path.normcase(os.path.abspath(target))
         if key in seen:
             raise click.UsageError(f"{seen[key]} and {flag} both write {path}; give each its own file")
         seen[key] = flag
-        folder = os.path.dirname(path) or "."
-        if not os.path.isdir(folder):   # before the simulation, not after it
-            raise click.UsageError(f"{flag} {path}: folder '{folder}' does not exist")
+        problem = folder_problem(os.path.dirname(target) or ".")
+        if problem:   # before the simulation, not after it
+            shown = path if target == path else f"{path} (a symlink to {target})"
+            raise click.UsageError(f"{flag} {shown}: {problem}")
         special_target(path)
 
 
