@@ -150,6 +150,37 @@ def write_outputs(result: Any, gantt: str | None = None, memory: str | None = No
     _write(report_of(result), gantt, memory, trace)
 
 
+#: the largest report ``simtrain plot`` reads, 64 MiB. The largest a run writes at the default simulation.max_events
+#: (1,000,000), measured: 30.2 MB, benchmarks/scenarios/llama3_405b_128k_cp16_h100.yaml --full (16,384 GPUs, 811,538
+#: events, 2,048 lanes, 370,048 records), drawn with --gantt and --trace in 21 s and 0.7 GB; the bundled scenarios
+#: write 0.03-0.5 MB (0.15-2.0 MB with --full). At the cap a plot is bounded near 30-45 s and 1-1.5 GB (measured: a
+#: 62.6 MB report of 65,000 copies of one lane, 27 s and 0.8 GB; a 191 MB one took 58 s and 2.3 GB before the cap).
+MAX_REPORT_BYTES = 64 * 2**20
+
+
+def _read_report_text(path: Path) -> str:
+    """The text of a saved report, refused beyond :data:`MAX_REPORT_BYTES` (read in a bounded amount, so a device
+    such as /dev/zero or a file growing while it is read is refused too, not read without end)."""
+    cap_mib = MAX_REPORT_BYTES // 2**20
+    try:
+        size = path.stat().st_size
+        if size > MAX_REPORT_BYTES:
+            raise InputError(f"the report is {size / 2**20:,.1f} MiB, more than the {cap_mib} MiB simtrain plot "
+                             "reads (the largest report a run writes is about 30 MB); draw the charts in the run "
+                             "itself with simtrain run --gantt/--trace", file=str(path))
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_REPORT_BYTES + 1)
+        if len(raw) > MAX_REPORT_BYTES:
+            raise InputError(f"the report is more than the {cap_mib} MiB simtrain plot reads (the largest report a "
+                             "run writes is about 30 MB); draw the charts in the run itself with simtrain run "
+                             "--gantt/--trace", file=str(path))
+        return raw.decode("utf-8")
+    except FileNotFoundError:
+        raise InputError(f"report '{path}' does not exist") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(f"cannot read the report: {err}", file=str(path)) from None
+
+
 def plot_saved(report_json_path: str | Path, gantt: str | None = None, memory: str | None = None,
                trace: str | None = None) -> None:
     """Redraw the charts (and the trace) of a saved `simtrain run --json` report."""
@@ -157,12 +188,7 @@ def plot_saved(report_json_path: str | Path, gantt: str | None = None, memory: s
     if not (gantt or memory or trace):
         raise InputError("nothing to draw: give --gantt PATH.html, --memory-plot PATH.html and/or --trace PATH.json",
                          file=str(path))
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"report '{path}' does not exist") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise InputError(f"cannot read the report: {err}", file=str(path)) from None
+    text = _read_report_text(path)
     try:
         report = json.loads(text)
     except json.JSONDecodeError as err:
