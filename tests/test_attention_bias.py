@@ -168,3 +168,17 @@ def test_a_copy_with_new_sizes_counts_its_own_layer():
     wider = m.model_copy(update={"hidden": 128})
     assert wider.params_per_layer == 98_816
     assert wider.model_copy(update={"attention_bias": True}).params_per_layer == 98_816 + 4 * 128
+
+
+def test_gpt_oss_reads_attention_bias_and_refuses_false(tmp_path):
+    """GptOssAttention builds q, k, v and o with bias=config.attention_bias (modeling_gpt_oss.py, transformers
+    5.25; GptOssConfig's default true) and its experts always with biases: true reads as bias: true, unchanged;
+    false, attention without biases beside biased experts, is refused at the key (it read as biased before,
+    36 layers x (64 x 64 + 2 x 8 x 64 + 2,880) = 288,000 weights too many on gpt-oss-120b)."""
+    config = json.loads((DATA / "hf_moe" / "gpt-oss-120b" / "config.json").read_text(encoding="utf-8"))
+    assert config["attention_bias"] is True
+    biased = _load(tmp_path, config)
+    assert biased.bias and biased.qkv_bias_params + biased.out_bias_params == 64 * 64 + 2 * 8 * 64 + 2880
+    with pytest.raises(InputError) as exc:
+        _load(tmp_path, {**config, "attention_bias": False})
+    assert exc.value.field == "attention_bias" and "experts with biases and its attention without" in exc.value.message

@@ -56,3 +56,22 @@ def test_a_report_without_a_size_is_read_no_further_than_the_cap(tmp_path, capsy
     assert (code, out) == (2, "")
     assert err == (f"error: {fifo}: the report is more than the 1 MiB simtrain plot reads (the largest report a run "
                    "writes is about 30 MB); draw the charts in the run itself with simtrain run --gantt/--trace\n")
+
+
+@pytest.mark.skipif(sys.platform == "win32" or not hasattr(os, "mkfifo"), reason="needs a FIFO")
+def test_a_fifo_without_a_writer_does_not_block(tmp_path, capsys, monkeypatch):
+    """A FIFO nobody writes: plot waits charts.PIPE_WAIT_S (0.2 s here) for its first bytes and refuses it, where
+    open() waited for a writer for ever (found by review). Run in a thread joined with a timeout, so a regression
+    fails instead of hanging the suite."""
+    monkeypatch.setattr(charts, "PIPE_WAIT_S", 0.2)
+    fifo = tmp_path / "r.json"
+    os.mkfifo(fifo)
+    result = {}
+    thread = threading.Thread(target=lambda: result.update(
+        done=run_cli(["plot", str(fifo), "--gantt", str(tmp_path / "g.html")], capsys)), daemon=True)
+    thread.start()
+    thread.join(timeout=20)
+    assert "done" in result, "plot blocked on a FIFO without a writer"
+    code, out, err = result["done"]
+    assert (code, out) == (2, "")
+    assert err == f"error: {fifo}: is a pipe nobody wrote a report into within 0.2 s; give a report file\n"

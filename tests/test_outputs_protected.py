@@ -175,3 +175,68 @@ def test_a_failed_rename_names_the_users_file(tmp_path, monkeypatch):
         outputs.write_atomic(target, "x")
     assert caught.value.filename == str(target)
     assert _names(tmp_path) == []
+
+
+def test_an_immutable_folder_is_refused_before_simulating(tmp_path, capsys):
+    """chattr +i on the output's folder: no file can be made in it; exit 2 before the simulation (the review found
+    the run simulated whole and then failed at the temporary file)."""
+    folder = tmp_path / "imm"
+    folder.mkdir()
+    if not _chattr("+i", folder):
+        pytest.skip("needs chattr on a file system with inode flags, as root")
+    try:
+        code, out, err = run_cli(["run", SCENARIO, "--json", str(folder / "x.json")], capsys)
+    finally:
+        _chattr("-i", folder)
+    assert code == 2 and out == "", err
+    assert err.endswith(f"folder '{folder}' is marked immutable (chattr +i): no file can be made in it\n"), err
+
+
+@posix_only
+def test_a_folder_not_writable_to_this_user_is_refused_before_simulating(tmp_path, capsys, monkeypatch):
+    """A folder os.access says this user cannot write into (mode 0555 for anyone but root; simulated here, since
+    the tests may run as root): exit 2 before the simulation, naming the folder."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, *a, **k: False if str(p) == str(folder) else real(p, mode))
+    code, out, err = run_cli(["run", SCENARIO, "--json", str(folder / "x.json")], capsys)
+    assert code == 2 and out == "", err
+    assert err.endswith(f"folder '{folder}' is not writable to this user\n"), err
+
+
+@posix_only
+def test_two_outputs_through_a_symlinked_folder_are_one_file(tmp_path, capsys):
+    """d2 -> d1: --gantt d1/g.html and --memory-plot d2/g.html write one file; refused as named twice (the review
+    found the Gantt chart silently replaced by the memory chart)."""
+    (tmp_path / "d1").mkdir()
+    (tmp_path / "d2").symlink_to(tmp_path / "d1")
+    code, out, err = run_cli(["run", SCENARIO, "--gantt", str(tmp_path / "d1" / "g.html"),
+                              "--memory-plot", str(tmp_path / "d2" / "g.html")], capsys)
+    assert code == 2 and out == "", err
+    assert "--gantt and --memory-plot both write" in err
+    assert _names(tmp_path / "d1") == []
+
+
+@posix_only
+def test_a_sweep_through_a_symlink_locks_and_records_the_table_itself(tmp_path, monkeypatch):
+    """a.csv -> t.csv: the sweep's lock and its record are t.csv's, so a second sweep through another link to
+    t.csv is refused while the first holds it, and --resume --out t.csv finds the record."""
+    from simtrain.decide import sweep_files
+    from simtrain.decide.table_lock import table_lock
+    from simtrain.spec.scenario import load_scenario
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.csv").symlink_to(tmp_path / "t.csv")
+    frame = sweep_files.sweep_to_file(load_scenario(SCENARIO), {"training.micro_batch": [1, 2]}, "a.csv",
+                                      workers=1, progress=False)
+    assert len(frame) == 2 and (tmp_path / "a.csv").is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.csv", "t.csv", "t.csv.sweep.json"]
+    (tmp_path / "b.csv").symlink_to(tmp_path / "t.csv")
+    with table_lock(tmp_path / "t.csv"):
+        with pytest.raises(InputError, match="t.csv"):
+            sweep_files.sweep_to_file(load_scenario(SCENARIO), {"training.micro_batch": [1, 2]}, "b.csv",
+                                      workers=1, progress=False)
+    again = sweep_files.sweep_to_file(load_scenario(SCENARIO), {"training.micro_batch": [1, 2]}, "t.csv",
+                                      resume=True, workers=1, progress=False)
+    assert again.attrs["resumed_points"] == 2

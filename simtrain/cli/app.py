@@ -65,7 +65,7 @@ def distinct_outputs(**paths: str | None) -> None:
         if path == "":      # every command's output options pass here, --json's plain click.Path too
             raise click.UsageError(f"{flag} was given an empty file name; give a file name")
         target = str(write_target(path))
-        key = os.path.normcase(os.path.abspath(target))
+        key = os.path.normcase(os.path.realpath(target))     # a symlinked folder reaches the same file too
         if key in seen:
             raise click.UsageError(f"{seen[key]} and {flag} both write {path}; give each its own file")
         seen[key] = flag

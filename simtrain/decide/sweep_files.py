@@ -15,7 +15,7 @@ from typing import Any
 from simtrain.decide.sweep import COLUMNS, MAX_POINTS, as_grid, check_grid_keys, grid_points, run_points
 from simtrain.decide.table_lock import table_lock
 from simtrain.decide.tables import DTYPES, column_name, typed
-from simtrain.report.outputs import check_replaceable, special_target, write_atomic
+from simtrain.report.outputs import check_replaceable, special_target, write_atomic, write_target
 from simtrain.spec.errors import InputError, display_path
 from simtrain.spec.scenario import Scenario
 
@@ -127,7 +127,7 @@ class RowFile:
                 table = pq.read_table(self.path)
                 self._check_columns(list(table.column_names), self.path)
                 for row in table.to_pylist():
-                    self._add(row, _line(row, self.columns, "jsonl"))
+                    self._add(row, _line(row, self.columns, "jsonl"), read_back=True)
             where = self.stream
             if self.stream.exists():
                 self._load_stream()
@@ -153,8 +153,9 @@ class RowFile:
         """A point or a row with its swept keys named as columns (``parallel.pp`` -> ``parallel_pp``)."""
         return {column_name(k): v for k, v in row.items()}
 
-    def _add(self, row: dict[str, Any], line: str) -> None:
-        _check_metrics(row, len(self.entries) + 1)
+    def _add(self, row: dict[str, Any], line: str, read_back: bool = False) -> None:
+        if read_back:       # what the sweep appends itself is what it computed
+            _check_metrics(row, len(self.entries) + 1)
         self.entries.setdefault(self.key(row), line)
 
     def _load_stream(self) -> None:
@@ -172,7 +173,7 @@ class RowFile:
                 cells = next(csv.reader([line]))
                 if len(cells) != len(self.columns):
                     raise ValueError(f"a row has {len(cells)} cells for {len(self.columns)} columns")
-                self._add(dict(zip(self.columns, cells)), line)
+                self._add(dict(zip(self.columns, cells)), line, read_back=True)
             return
         for line in lines:
             if not line.strip():
@@ -181,7 +182,7 @@ class RowFile:
             if not isinstance(row, dict):
                 raise ValueError(f"a line holds {type(row).__name__}, not a row (a JSON object)")
             self._check_columns(list(row), self.stream)
-            self._add(row, line)
+            self._add(row, line, read_back=True)
 
     def done(self, point: dict[str, Any]) -> bool:
         return self.key(self._named(point)) in self.entries
@@ -344,6 +345,8 @@ def sweep_to_file(scenario: Scenario, grid: dict[str, list], path: str | Path, *
     grid = as_grid(grid)
     points = grid_points(grid, max_points=max_points)
     output_format(path)
+    # a symlinked table is its target's: one lock, one record and one Parquet side file for every name of it
+    path = write_target(path)
     check_grid_keys(scenario, grid)
     regular_table(path)
     # never over another program's file: the table (--resume reads it first and refuses what is no table), the rows

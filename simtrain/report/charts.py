@@ -19,6 +19,9 @@ from __future__ import annotations
 
 import html
 import json
+import os
+import select
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -158,6 +161,30 @@ def write_outputs(result: Any, gantt: str | None = None, memory: str | None = No
 MAX_REPORT_BYTES = 64 * 2**20
 
 
+#: how long ``simtrain plot`` waits for a FIFO's writer to send the report's first bytes
+PIPE_WAIT_S = 30.0
+
+
+def _open_without_waiting(path: Path):
+    """Open for reading without blocking on a FIFO that has no writer: the open does not wait, and the first bytes
+    are waited for at most :data:`PIPE_WAIT_S` (then refused); the reads after them block as usual, so a pipe that
+    is being written (``<(...)``, a named FIFO a writer opens late) is read whole."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        if stat.S_ISFIFO(os.fstat(fd).st_mode) and hasattr(select, "poll"):
+            waiting = select.poll()
+            waiting.register(fd, select.POLLIN)
+            if not waiting.poll(PIPE_WAIT_S * 1000):
+                raise InputError(f"is a pipe nobody wrote a report into within {PIPE_WAIT_S:g} s; give a report "
+                                 "file", file=str(path))
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def _read_report_text(path: Path) -> str:
     """The text of a saved report, refused beyond :data:`MAX_REPORT_BYTES` (read in a bounded amount, so a device
     such as /dev/zero or a file growing while it is read is refused too, not read without end)."""
@@ -168,7 +195,7 @@ def _read_report_text(path: Path) -> str:
             raise InputError(f"the report is {size / 2**20:,.1f} MiB, more than the {cap_mib} MiB simtrain plot "
                              "reads (the largest report a run writes is about 30 MB); draw the charts in the run "
                              "itself with simtrain run --gantt/--trace", file=str(path))
-        with open(path, "rb") as fh:
+        with _open_without_waiting(path) as fh:
             raw = fh.read(MAX_REPORT_BYTES + 1)
         if len(raw) > MAX_REPORT_BYTES:
             raise InputError(f"the report is more than the {cap_mib} MiB simtrain plot reads (the largest report a "

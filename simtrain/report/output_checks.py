@@ -38,9 +38,13 @@ def folder_problem(folder: str | Path) -> str | None:
     not a folder"); None when it is a folder."""
     folder = str(folder) or "."
     try:
-        if stat.S_ISDIR(os.stat(folder).st_mode):
-            return None
-        return f"'{folder}' is not a folder"
+        if not stat.S_ISDIR(os.stat(folder).st_mode):
+            return f"'{folder}' is not a folder"
+        if _inode_flags(Path(folder)) & _FS_IMMUTABLE_FL:
+            return f"folder '{folder}' is marked immutable (chattr +i): no file can be made in it"
+        if not os.access(folder, os.W_OK | os.X_OK):
+            return f"folder '{folder}' is not writable to this user"
+        return None
     except (FileNotFoundError, NotADirectoryError):
         pass
     except OSError as err:     # a folder above it without search permission, a symlink loop

@@ -9,7 +9,6 @@ Every number in a bundled file carries a ``source:``.
 
 from __future__ import annotations
 
-import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -18,6 +17,7 @@ from pydantic import Field, PositiveInt, model_validator
 
 from simtrain.spec.attention_kernels import ATTENTION_FORWARD_RATIO, SPEED_ENTRY, forward_rate_factor
 from simtrain.spec.errors import InputError, allowed, display_path, suggest
+from simtrain.spec.explicit_topology import all_joined, not_an_internal_name
 from simtrain.spec.hardware_curves import Count, Curve, WidthCurve, interpolate_linear
 from simtrain.spec.quantity import (
     Bandwidth,
@@ -253,43 +253,6 @@ class ExplicitLink(Closed):
     efficiency: Fraction = 1.0
 
 
-#: the cluster graph calls the i-th GPU of an explicit topology gpu{i} (simtrain.spec.topology); a switch of that
-#: name would merge with the GPU, and a device of that name at another position would mean another GPU
-_GPU_NODE = re.compile(r"gpu(\d+)")
-
-
-def _all_joined(devices: list[ExplicitDevice], links: list[ExplicitLink]) -> None:
-    """Every device of an explicit topology reaches the first one over its links (each carries traffic both ways):
-    refuse the first that does not, at its line, before any route is asked for."""
-    root: dict[str, str] = {}
-
-    def find(name: str) -> str:
-        while root.get(name, name) != name:
-            name = root[name]
-        return name
-
-    for link in links:
-        root[find(link.a)] = find(link.b)
-    first = find(devices[0].name)
-    for i, device in enumerate(devices):
-        if find(device.name) != first:
-            raise FieldError(f"'{device.name}' has no path to '{devices[0].name}' over the links (the devices must "
-                             "form one network: link it, or its switch, to the others)", "devices", i, "name")
-
-
-def _not_an_internal_name(name: str, section: str, index: int) -> None:
-    """Refuse a user's name that the cluster graph uses for another GPU, at its line."""
-    m = _GPU_NODE.fullmatch(name)
-    if m is None or (section == "devices" and m.group(1) == str(index)):
-        return
-    if section == "switches":
-        raise FieldError(f"'{name}' is the cluster graph's name of GPU {m.group(1)} (devices are gpu0, gpu1, ... "
-                         "in list order): name the switch otherwise, e.g. 'sw0'", section, index, "name")
-    raise FieldError(f"'{name}' is the cluster graph's name of GPU {m.group(1)}, but this is device {index} "
-                     f"(gpu{index}): name devices after their position or otherwise, e.g. 'dev{index}'",
-                     section, index, "name")
-
-
 class HardwareSpec(Closed):
     """A whole system description: the contents of one ``hardware/*.yaml``."""
 
@@ -332,7 +295,7 @@ class HardwareSpec(Closed):
                 if name in seen:
                     raise FieldError(f"'{name}' is used twice: device and switch names must be unique",
                                      section, i, "name")
-                _not_an_internal_name(name, section, i)
+                not_an_internal_name(name, section, i)
                 seen.add(name)
             for i, link in enumerate(self.links):
                 for end in ("a", "b"):
@@ -340,7 +303,7 @@ class HardwareSpec(Closed):
                     if name not in seen:
                         raise FieldError(f"link end '{name}' is not a device or switch{suggest(name, sorted(seen))}",
                                          "links", i, end)
-            _all_joined(self.devices, self.links)
+            all_joined(self.devices, self.links)
         return self
 
     @model_validator(mode="after")

@@ -257,7 +257,11 @@ def _moe_fields(config: dict[str, Any], model_type: str, out: dict[str, Any], so
     if moe["experts"] is None or moe["top_k"] is None or (is_number(moe["experts"]) and moe["experts"] <= 1):
         return      # DeepseekV2Config without experts: every layer keeps its dense MLP (MLA alone)
     if model_type == "gpt_oss":
-        out["bias"] = True          # qkv and out biases (attention_bias), expert biases (always, MLPBlock)
+        if config.get("attention_bias") is False:   # GptOssAttention: q, k, v, o with bias=config.attention_bias
+            raise InputError("false builds GPT-OSS's experts with biases and its attention without, which simtrain "
+                             "does not build (allowed: true, GptOssConfig's default)", file=file,
+                             line=json_line(text, "attention_bias"), field="attention_bias")
+        out["bias"] = True          # q, k, v, o biases (attention_bias, default true), expert biases (always)
         moe["router_bias"] = True   # the gate is nn.Linear with bias
         attention: dict[str, Any] = {"sinks": True}
         window = get("sliding_window", 128)

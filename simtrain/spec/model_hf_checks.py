@@ -106,7 +106,8 @@ _MOE_COUNTS: dict[str, tuple[int, bool, str]] = {
 #: booleans the reader takes besides tie_word_embeddings
 _FLAGS = ("attention_bias", "mlp_bias", "use_sliding_window", "is_encoder_decoder")
 #: families whose transformers classes ignore attention_bias / mlp_bias, their projections built with hard-wired
-#: biases or none (modeling_mistral.py, modeling_phi3.py, modeling_qwen2.py, modeling_qwen3.py, modeling_gemma*.py...)
+#: biases or none (modeling_mistral.py, modeling_phi3.py, modeling_qwen2.py, modeling_qwen3.py, modeling_gemma*.py...);
+#: GPT-OSS reads attention_bias, and model_hf's MoE fields read it there (bias: true, or refused when false)
 NO_ATTENTION_BIAS_KEY = frozenset({"gpt2", "mistral", "mixtral", "phi3", "qwen2", "qwen2_moe", "gpt_oss"})
 NO_MLP_BIAS_KEY = NO_ATTENTION_BIAS_KEY | {"qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text", "deepseek_v3"}
 #: booleans the reader takes from a mixture-of-experts family's config only (Qwen2MoeConfig's qkv_bias)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import types
+import unicodedata
 from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
 from pydantic import (
@@ -61,14 +62,14 @@ class Closed(BaseModel):
             problem = _boolean_as_number(cls.model_fields[info.field_name].annotation, value)
             if problem:
                 raise FieldError(*problem)
-        if isinstance(value, str) and info.field_name == "name" and not value.isprintable():
+        if isinstance(value, str) and info.field_name == "name" and any(map(_breaks_a_line, value)):
             raise FieldError(f"{one_line(repr(value))} holds a control character (a newline, a tab, an escape); a "
-                             "name is printed in reports and charts: one line of printable text")
-        if isinstance(value, str) and info.field_name in cls.model_fields:
+                             "name is printed in reports and charts: one line of text")
+        if isinstance(value, (str, list)) and info.field_name in cls.model_fields:
             field = cls.model_fields[info.field_name]
             problem = None if _is_quantity(field) else _text_as_number(field.annotation, value)
             if problem:
-                raise FieldError(problem)
+                raise FieldError(*problem)
         return value
 
 
@@ -137,22 +138,37 @@ def _number_kind(ann: Any) -> tuple[str, str] | None:
     return None
 
 
-def _text_as_number(ann: Any, value: str) -> str | None:
-    """The message for text at a place that takes a number and no text but the words its type names (lax mode
-    would read "128" as 128 and " 1_28 " too; the HuggingFace reader refuses such text, and so do these)."""
+def _breaks_a_line(ch: str) -> bool:
+    """A control character (Unicode Cc: newline, tab, escape...) or a line or paragraph separator; other spacing
+    (a no-break or thin space, a zero-width joiner) prints on one line."""
+    return unicodedata.category(ch) in ("Cc", "Zl", "Zp")
+
+
+#: text YAML would have read as a number had it not been quoted: "128", "1_28", " 2.5 ", "-.5". YAML 1.1 reads an
+#: unquoted 2e0 or 1.5e12 (no dot, or no exponent sign) as text, so exponent forms are left to pydantic, as before
+_QUOTED_NUMBER = re.compile(r"\s*[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)\s*")
+
+
+def _text_as_number(ann: Any, value: Any, *where: int) -> tuple | None:
+    """(message, *place) for a quoted number at a place, or in a list at a place, that takes numbers and no text but
+    the words its type names: lax mode would read "128" as 128 and " 1_28 " too; the HuggingFace reader refuses such
+    text, and so do these."""
     alternatives = _alternatives(ann)
     if str in alternatives or Any in alternatives:
         return None
+    if isinstance(value, list):
+        items = [get_args(alt)[0] for alt in alternatives if get_origin(alt) is list and get_args(alt)]
+        for i, item in enumerate(value if items else []):
+            problem = _text_as_number(items[0], item, *where, i) if isinstance(item, str) else None
+            if problem:
+                return problem
+        return None
     words = [v for alt in alternatives if get_origin(alt) is Literal for v in get_args(alt) if isinstance(v, str)]
     kind = _number_kind(ann)
-    if kind is None or value in words:
-        return None
-    try:
-        float(value.replace("_", ""))
-    except ValueError:
-        return None      # not a number at all: pydantic's own message says what is allowed
+    if kind is None or value in words or not _QUOTED_NUMBER.fullmatch(value):
+        return None      # a word, or not a number at all: pydantic's own message says what is allowed
     also = " or " + ", ".join(repr(w) for w in words) if words else ""
-    return f"{value!r} is text, not {kind[0]}{kind[1]}{also} (write the number without quotes)"
+    return (f"{value!r} is text, not {kind[0]}{kind[1]}{also} (write the number without quotes)", *where)
 
 
 def _boolean_as_number(ann: Any, value: Any, *where: int | str) -> tuple[str, ...] | None:

@@ -70,26 +70,50 @@ def _short(node: yaml.Node) -> str:
     return text if len(text) <= 40 else text[:37] + "...'"
 
 
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
 def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> LineDict:
-    written = {id(key_node) for key_node, _ in node.value}
-    loader.flatten_mapping(node)        # a merge (<<: *base) puts the merged pairs first, in precedence order
+    """A mapping with its keys' lines. A key written twice is refused. A merge (``<<: *base`` or ``<<: [*a, *b]``)
+    follows YAML's merge key type, here and not in PyYAML's flatten_mapping, whose order changed between releases:
+    a key written in the mapping overrides a merged one, and of the merged mappings the earlier one wins."""
     out = LineDict()
     out.line = node.start_mark.line + 1
-    merged: set = set()
+    merged: LineDict = LineDict()
     for key_node, value_node in node.value:
+        if key_node.tag == _MERGE_TAG:
+            for source in _merge_sources(value_node):
+                part = _construct(loader, source)
+                for key, value in part.items():
+                    if key not in merged:
+                        merged[key] = value
+                        merged.key_lines[key] = part.key_lines.get(key, part.line)
+            continue
         key = _construct(loader, key_node)
         if not isinstance(key, (str, int, float, bool)):
             raise InputError(f"a mapping key must be a plain name, not {_short(key_node)}",
                              line=key_node.start_mark.line + 1)
-        if key in out and key not in merged:
+        if key in out:
             raise InputError(f"key '{key}' appears twice in the same mapping",
                              line=key_node.start_mark.line + 1, field=str(key))
-        # YAML's merge: a key written in the mapping overrides the merged one, and an earlier merged mapping a
-        # later one
-        (merged.discard if id(key_node) in written else merged.add)(key)
         out[key] = _construct(loader, value_node)
         out.key_lines[key] = key_node.start_mark.line + 1
-    return out
+    if not merged:
+        return out
+    whole = LineDict({**{k: v for k, v in merged.items() if k not in out}, **out})
+    whole.line = out.line
+    whole.key_lines = {**merged.key_lines, **out.key_lines}
+    return whole
+
+
+def _merge_sources(node: yaml.Node) -> list[yaml.MappingNode]:
+    """The mappings a merge key names: one mapping, or a list of them."""
+    sources = node.value if isinstance(node, yaml.SequenceNode) else [node]
+    for source in sources:
+        if not isinstance(source, yaml.MappingNode):
+            raise InputError("a merge (<<) takes a mapping or a list of mappings, not "
+                             f"{_short(source)}", line=source.start_mark.line + 1, field="<<")
+    return sources
 
 
 def _construct_sequence(loader: _Loader, node: yaml.SequenceNode) -> LineList:
