@@ -60,6 +60,7 @@ from simtrain.decide.search_space import (  # noqa: F401 - re-exported: the enum
     enumerate_layouts,
     fix_text,
     gpu_overrides,
+    searched_gpus,
 )
 from simtrain.decide.sweep import ScenarioPayload, error_text
 from simtrain.decide.workers import open_executor, progress_bar, run_tasks
@@ -228,7 +229,7 @@ def search(scenario: Scenario, *, gpus: int | None = None, top: int = 5, workers
                          field="max_memory")
     started = time.perf_counter()
     base = gpu_overrides(scenario, gpus)
-    total = base.get("gpus_per_node", scenario.gpus_per_node) * base.get("nodes", scenario.nodes)
+    total = searched_gpus(scenario, base)
     limit = as_whole(max_layouts)
     if limit is None or limit < 1:
         raise InputError(f"max_layouts={max_layouts!r}: give a whole number, 1 or more", field="max_layouts")

@@ -9,7 +9,7 @@ from typing import Any
 from simtrain.decide.search_result import LAYOUT_KEYS
 from simtrain.plan.recompute import MODULE_ORDER
 from simtrain.plan.schedules import SPLIT_BACKWARD
-from simtrain.spec.errors import InputError, SimulationLimitError
+from simtrain.spec.errors import InputError, SimulationLimitError, display_path
 from simtrain.spec.scenario import Scenario
 from simtrain.spec.scenario_rules_long import model_has_module
 from simtrain.spec.schema import validate
@@ -67,13 +67,25 @@ def gpu_overrides(scenario: Scenario, gpus: int | None) -> dict[str, Any]:
                                    "raise simulation.max_gpus (e.g. --set simulation.max_gpus=N) if you mean it",
                                    field="gpus")
     if scenario.hardware.explicit:
-        raise InputError("gpus= cannot resize an explicit topology (its hardware file lists the devices)",
+        devices = len(scenario.hardware.devices)
+        if gpus == devices:
+            return {}
+        raise InputError(f"gpus={gpus:,} cannot resize the explicit topology of "
+                         f"{display_path(scenario.hardware_file)}: it lists {devices:,} GPUs (allowed: {devices:,})",
                          field="gpus")
     if gpus < gpn:
         return {"nodes": 1, "gpus_per_node": gpus}
     if gpus % gpn:
         raise InputError(f"gpus={gpus} is not a whole number of {gpn}-GPU nodes", field="gpus")
     return {"nodes": gpus // gpn}
+
+
+def searched_gpus(scenario: Scenario, sizes: dict[str, Any]) -> int:
+    """GPUs of the cluster a search lays out: an explicit topology's devices, else nodes x GPUs per node, as
+    ``sizes`` (:func:`gpu_overrides`) or the scenario give them."""
+    if scenario.hardware.explicit:
+        return len(scenario.hardware.devices)
+    return sizes.get("gpus_per_node", scenario.gpus_per_node) * sizes.get("nodes", scenario.nodes)
 
 
 def check_fix(fix: dict[str, Any] | None, scenario: Scenario | None = None) -> dict[str, list]:
@@ -140,9 +152,11 @@ def enumerate_layouts(scenario: Scenario, gpus: int | None = None, fix: dict[str
     m, tr, par = scenario.model, scenario.training, scenario.parallel
     sizes = gpu_overrides(scenario, gpus)
     gpn = sizes.get("gpus_per_node", scenario.gpus_per_node)
-    total = gpn * sizes.get("nodes", scenario.nodes)
+    total = searched_gpus(scenario, sizes)
     hw = scenario.hardware
-    domain = hw.intra_node.domain_gpus if not hw.explicit and hw.intra_node.domain_gpus else gpn
+    # TP within the scale-up domain; an explicit topology has none (its links price every group), so TP may span
+    # any of its devices the scenario rules take
+    domain = total if hw.explicit else hw.intra_node.domain_gpus or gpn
     peaks = hw.gpu.peak_flops
     has_fp8 = "fp8" in peaks or ("mxfp8" in peaks and tr.fp8_recipe == "mxfp8")
     precisions = ("bf16", "fp8") if tr.precision in ("bf16", "fp8") and has_fp8 else (tr.precision,)
