@@ -75,16 +75,18 @@ def _load_base(path: str, overrides: dict[str, Any], starts) -> Any:
 def _search_starts(path: str, overrides: dict[str, Any]):
     """Plain layouts of the base's own cluster, for a base whose layout breaks a rule: TP over t GPUs of a node,
     DP over the rest, one micro-batch of one sequence."""
-    from pathlib import Path
-
+    from simtrain.spec.bundled import scenario_path
     from simtrain.spec.hardware import load_hardware
     from simtrain.spec.scenario import apply_overrides
     from simtrain.spec.yamlio import load_yaml
 
-    raw = apply_overrides(load_yaml(Path(path)), overrides, file=path)
-    spec = load_hardware(raw.get("hardware"), base_dir=Path(path).resolve().parent, file=None)[0]
+    file = scenario_path(path)       # a bundled scenario's name, as load_scenario resolves it
+    raw = apply_overrides(load_yaml(file), overrides, file=str(file))
+    spec = load_hardware(raw.get("hardware"), base_dir=file.resolve().parent, file=None)[0]
     gpn = raw.get("gpus_per_node") or spec.gpus_per_node
-    gpus = (raw.get("nodes") or spec.nodes) * gpn
+    gpus = len(spec.devices) if spec.explicit else (raw.get("nodes") or spec.nodes) * gpn
+    if spec.explicit:    # any node size: an explicit topology's TP may span nodes (decide.search_space)
+        gpn = gpus
     for tp in (t for t in (1, 2, 4, 8, 16) if t <= gpn and gpn % t == 0):
         yield {"parallel": {"tp": tp, "dp": gpus // tp, "pp": 1}, "training.micro_batch": 1}
 
