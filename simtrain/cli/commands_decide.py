@@ -214,6 +214,7 @@ def search(scenario: str, gpus: int | None, top: int, max_layouts: int | None, o
     """Find the fastest parallel layouts of SCENARIO's model, hardware and global batch."""
     from simtrain.decide.search import DEFAULT_MAX_MEMORY, check_fix, search_text
     from simtrain.decide.search import search as run_search
+    from simtrain.decide.search_result import nothing_valid
     from simtrain.decide.sweep_files import output_format, write_table
     from simtrain.decide.workers import WorkersFailed
     from simtrain.spec.scenario import setup_warnings
@@ -241,6 +242,8 @@ def search(scenario: str, gpus: int | None, top: int, max_layouts: int | None, o
         raise InputError(_cli_words(text), file=err.file, line=err.line) from None
     if out:
         write_table(result.table, out)
+    if nothing_valid(result):     # nothing in the space is valid for this scenario: its input is at fault
+        raise InputError(_cli_words(nothing_valid(result)) + (f" ({out} holds every layout's error)" if out else ""))
     warned = "".join(f"warning: {w}\n" for w in setup_warnings(sc))
     click.echo(_cli_words(search_text(result)) + warned + (f"wrote {out}\n" if out else ""), nl=False)
 

@@ -8,6 +8,7 @@ candidate as a DataFrame (:mod:`simtrain.decide.tables`), ``result.summary()`` t
 from __future__ import annotations
 
 import html
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -225,6 +226,21 @@ def counts_text(result: SearchResult) -> str:
             + (f", {c['failed']} failed" if c["failed"] else "") + f" ({result.seconds:.1f} s)")
 
 
+def nothing_valid(result: SearchResult) -> str | None:
+    """Why the search judged no layout at all, when every one it enumerated was invalid (refused by the scenario
+    rules) or failed: how many, and the commonest reason (the first of the commonest, in enumeration order). None
+    when any layout got as far as a memory verdict."""
+    rows = result.rows
+    if not rows or any(r["status"] not in ("invalid", "failed") for r in rows):
+        return None
+    failed = result.counts["failed"]
+    what = "invalid" if not failed else "failed" if failed == len(rows) else f"invalid or failed ({failed:,} failed)"
+    reason, count = Counter(r.get("error") or "no reason given" for r in rows).most_common(1)[0]
+    every = "the one layout" if len(rows) == 1 else f"every one of the {len(rows):,} layouts"
+    return (f"{every} of {format_count(result.gpus, 'GPU')} is {what}; the commonest reason "
+            f"({count:,} of them): {reason}")
+
+
 def _band_text(row: dict[str, Any]) -> str:
     low = row.get("step_time_band_low_s")
     return "-" if low is None else f"{low:.2f}-{row['step_time_band_high_s']:.2f} s"
@@ -291,7 +307,9 @@ def search_text(result: SearchResult) -> str:
     if c["bound_violations"]:
         lines.append(f"warning: the analytic bound exceeded the simulated step on {c['bound_violations']} layout(s), "
                      "so pruning may have skipped a winner (a simtrain bug: estimate and engine disagree)")
-    if not result.top:
+    if nothing_valid(result):
+        lines.append(nothing_valid(result))
+    elif not result.top:
         lines.append(f"no layout fits within {result.max_memory:.0%} of memory: try more GPUs (gpus), "
                      "a smaller global batch or a smaller model" + (", or a higher max_memory" if c["tight"] else ""))
     return "\n".join(lines) + "\n"

@@ -1,0 +1,51 @@
+"""A search none of whose layouts is valid says so: how many, and the commonest reason, exit status 2 (nothing in
+the space is valid for this scenario: its input is at fault), instead of "no layout fits ... try more GPUs"."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+from conftest import DATA, run_cli
+
+from simtrain.decide.search import search
+from simtrain.spec.scenario import load_scenario
+
+# recompute_modules applies to selective recompute only (scenario rules), and --fix keeps recompute none only:
+# every layout breaks that rule, whatever its tp, pp, dp
+SCENARIO = (f"hardware: {DATA / 'core_two_nodes.yaml'}\nnodes: 1\ngpus_per_node: 4\n"
+            "model: {layers: 4, hidden: 1024, heads: 16, ffn_hidden: 4096, vocab: 32000, mlp: gelu}\n"
+            "training: {seq_len: 512, global_batch: 4, recompute: selective, recompute_modules: [mlp]}\n"
+            "parallel: {dp: 4}\n")
+RULE = "training.recompute_modules: ['mlp'] applies to recompute: selective (Megatron's --recompute-modules), but " \
+       "recompute is 'none'"
+
+
+@pytest.fixture
+def scenario_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.yaml").write_text(SCENARIO, encoding="utf-8")
+    return "s.yaml"
+
+
+def test_cli_search_with_no_valid_layout_exits_2_with_the_count_and_reason(scenario_file, capsys):
+    """Rule: exit 2, one sentence: every one of the N layouts (N = the rows --out holds) is invalid, the commonest
+    reason, and where every layout's error is; --out is written first."""
+    code, out, err = run_cli(["search", scenario_file, "--fix", "training.recompute=none", "--workers", "1",
+                              "--out", "all.csv", "--no-progress"], capsys)
+    with open("all.csv", newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert {r["status"] for r in rows} == {"invalid"}
+    assert (code, out) == (2, "")
+    assert err.startswith(f"error: every one of the {len(rows)} layouts of 4 GPUs is invalid; the commonest reason "
+                          f"({len(rows)} of them): s.yaml:5: {RULE}")   # line 5: training
+    assert err.endswith(" (all.csv holds every layout's error)\n") and err.count("\n") == 1
+    assert "no layout fits" not in err
+
+
+def test_summary_of_a_search_with_no_valid_layout_names_the_reason_not_memory(scenario_file):
+    """The Python API returns the result; its summary ends with the same sentence, not 'try more GPUs'."""
+    result = search(load_scenario(scenario_file), fix={"training.recompute": "none"}, workers=1, progress=False)
+    last = result.summary().splitlines()[-1]
+    assert last.startswith(f"every one of the {len(result.rows)} layouts of 4 GPUs is invalid; the commonest reason")
+    assert RULE in last and "try more GPUs" not in result.summary()
