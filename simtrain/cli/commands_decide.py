@@ -196,7 +196,8 @@ def sweep(scenario: str, grids: tuple[str, ...], out: str, resume: bool, max_poi
 @click.option("--top", type=click.IntRange(min=1, max=1_000_000), default=5, show_default=True,
               help="layouts to show")
 @click.option("--max-layouts", "max_layouts", type=click.IntRange(min=1, max=10**9), default=None,
-              help="refuse a search of more candidate layouts than this (default 200,000: about 15 min of screening)")
+              help="refuse a search of more candidate layouts than this (default 200,000: about 15 min of screening); "
+                   "on more than 4,096 GPUs a layout counts GPUs / 4,096 times")
 @click.option("--out", "out", type=OutPath(),
               help="every candidate with its status, estimate and metrics: .csv, .jsonl or .parquet (needs pyarrow: "
                    "simtrain[parquet])")

@@ -27,6 +27,12 @@ CP_MIN_TOKENS = 8192
 #: (measured ~4.5 ms on pp4_dp4's 5,080 layouts), so 200,000 is about 15 minutes of one core before any simulation;
 #: precision, context and expert parallelism and the split-backward schedules make 20,000-50,000 common at 1,024 GPUs
 MAX_LAYOUTS = 200_000
+#: GPUs up to which a layout's screening costs about the same; beyond, the collective shapes its estimate builds over
+#: the cluster (the links of every ring of every stage) dominate and cost in proportion to the GPU count, so such a
+#: layout counts GPUs / SCREEN_GPUS times against ``max_layouts``. Measured on a sample of 30 of pp4_dp4's first
+#: layouts by floor (global batch = GPUs, one core): 9 ms a layout at 1,024 GPUs, 13 ms at 4,096, 51 ms at 16,384,
+#: 365 ms at 65,536, ~900 ms at 200,000
+SCREEN_GPUS = 4096
 
 
 def _screening_time(layouts: int) -> str:
@@ -185,6 +191,7 @@ def enumerate_layouts(scenario: Scenario, gpus: int | None = None, fix: dict[str
     cps = [c for c in _divisors(total) if tr.seq_len % (2 * c) == 0 and tr.seq_len // c >= CP_MIN_TOKENS]
     cps = cps if len(cps) > 1 else [None]     # None: the layouts carry no cp key (short sequences)
     out = []
+    weight = max(1.0, total / SCREEN_GPUS)     # each layout's screening, in layouts of SCREEN_GPUS GPUs or fewer
     grid = [(t, p, c) for t in _divisors(min(domain, total)) for p in _divisors(total // t) for c in cps]
     for tp, pp, cp in grid:
         if total % tp or m.heads % tp or m.num_kv_heads % tp or m.ffn_hidden % tp or not ok("tp", tp):
@@ -231,12 +238,8 @@ def enumerate_layouts(scenario: Scenario, gpus: int | None = None, fix: dict[str
                                                                       and m.layers // (pp * vpp) >= 2,
                                                                       bool(extra_modules))
                                        if all(ok(k, v) for k, v in experts.items() if k not in VARIANTS))
-            if max_layouts is not None and len(out) > max_layouts:
-                raise SimulationLimitError(
-                    f"this search would screen more than {max_layouts:,} layouts (about "
-                    f"{_screening_time(max_layouts)} of one core before any simulation), more than max_layouts="
-                    f"{max_layouts:,}; narrow it (fix=), search fewer GPUs or a smaller global batch, or raise "
-                    "the limit (--max-layouts, search(max_layouts=...))", field="max_layouts")
+            if max_layouts is not None and len(out) * weight > max_layouts:
+                raise _too_many(max_layouts, total, weight)
     why = {"cp": f"context parallelism is searched only where every CP rank keeps at least {CP_MIN_TOKENS:,} tokens "
                  f"of a sequence (seq_len {tr.seq_len:,})",
            "ep": "expert parallelism is searched only for a mixture of experts",
@@ -252,6 +255,22 @@ def enumerate_layouts(scenario: Scenario, gpus: int | None = None, fix: dict[str
             values = ",".join(str(v).lower() if isinstance(v, bool) else str(v) for v in fixed[name])
             raise InputError(f"{LAYOUT_KEYS[name]}={values}: no searched layout has it ({why[name]})", field="fix")
     return out
+
+
+def _too_many(max_layouts: int, gpus: int, weight: float) -> SimulationLimitError:
+    """The refusal of a search whose layouts would cost more screening than ``max_layouts`` layouts of
+    :data:`SCREEN_GPUS` GPUs or fewer (``weight``: what one of its layouts costs in those)."""
+    ways = ("narrow it (fix=), search fewer GPUs or a smaller global batch, or raise the limit (--max-layouts, "
+            "search(max_layouts=...))")
+    if weight == 1.0:
+        return SimulationLimitError(
+            f"this search would screen more than {max_layouts:,} layouts (about {_screening_time(max_layouts)} of "
+            f"one core before any simulation), more than max_layouts={max_layouts:,}; {ways}", field="max_layouts")
+    return SimulationLimitError(
+        f"this search would screen more than {max_layouts / weight:,.0f} layouts of {gpus:,} GPUs, each costing "
+        f"about {weight:,.0f} times a layout of {SCREEN_GPUS:,} GPUs or fewer (its collectives span the cluster): "
+        f"the work of more than max_layouts={max_layouts:,} layouts (about {_screening_time(max_layouts)} of one "
+        f"core before any simulation); {ways}", field="max_layouts")
 
 
 def _split_shapes(pp: int, micro: int, layers: int, split: str | None, auto_ok: bool = True) -> list[tuple[str, int]]:
