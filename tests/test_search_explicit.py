@@ -62,3 +62,11 @@ def test_cli_gpus_other_than_the_explicit_topologys_is_refused_naming_the_value(
         search(load_scenario(star4), gpus=8, workers=1, progress=False)
     assert (refused.value.field, refused.value.message) == (
         "gpus", "gpus=8 cannot resize the explicit topology of star4.yaml: it lists 4 GPUs (allowed: 4)")
+
+
+def test_a_layout_of_the_wrong_size_names_the_explicit_files_devices(star4, capsys):
+    """dp 8 on four listed devices: the refusal counts the file's devices (it said 'the 4 GPUs of the cluster
+    (1 node x 8 GPUs)', the template's default node, on an explicit file)."""
+    code, _, err = run_cli(["run", star4, "--set", "parallel.dp=8"], capsys)
+    assert code == 2
+    assert "dp x tp x pp = 8 x 1 x 1 = 8 does not equal the 4 devices of star4.yaml" in err, err

@@ -57,14 +57,14 @@ def check_rules(s, raw: dict) -> list[str]:
         raise error(message + note, file=s.file, line=line, field=field_)
 
     gpus = s.cluster.gpus if s.hardware.explicit else s.nodes * s.gpus_per_node
+    cluster = (f"the {gpus:,} devices of {display_path(s.hardware_file)}" if s.hardware.explicit else
+               f"the {gpus:,} GPUs of the cluster ({_count(s.nodes, 'node')} x {_count(s.gpus_per_node, 'GPU')})")
     if s.gpus != gpus and par.cp > 1:
         fail("parallel", f"dp x tp x pp x cp = {par.dp} x {par.tp} x {par.pp} x {par.cp} = {s.gpus:,} "
-             f"does not equal the {gpus:,} GPUs of the cluster ({_count(s.nodes, 'node')} x "
-             f"{_count(s.gpus_per_node, 'GPU')})")
+             f"does not equal {cluster}")
     if s.gpus != gpus:
         fail("parallel", f"dp x tp x pp = {par.dp} x {par.tp} x {par.pp} = {par.dp * par.tp * par.pp} "
-             f"does not equal the {gpus} GPUs of the cluster ({_count(s.nodes, 'node')} x "
-             f"{_count(s.gpus_per_node, 'GPU')})")
+             f"does not equal {cluster}")
     if gpus > s.simulation.max_gpus:
         fail("nodes" if "nodes" in raw else "parallel", f"{gpus:,} GPUs is more than simulation.max_gpus="
              f"{s.simulation.max_gpus:,}: building the network graph and plan takes time and memory in "
