@@ -49,3 +49,14 @@ def test_summary_of_a_search_with_no_valid_layout_names_the_reason_not_memory(sc
     last = result.summary().splitlines()[-1]
     assert last.startswith(f"every one of the {len(result.rows)} layouts of 4 GPUs is invalid; the commonest reason")
     assert RULE in last and "try more GPUs" not in result.summary()
+
+
+def test_a_scenarios_context_parallelism_does_not_leak_into_layouts_without_it(tmp_path, monkeypatch):
+    """seq_len 512 keeps cp out of the search (it is searched from 8,192 tokens a CP rank): the scenario's own
+    cp 2 (dp 2 x cp 2 = 4 GPUs) was carried into every layout of tp x pp x dp = 4, each then 8 GPUs and invalid
+    (found by the search fixes' helper). The layouts now say cp 1: some are valid, and each has tp x pp x dp = 4."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.yaml").write_text(SCENARIO.replace(", recompute: selective, recompute_modules: [mlp]", "")
+                                     .replace("parallel: {dp: 4}", "parallel: {dp: 2, cp: 2}"), encoding="utf-8")
+    result = search(load_scenario("s.yaml"), workers=1, progress=False)
+    assert result.top and all(r.get("cp", 1) == 1 and r["tp"] * r["pp"] * r["dp"] == 4 for r in result.rows)

@@ -189,7 +189,9 @@ def enumerate_layouts(scenario: Scenario, gpus: int | None = None, fix: dict[str
         tuple(x for x in MODULE_ORDER if model_has_module(m, x) and x not in (tr.recompute_modules or ()))
     hybridep_ep = _hybridep_ep(hw.gpu.name, domain) if par.moe_dispatcher == "hybridep" else None
     cps = [c for c in _divisors(total) if tr.seq_len % (2 * c) == 0 and tr.seq_len // c >= CP_MIN_TOKENS]
-    cps = cps if len(cps) > 1 else [None]     # None: the layouts carry no cp key (short sequences)
+    # None: the layouts carry no cp key (short sequences), unless the scenario sets cp > 1, which would otherwise
+    # leak into every layout of tp x pp x dp = all GPUs (each then invalid): those layouts say cp 1
+    cps = cps if len(cps) > 1 else [1 if par.cp > 1 else None]
     out = []
     weight = max(1.0, total / SCREEN_GPUS)     # each layout's screening, in layouts of SCREEN_GPUS GPUs or fewer
     grid = [(t, p, c) for t in _divisors(min(domain, total)) for p in _divisors(total // t) for c in cps]
