@@ -179,6 +179,8 @@ def test_gpt_oss_reads_attention_bias_and_refuses_false(tmp_path):
     assert config["attention_bias"] is True
     biased = _load(tmp_path, config)
     assert biased.bias and biased.qkv_bias_params + biased.out_bias_params == 64 * 64 + 2 * 8 * 64 + 2880
-    with pytest.raises(InputError) as exc:
-        _load(tmp_path, {**config, "attention_bias": False})
-    assert exc.value.field == "attention_bias" and "experts with biases and its attention without" in exc.value.message
+    for off in (False, None):       # nn.Linear(bias=None) builds no bias either
+        with pytest.raises(InputError) as exc:
+            _load(tmp_path, {**config, "attention_bias": off})
+        assert exc.value.field == "attention_bias"
+        assert "experts with biases and its attention without" in exc.value.message

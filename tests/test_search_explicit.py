@@ -70,3 +70,11 @@ def test_a_layout_of_the_wrong_size_names_the_explicit_files_devices(star4, caps
     code, _, err = run_cli(["run", star4, "--set", "parallel.dp=8"], capsys)
     assert code == 2
     assert "dp x tp x pp = 8 x 1 x 1 = 8 does not equal the 4 devices of star4.yaml" in err, err
+
+
+def test_dp_auto_on_an_explicit_topology_fills_its_devices(star4, capsys):
+    """dp: auto is the devices / (tp x pp): 4 on star4's four devices (it took the template default's node of 8,
+    and then refused the dp 8 nobody wrote)."""
+    code, out, err = run_cli(["run", star4, "--set", "parallel.dp=auto"], capsys)
+    assert code == 0, err
+    assert "dp=4 tp=1 pp=1" in out

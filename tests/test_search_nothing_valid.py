@@ -4,6 +4,7 @@ the space is valid for this scenario: its input is at fault), instead of "no lay
 from __future__ import annotations
 
 import csv
+from pathlib import Path
 
 import pytest
 from conftest import DATA, run_cli
@@ -60,3 +61,42 @@ def test_a_scenarios_context_parallelism_does_not_leak_into_layouts_without_it(t
                                      .replace("parallel: {dp: 4}", "parallel: {dp: 2, cp: 2}"), encoding="utf-8")
     result = search(load_scenario("s.yaml"), workers=1, progress=False)
     assert result.top and all(r.get("cp", 1) == 1 and r["tp"] * r["pp"] * r["dp"] == 4 for r in result.rows)
+
+
+def test_a_search_whose_layouts_all_fail_with_a_bug_is_an_internal_error(scenario_file, capsys, monkeypatch):
+    """A 'failed' layout is a simtrain bug (an exception other than an input error): when no layout gets a verdict
+    and some failed, the CLI takes the internal-error path (exit 1, 'this is a simtrain bug') and quotes the
+    commonest failure, not the input's fault (the review found exit 2 blaming the input for a ZeroDivisionError)."""
+    import simtrain.plan.memory as memory
+
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("float division by zero")
+
+    monkeypatch.setattr(memory, "memory_report", broken)
+    (Path(scenario_file)).write_text(SCENARIO.replace(", recompute: selective, recompute_modules: [mlp]", ""),
+                                     encoding="utf-8")
+    code, out, err = run_cli(["search", scenario_file, "--workers", "1", "--no-progress"], capsys)
+    assert code == 1 and out == "", err
+    assert err.startswith("internal error: RuntimeError: every one of the ") and "is failed" in err, err
+    assert "the commonest reason" in err and "ZeroDivisionError: float division by zero" in err, err
+
+
+def test_a_layout_the_engine_refuses_for_a_limit_is_invalid_not_failed():
+    """simulate_layout: an input error raised while simulating (simulation.max_events, say) is the layout's input
+    at fault: status invalid, as the scenario rules' refusals are in screening; only other exceptions are failed."""
+    from simtrain.decide import search as search_module
+    from simtrain.decide.sweep import ScenarioPayload
+    from simtrain.spec.errors import SimulationLimitError
+
+    def refuse(*args, **kwargs):
+        raise SimulationLimitError("this run needs at least about 9 simulated events")
+
+    sc = load_scenario(str(DATA.parent / "bad_inputs" / "good" / "base.yaml"))
+    import simtrain.engine.simulation as simulation
+    original = simulation.simulate
+    try:
+        simulation.simulate = refuse
+        row = search_module.simulate_layout(ScenarioPayload.of(sc), {}, {"tp": 1, "pp": 2, "dp": 2})
+    finally:
+        simulation.simulate = original
+    assert row["status"] == "invalid" and "simulated events" in row["error"]

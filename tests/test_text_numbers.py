@@ -76,6 +76,7 @@ def test_quoted_numbers_in_a_list_are_refused_at_their_place():
 
 @pytest.mark.parametrize("name, refused", [
     ("two\nlines", True), ("tab\there", True), ("esc\x1b[31m", True), ("line\u2028sep", True),
+    ("lone\ud800surrogate", True),          # exit 1 (UnicodeEncodeError) in the first mend
     ("pp4\u00a0dp4 \u2014 13B", False),      # a no-break space and an em dash print on one line
     ("thin\u2009space", False), ("emoji \U0001F468\u200d\U0001F4BB", False),   # a zero-width joiner too
 ])

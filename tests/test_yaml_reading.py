@@ -211,6 +211,9 @@ def test_a_merge_records_the_lines_keys_came_from(tmp_path):
 @pytest.mark.parametrize("text, line, says", [
     ("b:\n  <<: {k: 1, k: 2}\n", 2, "key 'k' appears twice in the same mapping"),
     ("b:\n  <<: 5\n", 2, "a merge (<<) takes a mapping or a list of mappings, not '5'"),
+    # a tagged mapping builds another type (exit 1, AttributeError, in the first mend)
+    ("b:\n  <<: !!set {a}\n", 2,
+     "a merge (<<) takes a mapping or a list of mappings, not a mapping tagged tag:yaml.org,2002:set"),
 ])
 def test_a_bad_merge_is_refused_at_its_line(tmp_path, text, line, says):
     path = tmp_path / "m.yaml"

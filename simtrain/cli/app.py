@@ -69,11 +69,11 @@ def distinct_outputs(**paths: str | None) -> None:
         if key in seen:
             raise click.UsageError(f"{seen[key]} and {flag} both write {path}; give each its own file")
         seen[key] = flag
-        problem = folder_problem(os.path.dirname(target) or ".")
+        special = special_target(path)      # a socket, disk or folder refused; a device or FIFO written in place
+        problem = folder_problem(os.path.dirname(target) or ".", creates=not special)
         if problem:   # before the simulation, not after it
             shown = path if target == path else f"{path} (a symlink to {target})"
             raise click.UsageError(f"{flag} {shown}: {problem}")
-        special_target(path)
 
 
 def scenario_inputs(scenario: Any) -> list[str]:

@@ -148,16 +148,18 @@ def sweep(scenario: str, grids: tuple[str, ...], out: str, resume: bool, max_poi
     from simtrain.decide.sweep import MAX_POINTS, grid_points
     from simtrain.decide.sweep_files import output_format, sweep_to_file, table_format
     from simtrain.decide.workers import WorkersFailed
+    from simtrain.report.outputs import write_target
 
     grid = parse_grid(grids)
     limit = MAX_POINTS if max_points is None else max_points
     grid_points(grid, max_points=limit)          # a grid too large is refused before the scenario is read
-    distinct_outputs(out=out, plot=plot_path, record=f"{out}.sweep.json")
     output_format(out)
+    table = str(write_target(out)) if out else out     # a symlinked table's record and side files are its target's
+    distinct_outputs(out=out, plot=plot_path, record=f"{table}.sweep.json")
     overrides = parse_set(list(sets))
     sc = _load_base(scenario, overrides, lambda: grid_points(grid)[:64])
-    outputs_apart_from_inputs(scenario_inputs(sc), out=out, plot=plot_path, record=f"{out}.sweep.json")
-    kept = f"{out}.partial.jsonl" if table_format(out) == "parquet" else out     # where rows are appended
+    outputs_apart_from_inputs(scenario_inputs(sc), out=out, plot=plot_path, record=f"{table}.sweep.json")
+    kept = f"{table}.partial.jsonl" if table_format(out) == "parquet" else out     # where rows are appended
     resume_hint = f"{kept} keeps the points finished so far; the same command with --resume runs only the rest"
     try:
         df = sweep_to_file(sc, grid, out, resume=resume, workers=workers, progress=progress, max_points=limit)
@@ -243,8 +245,11 @@ def search(scenario: str, gpus: int | None, top: int, max_layouts: int | None, o
         raise InputError(_cli_words(text), file=err.file, line=err.line) from None
     if out:
         write_table(result.table, out)
-    if nothing_valid(result):     # nothing in the space is valid for this scenario: its input is at fault
-        raise InputError(_cli_words(nothing_valid(result)) + (f" ({out} holds every layout's error)" if out else ""))
+    if nothing_valid(result):
+        text = _cli_words(nothing_valid(result)) + (f" ({out} holds every layout's error)" if out else "")
+        if result.counts["failed"]:     # a layout failed with a simtrain bug: the internal-error path (exit 1)
+            raise RuntimeError(text)
+        raise InputError(text)          # nothing in the space is valid for this scenario: its input is at fault
     warned = "".join(f"warning: {w}\n" for w in setup_warnings(sc))
     click.echo(_cli_words(search_text(result)) + warned + (f"wrote {out}\n" if out else ""), nl=False)
 

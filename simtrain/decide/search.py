@@ -175,7 +175,9 @@ def simulate_layout(payload: ScenarioPayload, base: dict[str, Any], layout: dict
 
     try:
         r = simulate(_worker_state(payload)[0].with_overrides({**base, **layout_overrides(layout)}))
-    except Exception as err:  # noqa: BLE001
+    except InputError as err:      # refused (a limit such as simulation.max_events): invalid, as in screening
+        return {"status": "invalid", "error": error_text(err)}
+    except Exception as err:  # noqa: BLE001 - a simtrain bug: reported in the row, not fatal to the search
         return {"status": "failed", "error": error_text(err)}
     return {"status": "simulated", "step_time_s": r.step_time_s, "tokens_per_s": r.tokens_per_s, "mfu": r.mfu,
             "bubble_fraction": r.bubble_fraction, "peak_memory_bytes_max": round(r.peak_memory_bytes_max),

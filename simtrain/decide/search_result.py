@@ -228,14 +228,15 @@ def counts_text(result: SearchResult) -> str:
 
 def nothing_valid(result: SearchResult) -> str | None:
     """Why the search judged no layout at all, when every one it enumerated was invalid (refused by the scenario
-    rules) or failed: how many, and the commonest reason (the first of the commonest, in enumeration order). None
-    when any layout got as far as a memory verdict."""
+    rules or a limit) or failed (a simtrain bug): how many, and the commonest reason, a failure's where there is
+    one (the first of the commonest, in enumeration order). None when any layout got as far as a memory verdict."""
     rows = result.rows
     if not rows or any(r["status"] not in ("invalid", "failed") for r in rows):
         return None
     failed = result.counts["failed"]
     what = "invalid" if not failed else "failed" if failed == len(rows) else f"invalid or failed ({failed:,} failed)"
-    reason, count = Counter(r.get("error") or "no reason given" for r in rows).most_common(1)[0]
+    pool = [r for r in rows if r["status"] == "failed"] or rows
+    reason, count = Counter(r.get("error") or "no reason given" for r in pool).most_common(1)[0]
     every = "the one layout" if len(rows) == 1 else f"every one of the {len(rows):,} layouts"
     return (f"{every} of {format_count(result.gpus, 'GPU')} is {what}; the commonest reason "
             f"({count:,} of them): {reason}")

@@ -27,12 +27,16 @@ CP_MIN_TOKENS = 8192
 #: (measured ~4.5 ms on pp4_dp4's 5,080 layouts), so 200,000 is about 15 minutes of one core before any simulation;
 #: precision, context and expert parallelism and the split-backward schedules make 20,000-50,000 common at 1,024 GPUs
 MAX_LAYOUTS = 200_000
-#: GPUs up to which a layout's screening costs about the same; beyond, the collective shapes its estimate builds over
-#: the cluster (the links of every ring of every stage) dominate and cost in proportion to the GPU count, so such a
-#: layout counts GPUs / SCREEN_GPUS times against ``max_layouts``. Measured on a sample of 30 of pp4_dp4's first
-#: layouts by floor (global batch = GPUs, one core): 9 ms a layout at 1,024 GPUs, 13 ms at 4,096, 51 ms at 16,384,
-#: 365 ms at 65,536, ~900 ms at 200,000
-SCREEN_GPUS = 4096
+#: GPUs up to which a whole search costs about what max_layouts assumes per enumerated layout (4.5 ms, most layouts
+#: being set aside by their floors before any screening): measured on one core at 16,384 GPUs, pp4_dp4 47,710
+#: layouts in 169 s (3.5 ms each) and tp8_llama3_70b 69,502 layouts in 298 s (4.3 ms each, 60,090 never screened).
+#: Beyond it a screened layout's collectives span the cluster, and a layout counts
+#: (GPUs / SCREEN_GPUS) ** SCREEN_EXPONENT times against ``max_layouts``
+SCREEN_GPUS = 16_384
+#: the growth of one layout's screening with the GPU count beyond SCREEN_GPUS, measured on 30 of pp4_dp4's first
+#: layouts by floor (global batch = GPUs, one core): 51 ms a layout at 16,384 GPUs, 365 ms at 65,536, so
+#: log(365 / 51) / log(4) = 1.42
+SCREEN_EXPONENT = 1.42
 
 
 def _screening_time(layouts: int) -> str:
@@ -193,7 +197,7 @@ def enumerate_layouts(scenario: Scenario, gpus: int | None = None, fix: dict[str
     # leak into every layout of tp x pp x dp = all GPUs (each then invalid): those layouts say cp 1
     cps = cps if len(cps) > 1 else [1 if par.cp > 1 else None]
     out = []
-    weight = max(1.0, total / SCREEN_GPUS)     # each layout's screening, in layouts of SCREEN_GPUS GPUs or fewer
+    weight = max(1.0, (total / SCREEN_GPUS) ** SCREEN_EXPONENT)   # a layout's cost, in layouts of SCREEN_GPUS
     grid = [(t, p, c) for t in _divisors(min(domain, total)) for p in _divisors(total // t) for c in cps]
     for tp, pp, cp in grid:
         if total % tp or m.heads % tp or m.num_kv_heads % tp or m.ffn_hidden % tp or not ok("tp", tp):
@@ -270,7 +274,7 @@ def _too_many(max_layouts: int, gpus: int, weight: float) -> SimulationLimitErro
             f"one core before any simulation), more than max_layouts={max_layouts:,}; {ways}", field="max_layouts")
     return SimulationLimitError(
         f"this search would screen more than {max_layouts / weight:,.0f} layouts of {gpus:,} GPUs, each costing "
-        f"about {weight:,.0f} times a layout of {SCREEN_GPUS:,} GPUs or fewer (its collectives span the cluster): "
+        f"about {weight:,.1f} times a layout of {SCREEN_GPUS:,} GPUs or fewer (its collectives span the cluster): "
         f"the work of more than max_layouts={max_layouts:,} layouts (about {_screening_time(max_layouts)} of one "
         f"core before any simulation); {ways}", field="max_layouts")
 

@@ -33,13 +33,16 @@ def special_target(path: str | Path) -> str | None:
                      "name a regular file")
 
 
-def folder_problem(folder: str | Path) -> str | None:
+def folder_problem(folder: str | Path, creates: bool = True) -> str | None:
     """Why no file can be made in ``folder``, as the end of a sentence ("folder 'out' does not exist", "'t.sh' is
-    not a folder"); None when it is a folder."""
+    not a folder"); None when it is a folder. ``creates=False`` (an existing device or FIFO, written in place, as
+    /dev/null) asks only that the folder exist, not that a file can be made in it."""
     folder = str(folder) or "."
     try:
         if not stat.S_ISDIR(os.stat(folder).st_mode):
             return f"'{folder}' is not a folder"
+        if not creates:
+            return None
         if _inode_flags(Path(folder)) & _FS_IMMUTABLE_FL:
             return f"folder '{folder}' is marked immutable (chattr +i): no file can be made in it"
         if not os.access(folder, os.W_OK | os.X_OK):

@@ -118,10 +118,11 @@ def write_atomic(path: str | Path, data: str | bytes) -> Path:
     target = write_target(path)
     asked = Path(path)
     parent = target.parent if str(target.parent) else Path(".")
-    problem = folder_problem(parent)
+    special = special_target(target)
+    problem = folder_problem(parent, creates=not special)
     if problem:
         raise InputError(f"cannot write {shown_path(asked, target)}: {problem}")
-    if special_target(target):
+    if special:
         raw = data if isinstance(data, bytes) else data.encode("utf-8")
         stage = _STAGE.get()
         if stage is None:

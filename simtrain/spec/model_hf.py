@@ -257,7 +257,7 @@ def _moe_fields(config: dict[str, Any], model_type: str, out: dict[str, Any], so
     if moe["experts"] is None or moe["top_k"] is None or (is_number(moe["experts"]) and moe["experts"] <= 1):
         return      # DeepseekV2Config without experts: every layer keeps its dense MLP (MLA alone)
     if model_type == "gpt_oss":
-        if config.get("attention_bias") is False:   # GptOssAttention: q, k, v, o with bias=config.attention_bias
+        if "attention_bias" in config and not config["attention_bias"]:   # GptOssAttention: bias=attention_bias
             raise InputError("false builds GPT-OSS's experts with biases and its attention without, which simtrain "
                              "does not build (allowed: true, GptOssConfig's default)", file=file,
                              line=json_line(text, "attention_bias"), field="attention_bias")

@@ -240,7 +240,8 @@ def scenario_from_dict(raw: dict, *, file: str | None = None, base_dir: Path | N
     training, assumed = _family_defaults(top.training, model, raw)
     parallel = top.parallel
     if auto_dp:
-        parallel = parallel.model_copy(update={"dp": _auto_dp(parallel, nodes * gpn, raw, file)})
+        gpus = len(hardware.devices) if hardware.explicit else nodes * gpn
+        parallel = parallel.model_copy(update={"dp": _auto_dp(parallel, gpus, raw, file)})
     parallel, stack = _stack_defaults(parallel, training, raw)
     training, megatron = _megatron_grad_dtype(training, raw)
     assumed += stack + megatron

@@ -139,9 +139,10 @@ def _number_kind(ann: Any) -> tuple[str, str] | None:
 
 
 def _breaks_a_line(ch: str) -> bool:
-    """A control character (Unicode Cc: newline, tab, escape...) or a line or paragraph separator; other spacing
-    (a no-break or thin space, a zero-width joiner) prints on one line."""
-    return unicodedata.category(ch) in ("Cc", "Zl", "Zp")
+    """A control character (Unicode Cc: newline, tab, escape...), a line or paragraph separator, or a lone surrogate
+    (Cs: not text, and no UTF-8 output can hold it); other spacing (a no-break or thin space, a zero-width joiner)
+    prints on one line."""
+    return unicodedata.category(ch) in ("Cc", "Cs", "Zl", "Zp")
 
 
 #: text YAML would have read as a number had it not been quoted: "128", "1_28", " 2.5 ", "-.5". YAML 1.1 reads an

@@ -110,9 +110,10 @@ def _merge_sources(node: yaml.Node) -> list[yaml.MappingNode]:
     """The mappings a merge key names: one mapping, or a list of them."""
     sources = node.value if isinstance(node, yaml.SequenceNode) else [node]
     for source in sources:
-        if not isinstance(source, yaml.MappingNode):
-            raise InputError("a merge (<<) takes a mapping or a list of mappings, not "
-                             f"{_short(source)}", line=source.start_mark.line + 1, field="<<")
+        if not isinstance(source, yaml.MappingNode) or source.tag != yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG:
+            shown = f"a mapping tagged {source.tag}" if isinstance(source, yaml.MappingNode) else _short(source)
+            raise InputError(f"a merge (<<) takes a mapping or a list of mappings, not {shown}",
+                             line=source.start_mark.line + 1, field="<<")
     return sources
 
 
