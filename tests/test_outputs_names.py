@@ -87,3 +87,13 @@ def test_a_long_name_in_utf8_is_cut_by_bytes_not_characters(tmp_path):
     assert len(name.encode()) == 255
     outputs.write_json(tmp_path / name, {"new": 1})
     assert [p.name for p in tmp_path.iterdir()] == [name]
+
+
+def test_an_output_under_a_symlink_loop_names_the_option_and_the_folder(tmp_path, capsys, monkeypatch):
+    """loop -> loop: --json loop/x.json is refused naming the option and why the folder cannot be reached (the
+    review found the device check, moved first, letting the OSError out unexplained)."""
+    monkeypatch.chdir(tmp_path)
+    os.symlink("loop", "loop")
+    code, out, err = run_cli(["run", SCENARIO, "--json", "loop/x.json"], capsys)
+    assert code == 2 and out == "", err
+    assert err.startswith("error: --json loop/x.json: folder 'loop' cannot be reached: "), err

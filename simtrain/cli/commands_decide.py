@@ -199,7 +199,7 @@ def sweep(scenario: str, grids: tuple[str, ...], out: str, resume: bool, max_poi
               help="layouts to show")
 @click.option("--max-layouts", "max_layouts", type=click.IntRange(min=1, max=10**9), default=None,
               help="refuse a search of more candidate layouts than this (default 200,000: about 15 min of screening); "
-                   "on more than 4,096 GPUs a layout counts GPUs / 4,096 times")
+                   "on more than 16,384 GPUs a layout counts (GPUs / 16,384) ** 1.42 times")
 @click.option("--out", "out", type=OutPath(),
               help="every candidate with its status, estimate and metrics: .csv, .jsonl or .parquet (needs pyarrow: "
                    "simtrain[parquet])")
@@ -217,7 +217,7 @@ def search(scenario: str, gpus: int | None, top: int, max_layouts: int | None, o
     """Find the fastest parallel layouts of SCENARIO's model, hardware and global batch."""
     from simtrain.decide.search import DEFAULT_MAX_MEMORY, check_fix, search_text
     from simtrain.decide.search import search as run_search
-    from simtrain.decide.search_result import nothing_valid
+    from simtrain.decide.search_result import failed_text, nothing_valid
     from simtrain.decide.sweep_files import output_format, write_table
     from simtrain.decide.workers import WorkersFailed
     from simtrain.spec.scenario import setup_warnings
@@ -245,11 +245,11 @@ def search(scenario: str, gpus: int | None, top: int, max_layouts: int | None, o
         raise InputError(_cli_words(text), file=err.file, line=err.line) from None
     if out:
         write_table(result.table, out)
-    if nothing_valid(result):
-        text = _cli_words(nothing_valid(result)) + (f" ({out} holds every layout's error)" if out else "")
-        if result.counts["failed"]:     # a layout failed with a simtrain bug: the internal-error path (exit 1)
-            raise RuntimeError(text)
-        raise InputError(text)          # nothing in the space is valid for this scenario: its input is at fault
+    held = f" ({out} holds every layout's error)" if out else ""
+    if failed_text(result):      # layouts failed with a simtrain bug and none made the top: the internal-error path
+        raise RuntimeError(_cli_words(failed_text(result)) + held)
+    if nothing_valid(result):    # nothing in the space is valid for this scenario: its input is at fault
+        raise InputError(_cli_words(nothing_valid(result)) + held)
     warned = "".join(f"warning: {w}\n" for w in setup_warnings(sc))
     click.echo(_cli_words(search_text(result)) + warned + (f"wrote {out}\n" if out else ""), nl=False)
 

@@ -308,12 +308,14 @@ def search(scenario: Scenario, *, gpus: int | None = None, top: int = 5, workers
                                       ex):
                 for i, info in zip(chunks[c], value if isinstance(value, list) else []):
                     rows[i].update(info)
-                if not isinstance(value, list):
+                if not isinstance(value, list):     # the whole chunk raised: its input, or a simtrain bug
+                    status = "invalid" if isinstance(value, InputError) else "failed"
                     for i in chunks[c]:
-                        rows[i].update(status="invalid", error=error_text(value))
+                        rows[i].update(status=status, error=error_text(value))
                 for i in chunks[c]:
-                    screened[_cache_key(layouts[i], max_memory)] = \
-                        {k: v for k, v in rows[i].items() if k not in layouts[i]}
+                    if rows[i]["status"] != "failed":      # a bug is not remembered for the next search
+                        screened[_cache_key(layouts[i], max_memory)] = \
+                            {k: v for k, v in rows[i].items() if k not in layouts[i]}
                     _queue(i)
             screen_count += len(wave)
             screen_time += time.perf_counter() - started_wave

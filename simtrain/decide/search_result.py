@@ -226,19 +226,27 @@ def counts_text(result: SearchResult) -> str:
             + (f", {c['failed']} failed" if c["failed"] else "") + f" ({result.seconds:.1f} s)")
 
 
+def failed_text(result: SearchResult) -> str | None:
+    """When no layout made the top and some failed with a simtrain bug (an exception other than an input error):
+    how many, and the commonest failure; those failures, not memory, are why nothing is shown. None otherwise."""
+    failed = [r for r in result.rows if r["status"] == "failed"]
+    if result.top or not failed:
+        return None
+    reason, count = Counter(r.get("error") or "no reason given" for r in failed).most_common(1)[0]
+    return (f"{len(failed):,} of the {len(result.rows):,} layouts of {format_count(result.gpus, 'GPU')} failed (a "
+            f"simtrain bug) and none made the top; the commonest failure ({count:,} of them): {reason}")
+
+
 def nothing_valid(result: SearchResult) -> str | None:
     """Why the search judged no layout at all, when every one it enumerated was invalid (refused by the scenario
-    rules or a limit) or failed (a simtrain bug): how many, and the commonest reason, a failure's where there is
-    one (the first of the commonest, in enumeration order). None when any layout got as far as a memory verdict."""
+    rules or a limit): how many, and the commonest reason (the first of the commonest, in enumeration order). None
+    when any layout got further, or failed (:func:`failed_text` says so)."""
     rows = result.rows
-    if not rows or any(r["status"] not in ("invalid", "failed") for r in rows):
+    if not rows or any(r["status"] != "invalid" for r in rows):
         return None
-    failed = result.counts["failed"]
-    what = "invalid" if not failed else "failed" if failed == len(rows) else f"invalid or failed ({failed:,} failed)"
-    pool = [r for r in rows if r["status"] == "failed"] or rows
-    reason, count = Counter(r.get("error") or "no reason given" for r in pool).most_common(1)[0]
+    reason, count = Counter(r.get("error") or "no reason given" for r in rows).most_common(1)[0]
     every = "the one layout" if len(rows) == 1 else f"every one of the {len(rows):,} layouts"
-    return (f"{every} of {format_count(result.gpus, 'GPU')} is {what}; the commonest reason "
+    return (f"{every} of {format_count(result.gpus, 'GPU')} is invalid; the commonest reason "
             f"({count:,} of them): {reason}")
 
 
@@ -308,8 +316,8 @@ def search_text(result: SearchResult) -> str:
     if c["bound_violations"]:
         lines.append(f"warning: the analytic bound exceeded the simulated step on {c['bound_violations']} layout(s), "
                      "so pruning may have skipped a winner (a simtrain bug: estimate and engine disagree)")
-    if nothing_valid(result):
-        lines.append(nothing_valid(result))
+    if failed_text(result) or nothing_valid(result):
+        lines.append(failed_text(result) or nothing_valid(result))
     elif not result.top:
         lines.append(f"no layout fits within {result.max_memory:.0%} of memory: try more GPUs (gpus), "
                      "a smaller global batch or a smaller model" + (", or a higher max_memory" if c["tight"] else ""))

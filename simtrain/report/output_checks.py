@@ -19,7 +19,7 @@ def special_target(path: str | Path) -> str | None:
     reason it is refused; None for a regular file or no file."""
     try:
         mode = os.stat(path).st_mode
-    except (FileNotFoundError, NotADirectoryError):
+    except OSError:      # none yet, or unreachable (a loop, no search right): folder_problem says which
         return None
     if stat.S_ISREG(mode):
         return None

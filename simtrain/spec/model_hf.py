@@ -258,8 +258,9 @@ def _moe_fields(config: dict[str, Any], model_type: str, out: dict[str, Any], so
         return      # DeepseekV2Config without experts: every layer keeps its dense MLP (MLA alone)
     if model_type == "gpt_oss":
         if "attention_bias" in config and not config["attention_bias"]:   # GptOssAttention: bias=attention_bias
-            raise InputError("false builds GPT-OSS's experts with biases and its attention without, which simtrain "
-                             "does not build (allowed: true, GptOssConfig's default)", file=file,
+            raise InputError(f"{json_value(config['attention_bias'])} builds GPT-OSS's experts with biases and its "
+                             "attention without, which simtrain does not build (allowed: true, GptOssConfig's "
+                             "default)", file=file,
                              line=json_line(text, "attention_bias"), field="attention_bias")
         out["bias"] = True          # q, k, v, o biases (attention_bias, default true), expert biases (always)
         moe["router_bias"] = True   # the gate is nn.Linear with bias
