@@ -63,24 +63,32 @@ def test_a_scenarios_context_parallelism_does_not_leak_into_layouts_without_it(t
     assert result.top and all(r.get("cp", 1) == 1 and r["tp"] * r["pp"] * r["dp"] == 4 for r in result.rows)
 
 
+def _break(monkeypatch, module, name: str, scenario_file: str) -> None:
+    """``module.name`` raises ZeroDivisionError (a stand-in for a simtrain bug); the screening cache starts empty;
+    the scenario file is the one without recompute_modules, so layouts are valid until the broken call."""
+    from collections import OrderedDict
+
+    import simtrain.decide.search as search_module
+
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("float division by zero")
+
+    monkeypatch.setattr(search_module, "_SCREENED", OrderedDict())
+    monkeypatch.setattr(module, name, broken)
+    Path(scenario_file).write_text(SCENARIO.replace(", recompute: selective, recompute_modules: [mlp]", ""),
+                                   encoding="utf-8")
+
+
 def test_a_search_whose_layouts_all_fail_with_a_bug_is_an_internal_error(scenario_file, capsys, monkeypatch):
     """A 'failed' layout is a simtrain bug (an exception other than an input error): when none made the top and
     some failed, the CLI takes the internal-error path (exit 1, 'this is a simtrain bug') and quotes the commonest
     failure, not the input's fault (the review found exit 2 blaming the input for a ZeroDivisionError). The
     screening cache is emptied first and is left without the failures (a review found them replayed into the next
     search of the same scenario)."""
-    from collections import OrderedDict
-
     import simtrain.decide.search as search_module
     import simtrain.plan.memory as memory
 
-    def broken(*args, **kwargs):
-        raise ZeroDivisionError("float division by zero")
-
-    monkeypatch.setattr(search_module, "_SCREENED", OrderedDict())
-    monkeypatch.setattr(memory, "memory_report", broken)
-    Path(scenario_file).write_text(SCENARIO.replace(", recompute: selective, recompute_modules: [mlp]", ""),
-                                   encoding="utf-8")
+    _break(monkeypatch, memory, "memory_report", scenario_file)
     code, out, err = run_cli(["search", scenario_file, "--workers", "1", "--no-progress"], capsys)
     assert code == 1 and out == "", err
     assert err.startswith("internal error: RuntimeError: ") and "failed (a simtrain bug) and none made the top" in err
@@ -94,18 +102,9 @@ def test_layouts_that_fit_but_fail_when_simulated_are_a_bug_not_a_memory_verdict
     """Some layouts do not fit, the ones that fit fail in the engine with a bug: nothing makes the top, and the
     search says the failures are why (exit 1), not 'no layout fits ... try more GPUs' at exit 0 (found by review);
     the layouts screened invalid or out of memory stay in the table as they were."""
-    from collections import OrderedDict
-
-    import simtrain.decide.search as search_module
     import simtrain.engine.simulation as simulation
 
-    def broken(*args, **kwargs):
-        raise ZeroDivisionError("float division by zero")
-
-    monkeypatch.setattr(search_module, "_SCREENED", OrderedDict())
-    monkeypatch.setattr(simulation, "simulate", broken)
-    Path(scenario_file).write_text(SCENARIO.replace(", recompute: selective, recompute_modules: [mlp]", ""),
-                                   encoding="utf-8")
+    _break(monkeypatch, simulation, "simulate", scenario_file)
     code, out, err = run_cli(["search", scenario_file, "--workers", "1", "--no-progress", "--out", "t.csv"], capsys)
     with open("t.csv", newline="", encoding="utf-8") as f:
         statuses = {r["status"] for r in csv.DictReader(f)}
