@@ -78,3 +78,11 @@ def test_max_layouts_refusal_gives_the_screening_time_in_a_readable_unit(small_f
     assert _screening_time(200_000) == "15 min"
     assert _screening_time(100) == "450 ms"
     assert _screening_time(1_000) in ("4 s", "5 s")
+
+
+def test_a_value_fixed_twice_is_refused_as_a_grid_refuses_it(small_file, capsys):
+    """--fix parallel.tp=1,1: refused, as --grid training.micro_batch=1,1 is (a repeated value is most likely a typo
+    for another); the audit found it searched silently."""
+    code, _, err = run_cli(["search", small_file, "--fix", "parallel.tp=1,1", "--workers", "1"], capsys)
+    assert code == 2
+    assert err == "error: --fix parallel.tp: lists 1 twice; give each value once\n"

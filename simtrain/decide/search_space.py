@@ -121,6 +121,9 @@ def check_fix(fix: dict[str, Any] | None, scenario: Scenario | None = None) -> d
         if not values:
             raise InputError(f"{key!r} lists no value", field="fix")
         out[name] = [_fix_value(scenario, key, name, v) for v in values] if scenario is not None else values
+        twice = next((v for i, v in enumerate(out[name]) if v in out[name][:i]), None)
+        if twice is not None:      # as a sweep's grid refuses it: a typo for another value, most likely
+            raise InputError(f"{key}: lists {twice!r} twice; give each value once", field="fix")
     return out
 
 
