@@ -43,6 +43,9 @@ class SerialExecutor(Executor):
 def open_executor(workers: int | None, executor: Executor | None, tasks: int) -> Iterator[Executor]:
     """The executor to use: the caller's (left open), a serial one, or a spawn process pool we close."""
     if executor is not None:
+        if not callable(getattr(executor, "submit", None)):     # else every point's row would hold the error
+            raise InputError(f"executor={executor!r}: give a concurrent.futures Executor (something with "
+                             "submit(), e.g. a Dask client's get_executor()), or leave it out", field="executor")
         yield executor
         return
     if workers is not None:

@@ -8,6 +8,7 @@ per GPU, or one per distinct rank class (with its ranks listed) past
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -169,12 +170,12 @@ class Result:
                 "framework_overhead_s": report_float(self.framework_overhead_s),
                 "step_time_band_s": (None if self.step_time_band_s is None
                                      else [report_float(x) for x in self.step_time_band_s]),
-                "step_time_band": self.step_time_band,
+                "step_time_band": copy.deepcopy(self.step_time_band),
                 "fidelity": self.fidelity, "events": self.events})
         out.update({
             "fits_in_memory": self.fits_in_memory, "peak_memory_bytes_max": round(self.peak_memory_bytes_max),
             "memory_capacity_bytes": round(self.capacity_bytes),
-            "config": self.config,
+            "config": copy.deepcopy(self.config),     # the caller's to change, not this result's
             "stages": [_stage_dict(s) for s in self.stages],
             "devices": [d.to_dict() for d in self.devices],
             "warnings": list(self.warnings), "advice": list(self.advice)})

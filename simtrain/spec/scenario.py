@@ -102,7 +102,7 @@ class Scenario:
         """This scenario with dotted keys set (sweeps, search, notebooks). A quantity may be an SI number here,
         as everywhere in Python; the file's own values had their units checked when it was loaded."""
         _overrides_mapping(overrides, "Scenario.with_overrides")
-        return scenario_from_dict(apply_overrides(self.raw, overrides, file=self.file),
+        return scenario_from_dict(apply_overrides(self.raw, overrides or {}, file=self.file),
                                   file=self.file, base_dir=self.base_dir, units=False)
 
 

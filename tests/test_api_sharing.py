@@ -1,0 +1,36 @@
+"""The Python API hands back values the caller may change without changing the result they came from, and refuses
+arguments of the wrong kind with a sentence naming them (found by an audit of the notebook API)."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import make_scenario
+
+import simtrain
+from simtrain.spec.errors import InputError
+
+
+def test_changing_a_reports_dict_leaves_the_result_as_it_was():
+    """to_dict() gave the Result's own config and band dicts: setting config.parallel.pp to 99 in the report made
+    the result's summary say 99 stages."""
+    result = simtrain.simulate(make_scenario(parallel={"pp": 2}))
+    before = result.summary()
+    report = result.to_dict()
+    report["config"]["parallel"]["pp"] = 99
+    if isinstance(report.get("step_time_band"), dict):
+        report["step_time_band"]["changed"] = True
+    assert result.summary() == before
+    assert result.to_dict()["config"]["parallel"]["pp"] == 2
+
+
+def test_a_sweep_with_something_that_is_no_executor_is_refused_before_any_point():
+    """executor=5 put "AttributeError: 'int' object has no attribute 'submit'" in every row's error column."""
+    with pytest.raises(InputError) as err:
+        simtrain.sweep(make_scenario(), {"training.micro_batch": [1, 2]}, executor=5)
+    assert err.value.field == "executor" and "give a concurrent.futures Executor" in err.value.message
+
+
+def test_with_overrides_of_none_is_the_scenario_itself():
+    """None (no overrides) raised AttributeError: 'NoneType' object has no attribute 'items'."""
+    sc = make_scenario()
+    assert sc.with_overrides(None).training == sc.training
