@@ -163,3 +163,22 @@ def test_running_a_scenario_does_not_import_numpy():
             "print('numpy' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("step, tail", [
+    (0.9, "; all above the prediction: runs like it measured slower than predicted)"),
+    (1.5, "; all below the prediction: runs like it measured faster than predicted)"),
+    (1.1, ")"),
+])
+def test_the_text_band_says_when_it_misses_the_prediction(step, tail):
+    """The band is the prediction corrected by the errors of runs like it, so it can lie wholly above or below the
+    prediction (compare_a100: 12.479 s, band 13.341-14.379 s); the text line says so instead of leaving the user to
+    wonder (found by an audit). Band 1.0-1.2 s by hand; the step on either side and inside it."""
+    from types import SimpleNamespace
+
+    from simtrain.report.text import band_text
+
+    result = SimpleNamespace(step_time_s=step, step_time_band_s=(1.0, 1.2),
+                             step_time_band={"cases": ["a", "b"], "basis": "A100, DDP/ZeRO-1/2"})
+    assert band_text(result) == ("1.000 s - 1.200 s  (10th-90th percentile of the errors of 2 validated runs: A100, "
+                                 "DDP/ZeRO-1/2" + tail)

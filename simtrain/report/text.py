@@ -58,8 +58,13 @@ def band_text(result: Any) -> str:
     lo, hi = result.step_time_band_s
     n = len(info.get("cases", ()))
     spread = "10th-90th percentile" if info.get("percentiles") != "min-max" else "the range"
+    step = result.step_time_s
+    # the band is where such runs measured, the prediction corrected by its errors: it can miss the prediction
+    side = ("; all above the prediction: runs like it measured slower than predicted" if step is not None and step < lo
+            else "; all below the prediction: runs like it measured faster than predicted"
+            if step is not None and step > hi else "")
     return (f"{format_time(lo)} - {format_time(hi)}  ({spread} of the errors of {n} validated runs: "
-            f"{info.get('basis', '')})")
+            f"{info.get('basis', '')}{side})")
 
 
 def _extra_dims(config: dict) -> str:
