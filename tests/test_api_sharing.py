@@ -34,3 +34,21 @@ def test_with_overrides_of_none_is_the_scenario_itself():
     """None (no overrides) raised AttributeError: 'NoneType' object has no attribute 'items'."""
     sc = make_scenario()
     assert sc.with_overrides(None).training == sc.training
+
+
+def test_a_search_results_rows_are_read_only_and_still_pickle():
+    """f.top[0]['tp'] = 99 made the summary, repr and .best say tp 99 (found by an audit): the rows are read-only
+    now (a copy, dict(row), is the caller's); the result still pickles and its summary survives the round trip."""
+    import pickle
+
+    found = simtrain.search(make_scenario(parallel={"dp": 4}, training={"global_batch": 8}), workers=1, top=2,
+                            progress=False)
+    before = found.summary()
+    with pytest.raises(TypeError, match="read-only"):
+        found.top[0]["tp"] = 99
+    with pytest.raises(TypeError, match="read-only"):
+        found.rows[0].update(tp=99)
+    mine = dict(found.top[0])
+    mine["tp"] = 99
+    assert found.summary() == before
+    assert pickle.loads(pickle.dumps(found)).summary() == before

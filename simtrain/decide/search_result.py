@@ -74,9 +74,25 @@ class Layout:
         return f"<Layout {layout_text(r)}{speed}>"
 
 
+class FrozenRow(dict):
+    """A search row handed to the caller: a dict to read (and to copy with ``dict(row)``), not to change, so that a
+    changed row cannot change what the result reports afterwards."""
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("a search result's rows are read-only: copy one with dict(row) to change it")
+
+    __setitem__ = __delitem__ = update = pop = popitem = clear = setdefault = _refuse  # type: ignore[assignment]
+    __ior__ = _refuse  # type: ignore[assignment]
+
+    def __reduce__(self):        # pickle rebuilds it whole, not item by item through __setitem__
+        return (FrozenRow, (dict(self),))
+
+
 @dataclass
 class SearchResult:
-    """Every candidate (layout fields, status, estimate, simulated metrics) and the top K."""
+    """Every candidate (layout fields, status, estimate, simulated metrics) and the top K. ``rows`` and ``top`` are
+    tuples of read-only rows (:class:`FrozenRow`): an audit changed ``top[0]["tp"]`` and the result's summary and
+    ``.best`` followed."""
 
     rows: list[dict[str, Any]]
     top: list[dict[str, Any]]
@@ -89,6 +105,11 @@ class SearchResult:
     overrides: dict[str, Any] = field(default_factory=dict, repr=False)   # the cluster size the search planned for
     # wall seconds of enumerating and screening ("screen") and of bounding and simulating ("simulate")
     phase_seconds: dict[str, float] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        frozen = {id(r): FrozenRow(r) for r in self.rows}
+        self.rows = tuple(frozen[id(r)] for r in self.rows)                      # type: ignore[assignment]
+        self.top = tuple(frozen.get(id(r)) or FrozenRow(r) for r in self.top)    # type: ignore[assignment]
 
     def __repr__(self) -> str:   # the rows run to thousands of candidates: a notebook cell shows the summary
         best = self.top[0] if self.top else None
