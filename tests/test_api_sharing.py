@@ -52,3 +52,23 @@ def test_a_search_results_rows_are_read_only_and_still_pickle():
     mine["tp"] = 99
     assert found.summary() == before
     assert pickle.loads(pickle.dumps(found)).summary() == before
+
+
+@pytest.mark.parametrize("call, field", [
+    (lambda: simtrain.validate(5), "path"),                   # TypeError from os.fspath before
+    (lambda: simtrain.validate(only=5), "only"),              # TypeError: 'in <string>' requires string
+])
+def test_validate_names_an_argument_of_the_wrong_kind(call, field):
+    with pytest.raises(InputError) as err:
+        call()
+    assert err.value.field == field
+
+
+@pytest.mark.parametrize("i", ["a", None, 1.0, True])
+def test_a_search_layout_is_asked_for_by_a_whole_number(i):
+    """found.scenario('a') and (None) raised TypeError, (1.0) 'list indices must be integers', (True) gave layout 1."""
+    found = simtrain.search(make_scenario(parallel={"dp": 4}, training={"global_batch": 8}), workers=1, top=2,
+                            progress=False)
+    with pytest.raises(InputError) as err:
+        found.scenario(i)
+    assert err.value.field == "i" and "a whole number from 0 to 1" in err.value.message

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from simtrain.report.accuracy import LEDGER_ERROR
+from simtrain.spec.errors import InputError
 from simtrain.spec.scenario import Scenario
 from simtrain.spec.scenario_rules import HOST_ADAM_NOTE
 from simtrain.spec.units import format_count, format_time
@@ -138,6 +139,9 @@ class SearchResult:
         """The ``i``-th of the top layouts (0 is the best)."""
         if self.scenario_searched is None:
             raise ValueError("this search result holds no scenario (it was built by hand)")
+        if isinstance(i, bool) or not isinstance(i, int):      # True was layout 1; "a" a TypeError from <=
+            raise InputError(f"i={i!r}: give the place of a top layout, a whole number from 0 to "
+                             f"{len(self.top) - 1} (0 is the best)", field="i")
         if not 0 <= i < len(self.top):
             raise IndexError(f"i={i}: the search kept {len(self.top)} layouts (top=)")
         return Layout(row=self.top[i], base=self.scenario_searched, overrides=self.overrides)

@@ -291,6 +291,7 @@ def _no_case_matches(only: str, cases: list[dict]) -> str:
 def validate(path: str | Path | None = None, *, only: str | None = None, progress=None) -> list[CaseResult]:
     """Run the cases of ``path`` (default: every file of the bundled dev set, :func:`dev_case_files`) whose id
     contains ``only``; an ``only`` that no id contains is an InputError listing the ids there are."""
+    _check_arguments(path, only)
     paths = list(dev_case_files().values()) if path is None else [resolve_cases(path)]
     loaded = [(p, *load_cases(p)) for p in paths]
     everything = [case for _, cases, _ in loaded for case in cases]
@@ -316,6 +317,15 @@ def validate(path: str | Path | None = None, *, only: str | None = None, progres
     return out
 
 
+def _check_arguments(path: Any, only: Any) -> None:
+    """A Python caller's arguments, named when of the wrong kind (validate(5) raised TypeError from os.fspath)."""
+    if path is not None and not isinstance(path, (str, Path)):
+        raise InputError(f"path={path!r}: give a cases file's path (or a bundled set's name), or leave it out for "
+                         "the whole dev set", field="path")
+    if only is not None and not isinstance(only, str):
+        raise InputError(f"only={only!r}: give the text the case ids to run contain, e.g. 'llama2'", field="only")
+
+
 def validate_frame(path: str | Path | None = None, *, only: str | None = None, progress: bool | None = None):
     """:func:`validate` as a DataFrame with fixed dtypes (:mod:`simtrain.decide.tables`), one row per case:
     id, source, gate, config, the measured and predicted step times, ``step_time_error`` (predicted / measured
@@ -324,6 +334,7 @@ def validate_frame(path: str | Path | None = None, *, only: str | None = None, p
     from simtrain.decide.tables import frame_of
     from simtrain.decide.workers import progress_bar
 
+    _check_arguments(path, only)
     paths = list(dev_case_files().values()) if path is None else [resolve_cases(path)]
     total = sum(1 for p in paths for c in load_cases(p)[0] if not only or only in str(c["id"]))
     with progress_bar(total, progress, "validate", unit="case") as bar:
