@@ -132,14 +132,16 @@ def test_explicit_model_takes_qkv_bias():
     assert both.params_total == make_scenario(model={**base, "bias": True}).model.params_total
 
 
-def test_qkv_bias_with_latent_attention_is_refused():
-    """Multi-head latent attention has no q, k, v projections of its own to bias: refused, naming the key."""
-    model = {"layers": 2, "hidden": 64, "heads": 4, "ffn_hidden": 128, "vocab": 100, "qkv_bias": True,
+@pytest.mark.parametrize("key", ["qkv_bias", "attention_bias"])
+def test_qkv_bias_with_latent_attention_is_refused(key):
+    """Multi-head latent attention has no q, k, v (or o) projections of its own to bias: qkv_bias and
+    attention_bias (test_attention_bias.py) are refused, naming the key."""
+    model = {"layers": 2, "hidden": 64, "heads": 4, "ffn_hidden": 128, "vocab": 100, key: True,
              "attention": {"kind": "mla", "kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8,
                            "v_head_dim": 16}}
     with pytest.raises(InputError) as exc:
         load_model(model, base_dir=DATA, file="s.yaml")
-    assert exc.value.field == "model.qkv_bias" and "latent attention" in exc.value.message
+    assert exc.value.field == f"model.{key}" and "latent attention" in exc.value.message
 
 
 @pytest.mark.parametrize("tp", [1, 2])

@@ -246,10 +246,11 @@ def search(scenario: str, gpus: int | None, top: int, max_layouts: int | None, o
     if out:
         write_table(result.table, out)
     held = f" ({out} holds every layout's error)" if out else ""
-    if failed_text(result):      # layouts failed with a simtrain bug and none made the top: the internal-error path
-        raise RuntimeError(_cli_words(failed_text(result)) + held)
-    if nothing_valid(result):    # nothing in the space is valid for this scenario: its input is at fault
-        raise InputError(_cli_words(nothing_valid(result)) + held)
+    failed, invalid = failed_text(result), nothing_valid(result)
+    if failed:      # layouts failed with a simtrain bug and none made the top: the internal-error path
+        raise RuntimeError(_cli_words(failed) + held)
+    if invalid:     # nothing in the space is valid for this scenario: its input is at fault
+        raise InputError(_cli_words(invalid) + held)
     warned = "".join(f"warning: {w}\n" for w in setup_warnings(sc))
     click.echo(_cli_words(search_text(result)) + warned + (f"wrote {out}\n" if out else ""), nl=False)
 

@@ -341,8 +341,9 @@ def search_text(result: SearchResult) -> str:
     if c["bound_violations"]:
         lines.append(f"warning: the analytic bound exceeded the simulated step on {c['bound_violations']} layout(s), "
                      "so pruning may have skipped a winner (a simtrain bug: estimate and engine disagree)")
-    if failed_text(result) or nothing_valid(result):
-        lines.append(failed_text(result) or nothing_valid(result))
+    why_none = failed_text(result) or nothing_valid(result)
+    if why_none:
+        lines.append(why_none)
     elif not result.top:
         lines.append(f"no layout fits within {result.max_memory:.0%} of memory: try more GPUs (gpus), "
                      "a smaller global batch or a smaller model" + (", or a higher max_memory" if c["tight"] else ""))
