@@ -25,6 +25,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from simtrain.report.chart_args import need_figures, need_path, need_result, need_rows, need_str, need_table
 from simtrain.report.charts_data import report_of
 from simtrain.report.charts_decide import compare_figure, search_figure, validate_figure
 from simtrain.report.charts_gantt import gantt_figure
@@ -86,39 +87,53 @@ def plot_sweep(table, x: str | None = None, metrics=("step_time_s", "tokens_per_
     """A sweep's table (``simtrain.sweep``): each metric against the swept key ``x`` (default: the first), one line
     per combination of the other swept keys; the figure ``simtrain sweep --plot`` writes. ``plot_sweep_heatmap``
     is its two-key companion (:func:`heatmap_figure`)."""
+    need_table("plot_sweep", table)
+    need_str("plot_sweep", x, "x", optional=True)
     keys = [c for c in table.columns if c not in _SWEEP_RESULTS]
+    if x is None and not keys:
+        raise InputError("the sweep table has no swept key to draw against (only result columns); give x")
     return sweep_figure(table, x or keys[0], metrics=metrics)
 
 
 def plot_compare(table):
     """A comparison (``simtrain.compare``): tokens/s, MFU, days, cost and energy per scenario, as
     ``simtrain compare --plot`` writes it."""
+    need_rows("plot_compare", table, "the table")
     energy = getattr(table, "attrs", {}).get("energy_note", "")
     return compare_figure(table, energy)
 
 
 def plot_search(result):
     """A search's top layouts (``simtrain.search``): tokens/s, with why each is slower than the best."""
+    # duck-typed: the report layer does not import the decide layer (docs/architecture.md)
+    if not (callable(getattr(result, "figure", None)) and hasattr(result, "top")):
+        raise TypeError(f"simtrain.charts.plot_search: result must be a SearchResult (simtrain.search), not "
+                        f"{type(result).__name__}")
     return result.figure()
 
 
 def plot_validate(table):
     """A validation run (``simtrain.validate``): predicted against measured step time per case."""
+    need_rows("plot_validate", table, "the table")
     return validate_figure(table)
 
 
 def plot_gantt(result):
     """A run's Gantt chart (``simtrain run --gantt``): :func:`gantt_figure`."""
+    need_result("plot_gantt", result)
     return gantt_figure(result)
 
 
 def plot_memory(result):
     """A run's memory over the step (``simtrain run --memory-plot``): :func:`memory_figure`."""
+    need_result("plot_memory", result)
     return memory_figure(result)
 
 
 def figures_html(title: str, figures: list) -> str:
     """One self-contained HTML page holding ``figures``, with plotly.js embedded once."""
+    need_str("figures_html", title, "title")
+    need_figures("figures_html", figures)
     # fixed div ids (plotly draws random ones): the same report gives the same page, byte for byte
     divs = [fig.to_html(full_html=False, include_plotlyjs=(i == 0), div_id=f"simtrain-figure-{i}",
                         config={"displaylogo": False, "responsive": True})
@@ -131,6 +146,9 @@ def figures_html(title: str, figures: list) -> str:
 
 def write_figure(path: str | Path, title: str, figures: list) -> Path:
     """Write figures as a self-contained HTML page, atomically."""
+    need_path("write_figure", path, "path")
+    need_str("write_figure", title, "title")
+    need_figures("write_figure", figures)
     return write_output(path, figures_html(title, figures))
 
 
@@ -148,9 +166,11 @@ def _write(report: dict, gantt: str | None, memory: str | None, trace: str | Non
 def write_outputs(result: Any, gantt: str | None = None, memory: str | None = None,
                   trace: str | None = None) -> None:
     """The files `simtrain run` writes: Gantt (HTML, with the memory timeline), memory (HTML), trace (JSON)."""
+    for argument, value in (("gantt", gantt), ("memory", memory), ("trace", trace)):
+        need_path("write_outputs", value, argument, optional=True)
     if not (gantt or memory or trace):
         return
-    _write(report_of(result), gantt, memory, trace)
+    _write(report_of(result, "write_outputs"), gantt, memory, trace)
 
 
 #: the largest report ``simtrain plot`` reads, 64 MiB. The largest a run writes at the default simulation.max_events
@@ -211,6 +231,9 @@ def _read_report_text(path: Path) -> str:
 def plot_saved(report_json_path: str | Path, gantt: str | None = None, memory: str | None = None,
                trace: str | None = None) -> None:
     """Redraw the charts (and the trace) of a saved `simtrain run --json` report."""
+    need_path("plot_saved", report_json_path, "report_json_path")
+    for argument, value in (("gantt", gantt), ("memory", memory), ("trace", trace)):
+        need_path("plot_saved", value, argument, optional=True)
     path = Path(report_json_path)
     if not (gantt or memory or trace):
         raise InputError("nothing to draw: give --gantt PATH.html, --memory-plot PATH.html and/or --trace PATH.json",

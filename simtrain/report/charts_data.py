@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
+from simtrain.report.chart_args import need_result
 from simtrain.report.report_check import check_report, record_values
 from simtrain.spec.errors import InputError
 
@@ -75,9 +76,11 @@ class Bar:
     overlapped: bool = False    # runs at the same time as another operation of its lane (an overlapped pair)
 
 
-def report_of(result_or_report: Any) -> dict:
+def report_of(result_or_report: Any, function: str = "report_of") -> dict:
     """The JSON report of a :class:`~simtrain.report.result.Result`, or the report dict itself, checked
-    (:func:`check_report`): a saved report may have been edited by hand."""
+    (:func:`check_report`): a saved report may have been edited by hand. Anything else is a TypeError naming
+    ``function`` (the public function that was handed it)."""
+    need_result(function, result_or_report)
     report = result_or_report if isinstance(result_or_report, dict) else result_or_report.to_dict(timeline=True)
     if not report.get("timeline"):
         raise InputError("this report has no timeline to draw (a `simtrain memory` report, or saved without it); "

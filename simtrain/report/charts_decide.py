@@ -9,6 +9,8 @@ from __future__ import annotations
 import html
 from typing import Any
 
+from simtrain.report.chart_args import need_rows
+
 BLUE = "#4C78A8"
 
 
@@ -34,6 +36,7 @@ def compare_figure(rows: Any, energy_note: str = ""):
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
+    need_rows("compare_figure", rows)
     rows = _records(rows)
     budget = _count(rows[0]["tokens"]) if rows else ""
     steady = all(r.get("goodput") is None for r in rows)
@@ -59,6 +62,7 @@ def search_figure(top: Any, subtitle: str = ""):
     """The top layouts of a search: tokens/s per layout, the hover saying why each is slower than the best."""
     import plotly.graph_objects as go
 
+    need_rows("search_figure", top, "top")
     top = _records(top)
     names = [f"#{n} tp{r['tp']} pp{r['pp']} dp{r['dp']} vpp{r['vpp']} mb{r['micro_batch']} z{r['zero']} "
              f"{r['recompute']} {r['schedule']}" for n, r in enumerate(top, start=1)]
@@ -77,6 +81,7 @@ def validate_figure(cases: Any):
     the dotted lines +-10%."""
     import plotly.graph_objects as go
 
+    need_rows("validate_figure", cases, "cases")
     cases = [c for c in _records(cases) if c.get("predicted_step_time_s") is not None]
     fig = go.Figure()
     for gated, name, colour in ((True, "gated", BLUE), (False, "not gated", "#F58518")):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass, field
 
+from simtrain.report.chart_args import need_count
 from simtrain.report.charts_data import (
     STREAM_LABELS,
     STREAMS,
@@ -258,7 +259,8 @@ def gantt_figure(result_or_report, *, max_bars: int = 5000):
     """The Gantt chart of a Result or a saved JSON report, as a plotly Figure."""
     import plotly.graph_objects as go
 
-    report = report_of(result_or_report)
+    need_count("gantt_figure", max_bars, "max_bars")
+    report = report_of(result_or_report, "gantt_figure")
     tl = report["timeline"]
     step = tl["step_time_s"]
     par = report.get("config", {}).get("parallel", {})

@@ -65,7 +65,7 @@ def memory_figure(result_or_report):
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    report = report_of(result_or_report)
+    report = report_of(result_or_report, "memory_figure")
     series = memory_series(report)
     n = len(series)
     titles = [f"stage {s['pp']}: peak {format_bytes(s['peak'])} of {format_bytes(s['capacity'])}" for s in series]

@@ -13,6 +13,8 @@ from __future__ import annotations
 import html
 import math
 
+from simtrain.report.chart_args import need_str, need_table
+
 #: metric column -> (axis label, factor from SI to the shown unit, lower is better)
 METRICS = {
     "step_time_s": ("step time (ms)", 1e3, True),
@@ -77,6 +79,8 @@ def sweep_figure(df, x: str, metrics=("step_time_s", "mfu")):
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
+    need_table("sweep_figure", df, "df")
+    need_str("sweep_figure", x, "x")
     metrics = [metrics] if isinstance(metrics, str) else list(metrics)
     x = _column(df, x)
     _check_columns(df, [x, *metrics])
@@ -149,6 +153,9 @@ def heatmap_figure(df, x: str, y: str, metric: str):
     """``metric`` over two swept parameters; where other keys vary too, each cell shows their best point."""
     import plotly.graph_objects as go
 
+    need_table("heatmap_figure", df, "df")
+    for argument, value in (("x", x), ("y", y), ("metric", metric)):
+        need_str("heatmap_figure", value, argument)
     x, y = _column(df, x), _column(df, y)
     _check_columns(df, [x, y, metric])
     data, failed = _valid(df)

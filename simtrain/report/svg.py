@@ -15,6 +15,7 @@ import re
 import struct
 from typing import Any
 
+from simtrain.report.chart_args import need_figure
 from simtrain.report.svg_axes import Axis, fmt, text_width
 from simtrain.report.svg_marks import (
     INK,
@@ -40,6 +41,7 @@ LEGEND_ROW = 20                 # px per legend row under the plot
 
 def figure_svg(fig: Any) -> str:
     """The SVG text of a plotly Figure (or its ``to_dict()``)."""
+    need_figure("figure_svg", fig)
     d = _lists(fig.to_dict() if hasattr(fig, "to_dict") else fig)
     data, layout = list(d.get("data", ())), dict(d.get("layout", {}))
     width = float(layout.get("width") or 960)

@@ -43,7 +43,7 @@ def _us(ns: int) -> float:
 
 def trace_events(result_or_report) -> dict:
     """The trace of a Result or a saved report, as a JSON-ready dict ``{"traceEvents": [...], ...}``."""
-    report = report_of(result_or_report)
+    report = report_of(result_or_report, "trace_events")
     tl = report["timeline"]
     step = tl["step_time_s"]
     tol_ns = max(1, round(tolerance(step) * NS_PER_S))
