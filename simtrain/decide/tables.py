@@ -42,6 +42,9 @@ DTYPES: dict[str, str] = {
     "measured_memory_bytes": "float64", "failure": "string",
 }
 
+#: the columns that count bytes: whole numbers (float64, for the NaN of a failed point), as in the JSON reports
+BYTE_COLUMNS = frozenset(c for c in DTYPES if "bytes" in c)
+
 
 def column_name(key: str) -> str:
     """The column of a swept scenario key: ``parallel.vpp`` -> ``parallel_vpp`` (an identifier, so that
@@ -77,6 +80,8 @@ def typed(frame, dtypes: dict[str, str] | None = None):
             frame[col] = pd.to_numeric(series).astype("float64")   # a missing count cannot be an int64
         else:
             frame[col] = pd.to_numeric(series, errors="coerce").astype(want)
+        if str(col) in BYTE_COLUMNS:
+            frame[col] = frame[col].round()     # whole bytes, as every --json writes them (NaN stays NaN)
     return frame
 
 
