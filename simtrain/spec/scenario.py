@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from simtrain.spec.errors import InputError, display_path, short_repr
+from simtrain.spec.frozen_raw import freeze
 from simtrain.spec.hardware import HardwareSpec, load_hardware
 from simtrain.spec.model import ModelSpec
 from simtrain.spec.model_load import load_model
@@ -246,7 +247,7 @@ def scenario_from_dict(raw: dict, *, file: str | None = None, base_dir: Path | N
     training, megatron = _megatron_grad_dtype(training, raw)
     assumed += stack + megatron
     scenario = Scenario(
-        name=str(top.name or (Path(file).stem if file else "scenario")), file=file, raw=raw, base_dir=base_dir,
+        name=str(top.name or (Path(file).stem if file else "scenario")), file=file, raw=freeze(raw), base_dir=base_dir,
         hardware=hardware, hardware_file=hw_file, model=model, training=training, parallel=parallel,
         simulation=top.simulation, nodes=nodes, gpus_per_node=gpn, cost=top.cost, assumed=assumed)
     warnings = check_rules(scenario, raw)
