@@ -65,7 +65,7 @@ def _memory_with_activations(stage: StageMemory, act_peak: float | None, frag: f
     mem = stage.breakdown()
     if act_peak is None:
         return mem
-    transient = stage.activations - stage.inflight * stage.activation_per_microbatch
+    transient = stage.activations - stage.kept_activations
     acts = act_peak + transient
     static_buffers = stage.other_detail.get("zero3_gather_buffers", 0.0)
     buffers = static_buffers if buffer_peak is None or not static_buffers else buffer_peak

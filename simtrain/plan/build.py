@@ -33,6 +33,7 @@ from simtrain.plan.memory import (
     stage_memory,
     state_bytes_per_param,
 )
+from simtrain.plan.memory_chunks import chunk_bytes
 from simtrain.plan.memory_moe import expert_params_local
 from simtrain.plan.offload import with_offload
 from simtrain.plan.offload_optimizer import cpu_adam_bandwidth, host_step
@@ -257,15 +258,17 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
     layout = stage_layout(par.schedule, par.pp, par.vpp)
     w_fraction = weight_grad_fraction(scenario)
     starts = [sum(scenario.layers_per_stage[:s]) for s in range(vstages)]
+    chunks_per_rank_of = [len(layout.stages_of(r)) for r in range(par.pp)]
     chunks = []
     for v, model_stage in enumerate(layout.model_stage):
         n_layers = scenario.layers_per_stage[model_stage]
         lo = starts[model_stage]
         chunk, rank = layout.chunk[v], layout.rank[v]
         first, last = model_stage == 0, model_stage == vstages - 1
-        rank_layers = mems[rank].layers
-        share = n_layers / rank_layers if rank_layers else 1.0
-        act = mems[rank].activation_per_microbatch * share
+        # this chunk's own layers and edge terms (plan/memory_chunks.py), as the memory ledger counts them
+        mb_bytes = mems[rank].micro_batch_bytes
+        act = chunk_bytes(mb_bytes.layers, mb_bytes.first_edge, mb_bytes.last_edge, n_layers, mems[rank].layers,
+                          first=first, last=last, chunks=chunks_per_rank_of[rank])
         n_edge = edge_params(m, par.tp, par.pp, first=first, last=last)
         edge_grad = n_edge * state.grads
         tp_fwd = tp_cost[rank]

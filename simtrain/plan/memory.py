@@ -22,6 +22,7 @@ from simtrain.plan.activations import (
 from simtrain.plan.context import cp_buffer_bytes
 from simtrain.plan.device import DTYPE_BYTES, FP8_COPY_BYTES
 from simtrain.plan.layer_memory import attention_widths, dense_layer_activation
+from simtrain.plan.memory_chunks import MicroBatchBytes, rank_chunk_bytes
 from simtrain.plan.memory_moe import (
     dispatch_buffer_bytes,
     expert_params_local,
@@ -143,6 +144,8 @@ class StageMemory:
     other: float
     inflight: float
     activation_per_microbatch: float
+    kept_activations: float            # what the schedule keeps at its peak (activations less the transient peak)
+    micro_batch_bytes: MicroBatchBytes  # activation_per_microbatch by part: layers, first and last edge
     other_detail: dict = field(default_factory=dict)
     fp8_weights: float = 0.0   # bytes of FP8 weight copies inside ``params`` (fp8 training)
     experts: dict = field(default_factory=dict)   # the routed experts' share of params/grads/optimizer (MoE only)
@@ -352,27 +355,35 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
     offload_layer = per_mb / layers if n_off and layers else 0.0   # one layer's (the mean), copied to host
     per_mb -= offload_layer * (n_off - resident_layers(n_off))
     first, last = rank_edges(scenario, pp_rank)
-    if first and tr.dropout:
-        per_mb += s * b * h / (t if sp else 1)   # embedding dropout mask (1 byte), Korthikanti Sec. 4.3
-    if last:
-        # final norm input + output-layer input (16-bit) and what the loss keeps for its backward: the fp32
-        # log-softmax output with the eager loss (4sbv/t), the fp32 softmax with Megatron-LM's vocab-parallel one
-        # (4sbv/t), the 16-bit logits with the fused one (2sbv/t)
-        logit_bytes = 2.0 if tr.cross_entropy == "fused" else 4.0
-        per_mb += (4.0 * s * b * h / (t if sp else 1) + logit_bytes * s * b * m.vocab / t) * scale
-    if par.schedule in SPLIT_BACKWARD or par.schedule in V_SHAPED or par.ep_overlap:
-        per_chunk = rank_layers(scenario, pp_rank)
-        share = {c: (n / layers if layers else 1.0 / len(per_chunk)) for c, n in per_chunk.items()}
-        w_fraction = weight_grad_fraction(scenario)
-        pair_layers = per_chunk if par.ep_overlap else None     # ep_overlap's merged pairs, layer by layer
+    # the embedding dropout mask (1 byte), Korthikanti Sec. 4.3; final norm input + output-layer input (16-bit) and
+    # what the loss keeps for its backward: the fp32 log-softmax output with the eager loss (4sbv/t), the fp32
+    # softmax with Megatron-LM's vocab-parallel one (4sbv/t), the 16-bit logits with the fused one (2sbv/t)
+    logit_bytes = 2.0 if tr.cross_entropy == "fused" else 4.0
+    mb = MicroBatchBytes(
+        layers=per_mb, first_edge=s * b * h / (t if sp else 1) if first and tr.dropout else 0.0,
+        last_edge=(4.0 * s * b * h / (t if sp else 1) + logit_bytes * s * b * m.vocab / t) * scale if last else 0.0)
+    per_mb = mb.total
+    # played from the rank's own passes where a backward is split, the stages form a V, pairs merge, or the rank
+    # holds several chunks: in layer units (inflight), and in bytes with each chunk's own layers and edge terms
+    # (plan/memory_chunks.py); else the closed forms of inflight_microbatches
+    per_chunk = rank_layers(scenario, pp_rank)
+    share = {c: (n / layers if layers else 1.0 / len(per_chunk)) for c, n in per_chunk.items()}
+    w_fraction = weight_grad_fraction(scenario)
+    pair_layers = per_chunk if par.ep_overlap else None     # ep_overlap's merged pairs, layer by layer
+
+    def walk(weights: dict[int, float]) -> float:
         key = ("inflight_peak", par.schedule, par.pp, scenario.microbatches, par.vpp, par.ep_overlap, pp_rank,
-               tuple(share.items()), w_fraction, tuple(pair_layers.items()) if pair_layers else None)
-        inflight = shared(key, lambda: inflight_peak(
-            rank_schedules(par.schedule, par.pp, scenario.microbatches, par.vpp, par.ep_overlap)[pp_rank], share,
+               tuple(weights.items()), w_fraction, tuple(pair_layers.items()) if pair_layers else None)
+        return shared(key, lambda: inflight_peak(
+            rank_schedules(par.schedule, par.pp, scenario.microbatches, par.vpp, par.ep_overlap)[pp_rank], weights,
             w_fraction, pair_layers))
+
+    if par.schedule in SPLIT_BACKWARD or par.schedule in V_SHAPED or par.ep_overlap:
+        inflight = walk(share)
     else:
         inflight = inflight_microbatches(par.schedule, scenario.microbatches, par.pp, pp_rank, par.vpp)
-    activations = per_mb * inflight
+    kept = walk(rank_chunk_bytes(scenario, pp_rank, mb)) if len(per_chunk) > 1 else per_mb * inflight
+    activations = kept
     # two short-lived peaks on top of what is kept, never held together: the layer being recomputed
     # materialises its full activations once (Korthikanti Table 2 note; under selective_op only what it did not
     # keep comes back), and on the last stage the loss's own peak (§3.5), which its backward frees before the
@@ -413,7 +424,8 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
     detail["fragmentation"] = ov.fragmentation * tensors
     return StageMemory(pp=pp_rank, layers=layers, params_local=n, params=weights, grads=grads,
                        optimizer=optim, activations=activations, other=sum(detail.values()),
-                       inflight=inflight, activation_per_microbatch=per_mb, other_detail=detail, experts=experts,
+                       inflight=inflight, activation_per_microbatch=per_mb, kept_activations=kept,
+                       micro_batch_bytes=mb, other_detail=detail, experts=experts,
                        fp8_weights=fp8_copies, offload_layer_bytes=offload_layer,
                        host_bytes=offload_layer * n_off * inflight, host_optimizer=host_optim)
 

@@ -1,0 +1,59 @@
+"""What one micro-batch leaves on each chunk of a pipeline rank, and the peak the rank's schedule makes of it.
+
+A rank that holds one chunk (GPipe, 1F1B) keeps its whole micro-batch until the backward, so its peak is the
+micro-batch's activations times the in-flight count of :func:`simtrain.plan.memory.inflight_microbatches`. A rank
+of several chunks (interleaved 1F1B, ZB-V, DualPipe) does not hold them alike:
+
+- its chunks can hold different numbers of layers (``layers_per_stage`` uneven, or an empty first or last virtual
+  stage), and a chunk's activations are its own layers', not the rank's mean;
+- the embedding's dropout mask belongs to the chunk of the first model stage, and the output layer's input and
+  what the loss keeps (§3.5) to the chunk of the last: the last virtual stage runs each forward just before its
+  backward (Megatron-Core ``schedules.py``, interleaved: the backward order starts at the last chunk), so it holds
+  one micro-batch's logits, not the rank's mean count.
+
+So the peak is played from the rank's own list of passes (:func:`simtrain.plan.schedules.inflight_peak`) with each
+chunk's bytes. The engine allocates the same per-chunk bytes at each forward (plan/build.py), so ``simtrain
+memory`` and ``simtrain run`` agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simtrain.plan.schedules import stage_layout
+from simtrain.spec.scenario import Scenario
+
+
+@dataclass(frozen=True)
+class MicroBatchBytes:
+    """Activations one micro-batch leaves on a pipeline rank, by part (bytes)."""
+
+    layers: float          # its transformer layers' (all chunks; shared among them by layer count)
+    first_edge: float      # the embedding's dropout mask, on the chunk of the first model stage
+    last_edge: float       # the output layer's input and the loss's kept tensors, on the chunk of the last
+
+    @property
+    def total(self) -> float:
+        return self.layers + self.first_edge + self.last_edge
+
+
+def chunk_bytes(layers: float, first_edge: float, last_edge: float, n_layers: int, rank_layers: int, *,
+                first: bool, last: bool, chunks: int) -> float:
+    """One chunk's bytes per micro-batch: its layers' share of the rank's layer activations (by layer count; an
+    even split when the rank has no layers) and the edge terms of the model stage it holds."""
+    share = n_layers / rank_layers if rank_layers else 1.0 / chunks
+    return layers * share + (first_edge if first else 0.0) + (last_edge if last else 0.0)
+
+
+def rank_chunk_bytes(scenario: Scenario, pp_rank: int, mb: MicroBatchBytes) -> dict[int, float]:
+    """Bytes per micro-batch of each chunk of ``pp_rank``, by chunk index."""
+    par = scenario.parallel
+    layout = stage_layout(par.schedule, par.pp, par.vpp)
+    stages = layout.stages_of(pp_rank)
+    per_stage = scenario.layers_per_stage
+    rank_layers = sum(per_stage[layout.model_stage[v]] for v in stages)
+    last_stage = scenario.virtual_stages - 1
+    return {layout.chunk[v]: chunk_bytes(mb.layers, mb.first_edge, mb.last_edge, per_stage[layout.model_stage[v]],
+                                         rank_layers, first=layout.model_stage[v] == 0,
+                                         last=layout.model_stage[v] == last_stage, chunks=len(stages))
+            for v in stages}
