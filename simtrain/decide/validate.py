@@ -141,6 +141,23 @@ class TargetCheck:
         return (len(self.sources) >= TARGET_SOURCES and len(self.sources_met) == len(self.sources)
                 and self.largest_share <= TARGET_SHARE)
 
+    @property
+    def misses(self) -> list[str]:
+        """What keeps the targets from being met, one clause per missed part (none when they are met)."""
+        out = []
+        n = len(self.sources)
+        if n < TARGET_SOURCES:
+            out.append(f"the gated cases come from {n} source{'' if n == 1 else 's'}, where the targets need "
+                       f"{TARGET_SOURCES}")
+        if len(self.sources_met) < n:
+            out.append(f"mean <= {100 * TARGET_MEAN:.0f}% and >= {100 * TARGET_WITHIN:.0f}% within "
+                       f"{100 * TARGET_WORST:.0f}% hold on {len(self.sources_met)} of the {n} source"
+                       f"{'' if n == 1 else 's'}")
+        if self.largest_share > TARGET_SHARE:
+            out.append(f"{self.largest_source} holds {100 * self.largest_share:.0f}% of the gated cases, where at "
+                       f"most {100 * TARGET_SHARE:.0f}% is allowed")
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         return {"mean": TARGET_MEAN, "within_10pct_fraction": TARGET_WITHIN, "worst": TARGET_WORST,
                 "sources_needed": TARGET_SOURCES, "largest_share_allowed": TARGET_SHARE,
