@@ -512,3 +512,14 @@ def test_validate_check_on_one_file_says_why_it_exits_1(tmp_path, capsys, monkey
     assert err == ("--check: targets not met, exit 1: the gated cases come from 1 source, where the targets need 6; "
                    "mean <= 5% and >= 90% within 10% hold on 0 of the 1 source; Hand et al. 2020 holds 100% of the "
                    "gated cases, where at most 40% is allowed\n")
+
+
+def test_run_help_gives_the_samples_bound(capsys):
+    """--samples refuses more than 1,000 seeds (docs/errors.md, bounds table), and the help says so; the engine's
+    own bound for the Python API is the same 1,000."""
+    from simtrain.engine.variation import MAX_SAMPLES
+
+    code, out, _ = run_cli(["run", "--help"], capsys)
+    assert code == 0
+    assert "[default: 1; 1<=x<=1000]" in " ".join(out.split())
+    assert MAX_SAMPLES == 1000

@@ -17,6 +17,22 @@ from simtrain.report.outputs import staged_outputs, write_json
 from simtrain.spec.scenario import load_scenario, parse_set
 
 
+class _SampleCount(click.IntRange):
+    """1 to 1,000 seeds (simtrain.engine.variation.MAX_SAMPLES, written out here so that loading the command line
+    does not import the engine; tests/test_cli_exit.py checks they agree). Above it, one sentence with the reason
+    in place of click's range message."""
+
+    def __init__(self) -> None:
+        super().__init__(min=1, max=1_000)
+
+    def convert(self, value, param, ctx):
+        samples = click.INT.convert(value, param, ctx)
+        if samples > self.max:
+            raise click.UsageError(f"--samples {samples:,} is more than {self.max:,} (each sample is a whole "
+                                   "simulation; 1,000 seeds give the P95 within about 1%)", ctx)
+        return super().convert(samples, param, ctx)
+
+
 def _load(scenario: str, sets: tuple[str, ...], full: bool = False):
     overrides = parse_set(list(sets))
     if full:
@@ -48,7 +64,7 @@ def memory(scenario: str, sets: tuple[str, ...], json_path: str | None) -> None:
 @click.option("--memory-plot", "memory_path", type=OutPath("HTML"), help="write the memory timeline (HTML)")
 @click.option("--trace", "trace_path", type=OutPath("JSON"), help="write a Perfetto/Chrome trace (JSON)")
 @click.option("--full", is_flag=True, help="simulate every rank (simulation.fidelity: full)")
-@click.option("--samples", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--samples", type=_SampleCount(), default=1, show_default=True,
               help="run this many seeds and report mean, P50, P95 step time; needs simulation.jitter > 0 "
                    "(e.g. --set simulation.jitter=0.05): without variation every seed gives the same step")
 def run(scenario: str, sets: tuple[str, ...], json_path: str | None, gantt_path: str | None,
@@ -61,12 +77,6 @@ def run(scenario: str, sets: tuple[str, ...], json_path: str | None, gantt_path:
     sc = _load(scenario, sets, full)
     outputs_apart_from_inputs(scenario_inputs(sc), json=json_path, gantt=gantt_path, memory_plot=memory_path,
                               trace=trace_path)
-    if samples > 1:       # refused before the first simulation, not after it
-        from simtrain.engine.variation import MAX_SAMPLES
-
-        if samples > MAX_SAMPLES:
-            raise click.UsageError(f"--samples {samples:,} is more than {MAX_SAMPLES:,} (each sample is a whole "
-                                   "simulation; 1,000 seeds give the P95 within about 1%)")
     if samples > 1 and not sc.simulation.jitter > 0:
         # only jitter draws from the seed (straggler ranks use simulation.seed), so the samples would be copies
         click.echo(f"warning: --samples {samples} without simulation.jitter: every seed simulates the same step; "
