@@ -69,3 +69,26 @@ def test_one_chunk_ranks_are_unchanged():
     st = stage_memory(s, 3)
     assert st.kept_activations == pytest.approx(1 * (6 * LAYER + LAST_EDGE), rel=1e-12)
     assert stage_memory(s, 1).kept_activations == pytest.approx(3 * 6 * LAYER, rel=1e-12)
+
+
+def test_a_split_backward_keeps_the_logits_gradient_not_the_log_softmax():
+    # ZB-H1, p 2, m 3: the last rank plays F0 B0 F1 B1 W0 F2 B2 W1 W2 (Qi et al. 2024, Fig. 3's order), so its peak
+    # is one whole micro-batch (F1) over one kept from B to W (B0's): (L + E) + (w L + E_w), where L is its layers'
+    # activations, E the output layer's input and log-softmax output (4sbh + 4sbV) and E_w what W needs of them:
+    # the output layer's input and the logits' bf16 gradient, 2sbh + 2sbV (the zero-bubble fork's WeightGradStore
+    # keeps the input and output gradient of every linear, the output layer's included). Before: w (L + E).
+    from simtrain.plan.activations import weight_grad_fraction
+
+    s = make_scenario(
+        model={"layers": 4, "hidden": H, "heads": 32, "ffn_hidden": 4 * H, "vocab": V, "mlp": "gelu",
+               "dropout": False},
+        training={"seq_len": S, "global_batch": 3, "micro_batch": 1, "precision": "bf16", "recompute": "none",
+                  "flash_attention": True},
+        parallel={"pp": 2, "schedule": "zb-h1"})
+    w = weight_grad_fraction(s)
+    assert 0.0 < w <= 1.0
+    layers = 2 * LAYER
+    expected = (layers + LAST_EDGE) + (w * layers + 2 * S * H + 2 * S * V) + LOSS_PEAK
+    assert stage_memory(s, 1).activations == pytest.approx(expected, rel=1e-12)
+    played = next(d for d in simulate(s).devices if d.pp == 1).memory["activations"]
+    assert played == pytest.approx(expected, rel=1e-9)

@@ -120,9 +120,9 @@ def memory_floors(scenario: Scenario, base: dict[str, Any], layouts: list[dict[s
       forward it keeps in flight;
     - with an even split and no activation offloading, the ranks holding the embedding, the output layer and the
       most micro-batches: their layers and edges, and their layers' activations (and the loss's logits, 4 or 2
-      bytes each, on the output layer's rank when it holds one chunk) times the micro-batches each holds at its peak
-      (``inflight_microbatches``; for the split-backward schedules ``inflight_peak`` of its op list with the
-      ledger's share kept from B to W);
+      bytes each, on the output layer's rank when it holds one chunk and B is not split) times the micro-batches
+      each holds at its peak (``inflight_microbatches``; for the split-backward schedules ``inflight_peak`` of its
+      op list with the ledger's share kept from B to W);
     - a recomputed layer's short-lived peak, on every rank under full or op-level recompute;
     - the hardware's fixed overheads (CUDA context, workspace, communication buffers) and fragmentation on the
       tensors counted.
@@ -232,11 +232,13 @@ def memory_floors(scenario: Scenario, base: dict[str, Any], layouts: list[dict[s
                 first, last = 0 in stages, last_stage in stages
                 # the ledger's rank r: its layers and edges, its activations and (the output layer's rank) logits,
                 # times the micro-batches it holds at its peak; a rank of several chunks keeps the logits only on
-                # the last stage's chunk, whose in-flight count its peak does not bound (plan/memory_chunks.py), so
-                # there they are left out
+                # the last stage's chunk, whose in-flight count its peak does not bound, and a split backward keeps
+                # the logits' gradient, not the logits, from B to W (plan/memory_chunks.py), so there they are left
+                # out
+                with_logits = last and k == 1 and schedule not in SPLIT_BACKWARD
                 edges = edge_params(model, layout["tp"], pp, first=first, last=last)
                 floor = max(floor, (layers * params + edges) * per_param +
-                            max(0.0, act * layers + (logits if last and k == 1 else 0.0)) * held[r])
+                            max(0.0, act * layers + (logits if with_logits else 0.0)) * held[r])
         out[i] = floor + transient     # every rank's peak has a recomputed layer's on top (the ledger's)
     ov = scenario.hardware.memory_overheads
     fixed = ov.cuda_context + ov.workspace + ov.comm_buffers

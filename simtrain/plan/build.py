@@ -33,7 +33,7 @@ from simtrain.plan.memory import (
     stage_memory,
     state_bytes_per_param,
 )
-from simtrain.plan.memory_chunks import chunk_bytes
+from simtrain.plan.memory_chunks import chunk_bytes, chunk_w_bytes
 from simtrain.plan.memory_moe import expert_params_local
 from simtrain.plan.offload import with_offload
 from simtrain.plan.offload_optimizer import cpu_adam_bandwidth, host_step
@@ -302,7 +302,8 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
             embed_wgrad=edge.embed_backward_weight + accumulate(n_edge) + table_join if first else 0.0,
             head_wgrad=edge.head_backward_weight + head_cast + (accumulate(n_edge) if not first else 0.0)
             if last else 0.0,
-            act_w_bytes=act * w_fraction,
+            act_w_bytes=chunk_w_bytes(mb_bytes, w_fraction, n_layers, mems[rank].layers, last=last,
+                                      chunks=chunks_per_rank_of[rank]),
             embed_tp_fwd=edge_tps[rank].embed_forward if first else 0.0,
             embed_tp_bwd=edge_tps[rank].embed_backward if first else 0.0,
             head_tp_fwd=edge_tps[rank].head_forward if last else 0.0,

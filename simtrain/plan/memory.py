@@ -22,7 +22,7 @@ from simtrain.plan.activations import (
 from simtrain.plan.context import cp_buffer_bytes
 from simtrain.plan.device import DTYPE_BYTES, FP8_COPY_BYTES
 from simtrain.plan.layer_memory import attention_widths, dense_layer_activation
-from simtrain.plan.memory_chunks import MicroBatchBytes, rank_chunk_bytes
+from simtrain.plan.memory_chunks import MicroBatchBytes, rank_chunk_bytes, rank_chunk_w_fractions
 from simtrain.plan.memory_moe import (
     dispatch_buffer_bytes,
     expert_params_local,
@@ -359,9 +359,12 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
     # what the loss keeps for its backward: the fp32 log-softmax output with the eager loss (4sbv/t), the fp32
     # softmax with Megatron-LM's vocab-parallel one (4sbv/t), the 16-bit logits with the fused one (2sbv/t)
     logit_bytes = 2.0 if tr.cross_entropy == "fused" else 4.0
+    # a split backward keeps of the last edge the output layer's input and the logits' 16-bit gradient until W
+    # (memory_chunks.chunk_w_bytes)
     mb = MicroBatchBytes(
         layers=per_mb, first_edge=s * b * h / (t if sp else 1) if first and tr.dropout else 0.0,
-        last_edge=(4.0 * s * b * h / (t if sp else 1) + logit_bytes * s * b * m.vocab / t) * scale if last else 0.0)
+        last_edge=(4.0 * s * b * h / (t if sp else 1) + logit_bytes * s * b * m.vocab / t) * scale if last else 0.0,
+        last_edge_w=(2.0 * s * b * h / (t if sp else 1) + 2.0 * s * b * m.vocab / t) * scale if last else 0.0)
     per_mb = mb.total
     # played from the rank's own passes where a backward is split, the stages form a V, pairs merge, or the rank
     # holds several chunks: in layer units (inflight), and in bytes with each chunk's own layers and edge terms
@@ -371,18 +374,22 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
     w_fraction = weight_grad_fraction(scenario)
     pair_layers = per_chunk if par.ep_overlap else None     # ep_overlap's merged pairs, layer by layer
 
-    def walk(weights: dict[int, float]) -> float:
+    def walk(weights: dict[int, float], kept: float | dict[int, float] = w_fraction) -> float:
         key = ("inflight_peak", par.schedule, par.pp, scenario.microbatches, par.vpp, par.ep_overlap, pp_rank,
-               tuple(weights.items()), w_fraction, tuple(pair_layers.items()) if pair_layers else None)
+               tuple(weights.items()), tuple(kept.items()) if isinstance(kept, dict) else kept,
+               tuple(pair_layers.items()) if pair_layers else None)
         return shared(key, lambda: inflight_peak(
             rank_schedules(par.schedule, par.pp, scenario.microbatches, par.vpp, par.ep_overlap)[pp_rank], weights,
-            w_fraction, pair_layers))
+            kept, pair_layers))
 
     if par.schedule in SPLIT_BACKWARD or par.schedule in V_SHAPED or par.ep_overlap:
         inflight = walk(share)
     else:
         inflight = inflight_microbatches(par.schedule, scenario.microbatches, par.pp, pp_rank, par.vpp)
-    kept = walk(rank_chunk_bytes(scenario, pp_rank, mb)) if len(per_chunk) > 1 else per_mb * inflight
+    if len(per_chunk) > 1 or par.schedule in SPLIT_BACKWARD:
+        kept = walk(rank_chunk_bytes(scenario, pp_rank, mb), rank_chunk_w_fractions(scenario, pp_rank, mb, w_fraction))
+    else:
+        kept = per_mb * inflight
     activations = kept
     # two short-lived peaks on top of what is kept, never held together: the layer being recomputed
     # materialises its full activations once (Korthikanti Table 2 note; under selective_op only what it did not

@@ -31,6 +31,7 @@ class MicroBatchBytes:
     layers: float          # its transformer layers' (all chunks; shared among them by layer count)
     first_edge: float      # the embedding's dropout mask, on the chunk of the first model stage
     last_edge: float       # the output layer's input and the loss's kept tensors, on the chunk of the last
+    last_edge_w: float = 0.0   # what of the last edge a split backward keeps from B to W (below)
 
     @property
     def total(self) -> float:
@@ -43,6 +44,37 @@ def chunk_bytes(layers: float, first_edge: float, last_edge: float, n_layers: in
     even split when the rank has no layers) and the edge terms of the model stage it holds."""
     share = n_layers / rank_layers if rank_layers else 1.0 / chunks
     return layers * share + (first_edge if first else 0.0) + (last_edge if last else 0.0)
+
+
+def chunk_w_bytes(mb: MicroBatchBytes, w_fraction: float, n_layers: int, rank_layers: int, *, last: bool,
+                  chunks: int) -> float:
+    """What one micro-batch of a chunk keeps from its input-gradient pass (B) to its weight-gradient pass (W) under a
+    split backward: ``w_fraction`` of its layers' activations, and on the last model stage's chunk the output
+    layer's input and the logits' 16-bit gradient (``last_edge_w``). The zero-bubble fork defers the output layer's
+    weight gradient like every linear's: ``LinearWithGradAccumulationAndAsyncCommunication.backward`` hands
+    ``WeightGradStore.put`` the layer's input and its output gradient (sail-sg/zero-bubble-pipeline-parallelism
+    megatron/core/tensor_parallel/layers.py @39f2c186); the loss's fp32 tensors are freed when B ends. The
+    embedding's mask is not needed by W."""
+    share = n_layers / rank_layers if rank_layers else 1.0 / chunks
+    return mb.layers * share * w_fraction + (mb.last_edge_w if last else 0.0)
+
+
+def rank_chunk_w_fractions(scenario: Scenario, pp_rank: int, mb: MicroBatchBytes,
+                           w_fraction: float) -> dict[int, float]:
+    """Per chunk of ``pp_rank``: the share of its bytes it keeps from B to W (:func:`chunk_w_bytes`)."""
+    par = scenario.parallel
+    layout = stage_layout(par.schedule, par.pp, par.vpp)
+    stages = layout.stages_of(pp_rank)
+    rank_layers = sum(scenario.layers_per_stage[layout.model_stage[v]] for v in stages)
+    last_stage = scenario.virtual_stages - 1
+    whole = rank_chunk_bytes(scenario, pp_rank, mb)
+    out = {}
+    for v in stages:
+        c = layout.chunk[v]
+        kept = chunk_w_bytes(mb, w_fraction, scenario.layers_per_stage[layout.model_stage[v]], rank_layers,
+                             last=layout.model_stage[v] == last_stage, chunks=len(stages))
+        out[c] = kept / whole[c] if whole[c] > 0 else w_fraction
+    return out
 
 
 def rank_chunk_bytes(scenario: Scenario, pp_rank: int, mb: MicroBatchBytes) -> dict[int, float]:

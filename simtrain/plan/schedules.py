@@ -215,14 +215,15 @@ def merged_pair_rise(share_f: float, layers_f: int, share_b: float, layers_b: in
     return rise
 
 
-def inflight_peak(ops, share: dict[int, float], w_fraction: float,
+def inflight_peak(ops, share: dict[int, float], w_fraction: float | dict[int, float],
                   pair_layers: dict[int, int] | None = None) -> float:
     """Peak activations a rank holds in units of its layers' activations for one micro-batch: a forward adds its
     chunk's ``share``; a whole backward frees it; a split B frees all but ``w_fraction`` of it, which its W frees
     (Qi et al. 2024, Table 1: after B a stage keeps M_W until W). An "FB" pair allocates its forward before its
     backward frees (the two run together: DualPipe), or, with ``pair_layers`` (each chunk's layers; ep_overlap's
-    merged pairs), layer by layer (:func:`merged_pair_rise`)."""
+    merged pairs), layer by layer (:func:`merged_pair_rise`). ``w_fraction`` may differ by chunk (a mapping)."""
     split = split_backwards(ops)
+    kept = w_fraction if isinstance(w_fraction, dict) else dict.fromkeys(share, w_fraction)
     now = peak = 0.0
     for op in ops:
         if op.kind == "FB" and pair_layers is not None:
@@ -235,7 +236,7 @@ def inflight_peak(ops, share: dict[int, float], w_fraction: float,
             peak = max(peak, now)
         if op.kind in ("B", "FB"):
             mb, ch = (op.mb, op.chunk) if op.kind == "B" else (op.mb2, op.chunk2)
-            now -= share[ch] * ((1.0 - w_fraction) if (mb, ch) in split else 1.0)
+            now -= share[ch] * ((1.0 - kept[ch]) if (mb, ch) in split else 1.0)
         elif op.kind == "W":
-            now -= share[op.chunk] * w_fraction
+            now -= share[op.chunk] * kept[op.chunk]
     return peak
