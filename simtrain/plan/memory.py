@@ -17,12 +17,16 @@ from simtrain.plan.activations import (
     activation_bytes_per_layer,
     fp8_activation_saving,
     loss_transient_bytes_per_logit,
-    weight_grad_fraction,
 )
 from simtrain.plan.context import cp_buffer_bytes
 from simtrain.plan.device import DTYPE_BYTES, FP8_COPY_BYTES
 from simtrain.plan.layer_memory import attention_widths, dense_layer_activation
-from simtrain.plan.memory_chunks import MicroBatchBytes, rank_chunk_bytes, rank_chunk_w_fractions
+from simtrain.plan.memory_chunks import (  # noqa: F401 - inflight_microbatches, rank_layers: read from here
+    MicroBatchBytes,
+    held_activations,
+    inflight_microbatches,
+    rank_layers,
+)
 from simtrain.plan.memory_moe import (
     dispatch_buffer_bytes,
     expert_params_local,
@@ -37,13 +41,7 @@ from simtrain.plan.memory_moe import (
 from simtrain.plan.offload import resident_layers
 from simtrain.plan.offload_optimizer import host_state_bytes
 from simtrain.plan.recompute import mla_qkv_width, modules_of, selective_saving
-from simtrain.plan.schedules import (
-    SPLIT_BACKWARD,
-    V_SHAPED,
-    inflight_peak,
-    rank_schedules,
-    stage_layout,
-)
+from simtrain.plan.schedules import stage_layout
 from simtrain.plan.shared_costs import by_value, shared
 from simtrain.spec.scenario import Scenario
 
@@ -109,25 +107,6 @@ def fp8_weight_copies(recipe: str, columnwise_native: bool) -> float:
       (TE mxfp8.rst): 2 x (1 + 1/32)."""
     copies = 1 if recipe == "tensorwise" and columnwise_native else 2
     return copies * FP8_COPY_BYTES[recipe]
-
-
-def inflight_microbatches(schedule: str, m: int, pp: int, stage: int, vpp: int = 1) -> float:
-    """How many micro-batches' activations a pipeline rank holds at its peak, in units of the
-    whole rank's layers.
-
-    - GPipe: all m forwards run before any backward.
-    - 1F1B (PipeDream-Flush, Narayanan et al. 2021 Sec. 2.2.1): min(m, pp - stage).
-    - Interleaved 1F1B (Megatron-LM schedules.py warm-up count): rank r runs
-      (pp - r - 1) * 2 + (vpp - 1) * pp warm-up chunk forwards, plus one in flight, each holding
-      1/vpp of the rank's layers; capped at all m * vpp chunk forwards. For r = 0 this is the
-      1 + (pp-1)/(pp*vpp) factor of Korthikanti et al. 2022, Sec. 4.2.3.
-    """
-    if schedule == "gpipe":
-        return float(m)
-    if schedule == "1f1b":
-        return float(min(m, pp - stage))
-    chunks = min((pp - stage - 1) * 2 + (vpp - 1) * pp + 1, m * vpp)
-    return chunks / vpp
 
 
 @dataclass(frozen=True)
@@ -200,13 +179,6 @@ def rank_edges(scenario: Scenario, pp_rank: int) -> tuple[bool, bool]:
     layout = stage_layout(par.schedule, par.pp, par.vpp)
     stages = {layout.model_stage[v] for v in layout.stages_of(pp_rank)}
     return 0 in stages, scenario.virtual_stages - 1 in stages
-
-
-def rank_layers(scenario: Scenario, pp_rank: int) -> dict[int, int]:
-    """Transformer layers per chunk of a pipeline rank."""
-    par = scenario.parallel
-    layout = stage_layout(par.schedule, par.pp, par.vpp)
-    return {layout.chunk[v]: scenario.layers_per_stage[layout.model_stage[v]] for v in layout.stages_of(pp_rank)}
 
 
 def layer_params_per_rank(model, tp: int) -> int:
@@ -366,30 +338,7 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
         last_edge=(4.0 * s * b * h / (t if sp else 1) + logit_bytes * s * b * m.vocab / t) * scale if last else 0.0,
         last_edge_w=(2.0 * s * b * h / (t if sp else 1) + 2.0 * s * b * m.vocab / t) * scale if last else 0.0)
     per_mb = mb.total
-    # played from the rank's own passes where a backward is split, the stages form a V, pairs merge, or the rank
-    # holds several chunks: in layer units (inflight), and in bytes with each chunk's own layers and edge terms
-    # (plan/memory_chunks.py); else the closed forms of inflight_microbatches
-    per_chunk = rank_layers(scenario, pp_rank)
-    share = {c: (n / layers if layers else 1.0 / len(per_chunk)) for c, n in per_chunk.items()}
-    w_fraction = weight_grad_fraction(scenario)
-    pair_layers = per_chunk if par.ep_overlap else None     # ep_overlap's merged pairs, layer by layer
-
-    def walk(weights: dict[int, float], kept: float | dict[int, float] = w_fraction) -> float:
-        key = ("inflight_peak", par.schedule, par.pp, scenario.microbatches, par.vpp, par.ep_overlap, pp_rank,
-               tuple(weights.items()), tuple(kept.items()) if isinstance(kept, dict) else kept,
-               tuple(pair_layers.items()) if pair_layers else None)
-        return shared(key, lambda: inflight_peak(
-            rank_schedules(par.schedule, par.pp, scenario.microbatches, par.vpp, par.ep_overlap)[pp_rank], weights,
-            kept, pair_layers))
-
-    if par.schedule in SPLIT_BACKWARD or par.schedule in V_SHAPED or par.ep_overlap:
-        inflight = walk(share)
-    else:
-        inflight = inflight_microbatches(par.schedule, scenario.microbatches, par.pp, pp_rank, par.vpp)
-    if len(per_chunk) > 1 or par.schedule in SPLIT_BACKWARD:
-        kept = walk(rank_chunk_bytes(scenario, pp_rank, mb), rank_chunk_w_fractions(scenario, pp_rank, mb, w_fraction))
-    else:
-        kept = per_mb * inflight
+    inflight, kept = held_activations(scenario, pp_rank, mb, layers)
     activations = kept
     # two short-lived peaks on top of what is kept, never held together: the layer being recomputed
     # materialises its full activations once (Korthikanti Table 2 note; under selective_op only what it did not

@@ -1,7 +1,7 @@
 """What one micro-batch leaves on each chunk of a pipeline rank, and the peak the rank's schedule makes of it.
 
 A rank that holds one chunk (GPipe, 1F1B) keeps its whole micro-batch until the backward, so its peak is the
-micro-batch's activations times the in-flight count of :func:`simtrain.plan.memory.inflight_microbatches`. A rank
+micro-batch's activations times the in-flight count of :func:`inflight_microbatches`. A rank
 of several chunks (interleaved 1F1B, ZB-V, DualPipe) does not hold them alike:
 
 - its chunks can hold different numbers of layers (``layers_per_stage`` uneven, or an empty first or last virtual
@@ -20,7 +20,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simtrain.plan.schedules import stage_layout
+from simtrain.plan.activations import weight_grad_fraction
+from simtrain.plan.schedules import SPLIT_BACKWARD, V_SHAPED, inflight_peak, rank_schedules, stage_layout
+from simtrain.plan.shared_costs import shared
 from simtrain.spec.scenario import Scenario
 
 
@@ -89,3 +91,58 @@ def rank_chunk_bytes(scenario: Scenario, pp_rank: int, mb: MicroBatchBytes) -> d
                                          rank_layers, first=layout.model_stage[v] == 0,
                                          last=layout.model_stage[v] == last_stage, chunks=len(stages))
             for v in stages}
+
+
+def inflight_microbatches(schedule: str, m: int, pp: int, stage: int, vpp: int = 1) -> float:
+    """How many micro-batches' activations a pipeline rank holds at its peak, in units of the
+    whole rank's layers.
+
+    - GPipe: all m forwards run before any backward.
+    - 1F1B (PipeDream-Flush, Narayanan et al. 2021 Sec. 2.2.1): min(m, pp - stage).
+    - Interleaved 1F1B (Megatron-LM schedules.py warm-up count): rank r runs
+      (pp - r - 1) * 2 + (vpp - 1) * pp warm-up chunk forwards, plus one in flight, each holding
+      1/vpp of the rank's layers; capped at all m * vpp chunk forwards. For r = 0 this is the
+      1 + (pp-1)/(pp*vpp) factor of Korthikanti et al. 2022, Sec. 4.2.3.
+    """
+    if schedule == "gpipe":
+        return float(m)
+    if schedule == "1f1b":
+        return float(min(m, pp - stage))
+    chunks = min((pp - stage - 1) * 2 + (vpp - 1) * pp + 1, m * vpp)
+    return chunks / vpp
+
+
+def rank_layers(scenario: Scenario, pp_rank: int) -> dict[int, int]:
+    """Transformer layers per chunk of a pipeline rank."""
+    par = scenario.parallel
+    layout = stage_layout(par.schedule, par.pp, par.vpp)
+    return {layout.chunk[v]: scenario.layers_per_stage[layout.model_stage[v]] for v in layout.stages_of(pp_rank)}
+
+
+def held_activations(scenario: Scenario, pp_rank: int, mb: MicroBatchBytes, layers: int) -> tuple[float, float]:
+    """(in-flight micro-batches in units of the rank's layers, bytes kept at the rank's peak). Played from the
+    rank's own passes where a backward is split, the stages form a V, pairs merge (ep_overlap), or the rank holds
+    several chunks (the latter two in bytes, each chunk with its own layers, edge terms and share kept from B to
+    W); else the closed forms of :func:`inflight_microbatches`."""
+    par = scenario.parallel
+    per_chunk = rank_layers(scenario, pp_rank)
+    share = {c: (n / layers if layers else 1.0 / len(per_chunk)) for c, n in per_chunk.items()}
+    w_fraction = weight_grad_fraction(scenario)
+    pair_layers = per_chunk if par.ep_overlap else None     # ep_overlap's merged pairs, layer by layer
+
+    def walk(weights: dict[int, float], kept: float | dict[int, float] = w_fraction) -> float:
+        key = ("inflight_peak", par.schedule, par.pp, scenario.microbatches, par.vpp, par.ep_overlap, pp_rank,
+               tuple(weights.items()), tuple(kept.items()) if isinstance(kept, dict) else kept,
+               tuple(pair_layers.items()) if pair_layers else None)
+        return shared(key, lambda: inflight_peak(
+            rank_schedules(par.schedule, par.pp, scenario.microbatches, par.vpp, par.ep_overlap)[pp_rank], weights,
+            kept, pair_layers))
+
+    if par.schedule in SPLIT_BACKWARD or par.schedule in V_SHAPED or par.ep_overlap:
+        inflight = walk(share)
+    else:
+        inflight = inflight_microbatches(par.schedule, scenario.microbatches, par.pp, pp_rank, par.vpp)
+    if len(per_chunk) > 1 or par.schedule in SPLIT_BACKWARD:
+        return inflight, walk(rank_chunk_bytes(scenario, pp_rank, mb),
+                              rank_chunk_w_fractions(scenario, pp_rank, mb, w_fraction))
+    return inflight, mb.total * inflight
