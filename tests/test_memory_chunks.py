@@ -92,3 +92,40 @@ def test_a_split_backward_keeps_the_logits_gradient_not_the_log_softmax():
     assert stage_memory(s, 1).activations == pytest.approx(expected, rel=1e-12)
     played = next(d for d in simulate(s).devices if d.pp == 1).memory["activations"]
     assert played == pytest.approx(expected, rel=1e-9)
+
+
+def test_chunks_keep_their_own_recomputed_layers():
+    # p 2, v 2, layers_per_stage [4, 1, 1, 4], full recompute of the first layer of each chunk (Megatron's block
+    # method): a recomputed layer keeps its input, 2sbh; the others 32sbh. Rank 0's chunk 0 (4 layers) holds
+    # 2 + 3 x 32 = 98 sbh, its chunk 1 (1 layer) 2 sbh; by layer count they were given 80 and 20 of the 100
+    # (a review found it). Rank 0 of interleaved p 2, v 2, m 8 plays F(0,0) F(0,1) F(1,0) F(1,1) F(0,2) B(1,0)
+    # F(0,3) B(1,1) F(1,2) B(0,0) ... as (chunk, mb) (Megatron's order: 4 warm-up forwards, then one forward before
+    # each backward, backwards from the last chunk): after F(0,3) it holds 4 of chunk 0 and 1 of chunk 1, its peak
+    # (one layer's full activations, recomputed, come on top).
+    sbh = S * H
+    s = make_scenario(
+        model={"layers": 10, "hidden": H, "heads": 32, "ffn_hidden": 4 * H, "vocab": V, "mlp": "gelu",
+               "dropout": False},
+        training={"seq_len": S, "global_batch": 8, "micro_batch": 1, "precision": "bf16", "recompute": "full",
+                  "recompute_layers": 1, "flash_attention": True},
+        parallel={"pp": 2, "vpp": 2, "schedule": "interleaved-1f1b", "layers_per_stage": [4, 1, 1, 4]})
+    st = stage_memory(s, 0)
+    assert st.micro_batch_bytes.chunk_layers == {0: 98 * sbh, 1: 2 * sbh}
+    assert st.kept_activations == pytest.approx(4 * 98 * sbh + 1 * 2 * sbh, rel=1e-12)
+    played = next(d for d in simulate(s).devices if d.pp == 0).memory["activations"]
+    assert played == pytest.approx(st.activations, rel=1e-9)
+
+
+def test_the_mtp_module_sits_on_the_last_stage_chunk():
+    # Megatron runs the multi-token-prediction module after the last stage's layers: its activations belong to the
+    # chunk that holds the last model stage (rank 1's chunk 1 here), not to the rank's chunks by layer count
+    def scenario(mtp):
+        model = {"layers": 4, "hidden": 1024, "heads": 16, "ffn_hidden": 4096, "vocab": 8,
+                 "moe": {"experts": 4, "top_k": 2, "expert_ffn_hidden": 512}, "mtp_layers": mtp}
+        return make_scenario(model=model, training={"seq_len": 1024, "global_batch": 8, "micro_batch": 1},
+                             parallel={"pp": 2, "vpp": 2, "schedule": "interleaved-1f1b"})
+
+    with_mtp, without = stage_memory(scenario(1), 1).micro_batch_bytes, stage_memory(scenario(0), 1).micro_batch_bytes
+    assert with_mtp.chunk_layers[0] == without.chunk_layers[0]
+    assert with_mtp.chunk_layers[1] - without.chunk_layers[1] == pytest.approx(with_mtp.layers - without.layers)
+    assert with_mtp.layers > without.layers

@@ -258,7 +258,6 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
     layout = stage_layout(par.schedule, par.pp, par.vpp)
     w_fraction = weight_grad_fraction(scenario)
     starts = [sum(scenario.layers_per_stage[:s]) for s in range(vstages)]
-    chunks_per_rank_of = [len(layout.stages_of(r)) for r in range(par.pp)]
     chunks = []
     for v, model_stage in enumerate(layout.model_stage):
         n_layers = scenario.layers_per_stage[model_stage]
@@ -267,8 +266,7 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
         first, last = model_stage == 0, model_stage == vstages - 1
         # this chunk's own layers and edge terms (plan/memory_chunks.py), as the memory ledger counts them
         mb_bytes = mems[rank].micro_batch_bytes
-        act = chunk_bytes(mb_bytes.layers, mb_bytes.first_edge, mb_bytes.last_edge, n_layers, mems[rank].layers,
-                          first=first, last=last, chunks=chunks_per_rank_of[rank])
+        act = chunk_bytes(mb_bytes, chunk, first=first, last=last)
         n_edge = edge_params(m, par.tp, par.pp, first=first, last=last)
         edge_grad = n_edge * state.grads
         tp_fwd = tp_cost[rank]
@@ -302,8 +300,7 @@ def build_plan(scenario: Scenario, stage_memories: tuple[StageMemory, ...] | Non
             embed_wgrad=edge.embed_backward_weight + accumulate(n_edge) + table_join if first else 0.0,
             head_wgrad=edge.head_backward_weight + head_cast + (accumulate(n_edge) if not first else 0.0)
             if last else 0.0,
-            act_w_bytes=chunk_w_bytes(mb_bytes, w_fraction, n_layers, mems[rank].layers, last=last,
-                                      chunks=chunks_per_rank_of[rank]),
+            act_w_bytes=chunk_w_bytes(mb_bytes, chunk, w_fraction, last=last),
             embed_tp_fwd=edge_tps[rank].embed_forward if first else 0.0,
             embed_tp_bwd=edge_tps[rank].embed_backward if first else 0.0,
             head_tp_fwd=edge_tps[rank].head_forward if last else 0.0,

@@ -300,32 +300,46 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
                                        micro_batch=b, precision=tr.precision, recompute=tr.recompute)
     fp8 = tr.precision == "fp8"
     modules = modules_of(tr)
-    per_mb = per_layer * layers
-    if tr.recompute == "full" and tr.recompute_layers is not None:
+    partial = tr.recompute == "full" and tr.recompute_layers is not None
+    if partial:
         # Megatron's block method: the first recompute_layers of each (virtual) stage keep only their input
         kept = activation_bytes_per_layer(
             s, b, h, a, ffn=m.ffn_hidden, mlp=m.mlp, t=t, sequence_parallel=sp, **attention_widths(m),
             attention_scores=not tr.flash_attention, recompute="none", dropout=tr.dropout) * scale
         if fp8:
             kept -= fp8_activation_saving(s, b, h, m.ffn_hidden, t, sp, tr.fp8_recipe)
-        # per chunk the rank holds (a virtual stage: its model stage's layers; DualPipe holds two copies' chunks)
-        lay = stage_layout(par.schedule, par.pp, par.vpp)
-        recomputed = sum(min(tr.recompute_layers, scenario.layers_per_stage[lay.model_stage[v]])
-                         for v in stage_layers(scenario, pp_rank))
-        per_mb = per_layer * recomputed + kept * (layers - recomputed)
     msh = moe_shape(scenario)
     if msh is not None:
-        moe_layers = sum(1 for i in layer_indices(scenario, pp_rank) if m.is_moe_layer(i))
-        moe_layers += m.mtp_layers if holds_last_stage(scenario, pp_rank) else 0
         attention_only = activation_bytes_per_layer(
             s, b, h, a, ffn=0, mlp=m.mlp, t=t, sequence_parallel=sp, **attention_widths(m),
             attention_scores=not tr.flash_attention, recompute=tr.recompute, dropout=tr.dropout) * scale
         attention_only -= selective_saving(s, b, h, 0, m.mlp, t, sp, modules, mla_qkv_width(m)) * scale
         moe_part = moe_activation_bytes(msh, 2, tr.recompute, modules) * scale
-        per_mb += moe_layers * (attention_only + moe_part) - (layers - _dense_layers(scenario, pp_rank)) * per_layer
+    # chunk by chunk (a virtual stage: its model stage's layers; DualPipe holds two copies' chunks), so that a rank
+    # of several chunks keeps each one's own (plan/memory_chunks.py): its recomputed layers, its MoE layers, and the
+    # MTP modules on the last model stage's chunk
+    lay = stage_layout(par.schedule, par.pp, par.vpp)
+    lps = scenario.layers_per_stage
+    chunk_layers: dict[int, float] = {}
+    for v in stage_layers(scenario, pp_rank):
+        model_stage = lay.model_stage[v]
+        n_chunk = lps[model_stage]
+        recomputed = min(tr.recompute_layers, n_chunk) if partial else n_chunk
+        part = per_layer * recomputed + (kept * (n_chunk - recomputed) if partial else 0.0)
+        if msh is not None:
+            first_index = sum(lps[:model_stage])
+            moe_n = sum(1 for i in range(first_index, first_index + n_chunk) if m.is_moe_layer(i))
+            mtp = m.mtp_layers if model_stage == scenario.virtual_stages - 1 else 0
+            part += (moe_n + mtp) * (attention_only + moe_part) - moe_n * per_layer
+        chunk_layers[lay.chunk[v]] = part
+    per_mb = sum(chunk_layers.values())
     n_off = tr.activation_offload_layers
     offload_layer = per_mb / layers if n_off and layers else 0.0   # one layer's (the mean), copied to host
-    per_mb -= offload_layer * (n_off - resident_layers(n_off))
+    if offload_layer:
+        off = offload_layer * (n_off - resident_layers(n_off))     # taken from the chunks by their layer counts
+        chunk_layers = {c: v - off * lps[lay.model_stage[w]] / layers
+                        for (c, v), w in zip(chunk_layers.items(), stage_layers(scenario, pp_rank), strict=True)}
+        per_mb -= off
     first, last = rank_edges(scenario, pp_rank)
     # the embedding dropout mask (1 byte), Korthikanti Sec. 4.3; final norm input + output-layer input (16-bit) and
     # what the loss keeps for its backward: the fp32 log-softmax output with the eager loss (4sbv/t), the fp32
@@ -334,7 +348,7 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
     # a split backward keeps of the last edge the output layer's input and the logits' 16-bit gradient until W
     # (memory_chunks.chunk_w_bytes)
     mb = MicroBatchBytes(
-        layers=per_mb, first_edge=s * b * h / (t if sp else 1) if first and tr.dropout else 0.0,
+        chunk_layers=chunk_layers, first_edge=s * b * h / (t if sp else 1) if first and tr.dropout else 0.0,
         last_edge=(4.0 * s * b * h / (t if sp else 1) + logit_bytes * s * b * m.vocab / t) * scale if last else 0.0,
         last_edge_w=(2.0 * s * b * h / (t if sp else 1) + 2.0 * s * b * m.vocab / t) * scale if last else 0.0)
     per_mb = mb.total
@@ -384,10 +398,6 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
                        micro_batch_bytes=mb, other_detail=detail, experts=experts,
                        fp8_weights=fp8_copies, offload_layer_bytes=offload_layer,
                        host_bytes=offload_layer * n_off * inflight, host_optimizer=host_optim)
-
-
-def _dense_layers(scenario: Scenario, pp_rank: int) -> int:
-    return sum(1 for i in layer_indices(scenario, pp_rank) if not scenario.model.is_moe_layer(i))
 
 
 def memory_report(scenario: Scenario) -> MemoryReport:

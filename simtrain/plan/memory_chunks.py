@@ -30,26 +30,26 @@ from simtrain.spec.scenario import Scenario
 class MicroBatchBytes:
     """Activations one micro-batch leaves on a pipeline rank, by part (bytes)."""
 
-    layers: float          # its transformer layers' (all chunks; shared among them by layer count)
+    chunk_layers: dict[int, float]   # its transformer layers', by chunk (each chunk's own; MTP on the last stage's)
     first_edge: float      # the embedding's dropout mask, on the chunk of the first model stage
     last_edge: float       # the output layer's input and the loss's kept tensors, on the chunk of the last
-    last_edge_w: float = 0.0   # what of the last edge a split backward keeps from B to W (below)
+    last_edge_w: float = 0.0   # what of the last edge a split backward keeps from B to W (chunk_w_bytes)
+
+    @property
+    def layers(self) -> float:
+        return sum(self.chunk_layers.values())
 
     @property
     def total(self) -> float:
         return self.layers + self.first_edge + self.last_edge
 
 
-def chunk_bytes(layers: float, first_edge: float, last_edge: float, n_layers: int, rank_layers: int, *,
-                first: bool, last: bool, chunks: int) -> float:
-    """One chunk's bytes per micro-batch: its layers' share of the rank's layer activations (by layer count; an
-    even split when the rank has no layers) and the edge terms of the model stage it holds."""
-    share = n_layers / rank_layers if rank_layers else 1.0 / chunks
-    return layers * share + (first_edge if first else 0.0) + (last_edge if last else 0.0)
+def chunk_bytes(mb: MicroBatchBytes, chunk: int, *, first: bool, last: bool) -> float:
+    """One chunk's bytes per micro-batch: its own layers' and the edge terms of the model stage it holds."""
+    return mb.chunk_layers[chunk] + (mb.first_edge if first else 0.0) + (mb.last_edge if last else 0.0)
 
 
-def chunk_w_bytes(mb: MicroBatchBytes, w_fraction: float, n_layers: int, rank_layers: int, *, last: bool,
-                  chunks: int) -> float:
+def chunk_w_bytes(mb: MicroBatchBytes, chunk: int, w_fraction: float, *, last: bool) -> float:
     """What one micro-batch of a chunk keeps from its input-gradient pass (B) to its weight-gradient pass (W) under a
     split backward: ``w_fraction`` of its layers' activations, and on the last model stage's chunk the output
     layer's input and the logits' 16-bit gradient (``last_edge_w``). The zero-bubble fork defers the output layer's
@@ -57,8 +57,7 @@ def chunk_w_bytes(mb: MicroBatchBytes, w_fraction: float, n_layers: int, rank_la
     ``WeightGradStore.put`` the layer's input and its output gradient (sail-sg/zero-bubble-pipeline-parallelism
     megatron/core/tensor_parallel/layers.py @39f2c186); the loss's fp32 tensors are freed when B ends. The
     embedding's mask is not needed by W."""
-    share = n_layers / rank_layers if rank_layers else 1.0 / chunks
-    return mb.layers * share * w_fraction + (mb.last_edge_w if last else 0.0)
+    return mb.chunk_layers[chunk] * w_fraction + (mb.last_edge_w if last else 0.0)
 
 
 def rank_chunk_w_fractions(scenario: Scenario, pp_rank: int, mb: MicroBatchBytes,
@@ -66,15 +65,12 @@ def rank_chunk_w_fractions(scenario: Scenario, pp_rank: int, mb: MicroBatchBytes
     """Per chunk of ``pp_rank``: the share of its bytes it keeps from B to W (:func:`chunk_w_bytes`)."""
     par = scenario.parallel
     layout = stage_layout(par.schedule, par.pp, par.vpp)
-    stages = layout.stages_of(pp_rank)
-    rank_layers = sum(scenario.layers_per_stage[layout.model_stage[v]] for v in stages)
     last_stage = scenario.virtual_stages - 1
     whole = rank_chunk_bytes(scenario, pp_rank, mb)
     out = {}
-    for v in stages:
+    for v in layout.stages_of(pp_rank):
         c = layout.chunk[v]
-        kept = chunk_w_bytes(mb, w_fraction, scenario.layers_per_stage[layout.model_stage[v]], rank_layers,
-                             last=layout.model_stage[v] == last_stage, chunks=len(stages))
+        kept = chunk_w_bytes(mb, c, w_fraction, last=layout.model_stage[v] == last_stage)
         out[c] = kept / whole[c] if whole[c] > 0 else w_fraction
     return out
 
@@ -83,14 +79,10 @@ def rank_chunk_bytes(scenario: Scenario, pp_rank: int, mb: MicroBatchBytes) -> d
     """Bytes per micro-batch of each chunk of ``pp_rank``, by chunk index."""
     par = scenario.parallel
     layout = stage_layout(par.schedule, par.pp, par.vpp)
-    stages = layout.stages_of(pp_rank)
-    per_stage = scenario.layers_per_stage
-    rank_layers = sum(per_stage[layout.model_stage[v]] for v in stages)
     last_stage = scenario.virtual_stages - 1
-    return {layout.chunk[v]: chunk_bytes(mb.layers, mb.first_edge, mb.last_edge, per_stage[layout.model_stage[v]],
-                                         rank_layers, first=layout.model_stage[v] == 0,
-                                         last=layout.model_stage[v] == last_stage, chunks=len(stages))
-            for v in stages}
+    return {layout.chunk[v]: chunk_bytes(mb, layout.chunk[v], first=layout.model_stage[v] == 0,
+                                         last=layout.model_stage[v] == last_stage)
+            for v in layout.stages_of(pp_rank)}
 
 
 def inflight_microbatches(schedule: str, m: int, pp: int, stage: int, vpp: int = 1) -> float:
