@@ -87,3 +87,17 @@ def test_right_kinds_still_draw(tmp_path):
     assert charts.figure_svg(fig.to_dict()).startswith("<svg")
     out = charts.write_figure(Path(tmp_path) / "c.html", "compare", [fig])
     assert out.read_text().startswith("<!DOCTYPE html>")
+
+
+def test_numpy_integers_are_whole_numbers():
+    # a review found max_bars=np.int64(100) refused as "not a whole number"; it is one (numbers.Integral)
+    import numpy as np
+
+    with pytest.raises(simtrain.InputError, match="no timeline to draw"):   # past the argument check
+        charts.gantt_figure({}, max_bars=np.int64(100))
+
+
+def test_write_outputs_checks_the_run_without_paths():
+    # the check came after the early return when no path was given: write_outputs(3) returned None silently
+    with pytest.raises(TypeError, match=r"^simtrain.charts.write_outputs: the run must be"):
+        charts.write_outputs(3)

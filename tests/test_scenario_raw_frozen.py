@@ -61,3 +61,12 @@ def test_a_scenario_from_a_dict_does_not_follow_the_dict():
     s = simtrain.scenario_from_dict(data)
     data["training"]["micro_batch"] = 4
     assert s.raw["training"]["micro_batch"] == 1 and s.with_overrides({}).training.micro_batch == 1
+
+
+def test_a_copied_or_unpickled_scenario_stays_read_only(scenario):
+    # a review found pickle.loads(pickle.dumps(s)) and copy.deepcopy(s) thawed the raw mapping with the scenario
+    for copied in (copy.deepcopy(scenario), pickle.loads(pickle.dumps(scenario))):
+        with pytest.raises(TypeError) as err:
+            copied.raw["training"]["micro_batch"] = 4
+        assert str(err.value) == READ_ONLY
+        assert copied.with_overrides({}).training.micro_batch == copied.training.micro_batch == 1

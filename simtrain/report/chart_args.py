@@ -8,6 +8,7 @@ missing column, a report without a timeline) stay :class:`~simtrain.spec.errors.
 
 from __future__ import annotations
 
+import numbers
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -78,8 +79,8 @@ def need_figure(function: str, value: Any) -> None:
 
 
 def need_count(function: str, value: Any, argument: str) -> None:
-    """A whole number of at least 1 (``True`` is not one)."""
-    if isinstance(value, bool) or not isinstance(value, int):
+    """A whole number of at least 1: an int or numpy integer (``True`` is not one)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise _refuse(function, argument, "a whole number", value)
     if value < 1:
         raise ValueError(f"simtrain.charts.{function}: {argument} must be at least 1, not {value}")

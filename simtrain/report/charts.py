@@ -166,6 +166,7 @@ def _write(report: dict, gantt: str | None, memory: str | None, trace: str | Non
 def write_outputs(result: Any, gantt: str | None = None, memory: str | None = None,
                   trace: str | None = None) -> None:
     """The files `simtrain run` writes: Gantt (HTML, with the memory timeline), memory (HTML), trace (JSON)."""
+    need_result("write_outputs", result)
     for argument, value in (("gantt", gantt), ("memory", memory), ("trace", trace)):
         need_path("write_outputs", value, argument, optional=True)
     if not (gantt or memory or trace):

@@ -4,9 +4,10 @@
 validated fields are frozen (pydantic models, a frozen dataclass); the raw mapping was not, so
 ``scenario.raw["training"]["micro_batch"] = 4`` changed nothing that was simulated but did change what the next
 ``with_overrides`` started from, and the two then disagreed. :func:`freeze` makes a read-only copy: every change
-raises a TypeError that says how to change a scenario. A copy (``copy.deepcopy``, ``copy.copy``, ``dict(raw)``,
-pickling) is an ordinary, changeable :class:`~simtrain.spec.yamlio.LineDict`, so overrides and sweeps start from
-it as before.
+raises a TypeError that says how to change a scenario. A deep copy of the mapping (``copy.deepcopy``, pickling) is
+an ordinary, changeable :class:`~simtrain.spec.yamlio.LineDict` all through, so overrides and sweeps start from it
+as before; a shallow one (``copy.copy``, ``dict(raw)``) can be changed at its top level only. A copied or
+unpickled :class:`~simtrain.spec.scenario.Scenario` freezes its raw mapping again (``Scenario.__setstate__``).
 """
 
 from __future__ import annotations

@@ -55,6 +55,10 @@ class Scenario:
     cost: ScenarioCost = field(default_factory=ScenarioCost)
     assumed: tuple[str, ...] = ()   # settings taken from the model family, not from the scenario (reports state them)
 
+    def __setstate__(self, state: dict) -> None:
+        """A pickled or deep-copied scenario keeps its raw mapping read-only (the copy thawed it: frozen_raw)."""
+        self.__dict__.update(state, raw=freeze(state["raw"]))
+
     @property
     def price_per_gpu_hour(self) -> float | None:
         """USD per GPU-hour: the scenario's ``cost.price_per_gpu_hour``, else the hardware file's (None: unknown)."""
