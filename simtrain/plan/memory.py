@@ -303,11 +303,11 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
     partial = tr.recompute == "full" and tr.recompute_layers is not None
     if partial:
         # Megatron's block method: the first recompute_layers of each (virtual) stage keep only their input
-        kept = activation_bytes_per_layer(
+        kept_layer = activation_bytes_per_layer(
             s, b, h, a, ffn=m.ffn_hidden, mlp=m.mlp, t=t, sequence_parallel=sp, **attention_widths(m),
             attention_scores=not tr.flash_attention, recompute="none", dropout=tr.dropout) * scale
         if fp8:
-            kept -= fp8_activation_saving(s, b, h, m.ffn_hidden, t, sp, tr.fp8_recipe)
+            kept_layer -= fp8_activation_saving(s, b, h, m.ffn_hidden, t, sp, tr.fp8_recipe)
     msh = moe_shape(scenario)
     if msh is not None:
         attention_only = activation_bytes_per_layer(
@@ -325,7 +325,7 @@ def stage_memory(scenario: Scenario, pp_rank: int) -> StageMemory:
         model_stage = lay.model_stage[v]
         n_chunk = lps[model_stage]
         recomputed = min(tr.recompute_layers, n_chunk) if partial else n_chunk
-        part = per_layer * recomputed + (kept * (n_chunk - recomputed) if partial else 0.0)
+        part = per_layer * recomputed + (kept_layer * (n_chunk - recomputed) if partial else 0.0)
         if msh is not None:
             first_index = sum(lps[:model_stage])
             moe_n = sum(1 for i in range(first_index, first_index + n_chunk) if m.is_moe_layer(i))
