@@ -21,7 +21,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simtrain.plan.activations import weight_grad_fraction
-from simtrain.plan.schedules import SPLIT_BACKWARD, V_SHAPED, inflight_peak, rank_schedules, stage_layout
+from simtrain.plan.schedules import (
+    SPLIT_BACKWARD,
+    V_SHAPED,
+    inflight_peak,
+    interleaved_rank,
+    rank_schedules,
+    stage_layout,
+)
 from simtrain.plan.shared_costs import shared
 from simtrain.spec.scenario import Scenario
 
@@ -134,7 +141,13 @@ def held_activations(scenario: Scenario, pp_rank: int, mb: MicroBatchBytes, laye
         inflight = walk(share)
     else:
         inflight = inflight_microbatches(par.schedule, scenario.microbatches, par.pp, pp_rank, par.vpp)
-    if len(per_chunk) > 1 or par.schedule in SPLIT_BACKWARD:
+    if par.schedule in SPLIT_BACKWARD or par.schedule in V_SHAPED or par.ep_overlap:
         return inflight, walk(rank_chunk_bytes(scenario, pp_rank, mb),
                               rank_chunk_w_fractions(scenario, pp_rank, mb, w_fraction))
-    return inflight, mb.total * inflight
+    chunk_bytes_ = rank_chunk_bytes(scenario, pp_rank, mb)
+    if len(set(chunk_bytes_.values())) <= 1:    # one chunk, or equal chunks: the closed form is the walk's peak
+        return inflight, mb.total * inflight
+    # interleaved 1F1B with chunks that differ: this rank's own list only (a search screens thousands of layouts)
+    key = ("interleaved_peak", par.pp, scenario.microbatches, par.vpp, pp_rank, tuple(chunk_bytes_.items()))
+    return inflight, shared(key, lambda: inflight_peak(
+        interleaved_rank(par.pp, scenario.microbatches, par.vpp, pp_rank), chunk_bytes_, 1.0))

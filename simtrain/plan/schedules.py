@@ -137,25 +137,27 @@ def interleaved(pp: int, m: int, vpp: int, ep_overlap: bool = False) -> list[lis
     steady-state forward merged with its backward into one "FB" pair (megatron/core/pipeline_parallel/schedules.py
     get_pp_rank_microbatches and combined_1f1b.py, NVIDIA/Megatron-LM at d98e8a6). With pp = 1 and vpp = 1 this is
     forward_backward_no_pipelining's combined 1F1B: F0, then F(i+1) with B(i), then the last B."""
+    return [interleaved_rank(pp, m, vpp, rank, ep_overlap) for rank in range(pp)]
+
+
+def interleaved_rank(pp: int, m: int, vpp: int, rank: int, ep_overlap: bool = False) -> list[Op]:
+    """One rank's list of :func:`interleaved` (the memory ledger walks one rank without building the others)."""
     if m % pp:
         raise ValueError(f"interleaved schedule needs micro-batches ({m}) to be a multiple of pp ({pp})")
     total = m * vpp
-    out = []
-    for rank in range(pp):
-        warmup = min((pp - rank - 1) * 2 + (vpp - 1) * pp + (1 if ep_overlap else 0), total)
-        ops = [Op("F", *_interleaved_op(k, pp, vpp, True)) for k in range(warmup)]
-        f, b = warmup, 0
-        while f < total:
-            fwd, bwd = _interleaved_op(f, pp, vpp, True), _interleaved_op(b, pp, vpp, False)
-            if ep_overlap:
-                ops.append(Op("FB", *fwd, *bwd))
-            else:
-                ops.append(Op("F", *fwd))
-                ops.append(Op("B", *bwd))
-            f, b = f + 1, b + 1
-        ops.extend(Op("B", *_interleaved_op(k, pp, vpp, False)) for k in range(b, total))
-        out.append(ops)
-    return out
+    warmup = min((pp - rank - 1) * 2 + (vpp - 1) * pp + (1 if ep_overlap else 0), total)
+    ops = [Op("F", *_interleaved_op(k, pp, vpp, True)) for k in range(warmup)]
+    f, b = warmup, 0
+    while f < total:
+        fwd, bwd = _interleaved_op(f, pp, vpp, True), _interleaved_op(b, pp, vpp, False)
+        if ep_overlap:
+            ops.append(Op("FB", *fwd, *bwd))
+        else:
+            ops.append(Op("F", *fwd))
+            ops.append(Op("B", *bwd))
+        f, b = f + 1, b + 1
+    ops.extend(Op("B", *_interleaved_op(k, pp, vpp, False)) for k in range(b, total))
+    return ops
 
 
 def build_schedule(name: str, pp: int, m: int, vpp: int = 1, ep_overlap: bool = False) -> list[list[Op]]:
